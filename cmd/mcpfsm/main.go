@@ -1,0 +1,105 @@
+// Command mcpfsm runs, inspects and tunes MCP connection lifecycles.
+//
+// Usage:
+//
+//	mcpfsm graph [--format dot|mermaid] [FILE]   render a lifecycle (default: the built-in one)
+//	mcpfsm validate FILE                         check a lifecycle spec
+//
+// Run "mcpfsm COMMAND --help" for a command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+)
+
+// A command is one subcommand of mcpfsm.
+type command struct {
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) int
+}
+
+var commands = map[string]command{
+	"graph":    {"render a lifecycle as DOT or Mermaid", runGraph},
+	"validate": {"check a lifecycle spec and report every problem", runValidate},
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the exit code: 0 for success, 1 when the
+// command failed, 2 for a usage error.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	cmd, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(stderr, "mcpfsm: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+	return cmd.run(ctx, args[1:], stdout, stderr)
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "mcpfsm runs, inspects and tunes MCP connection lifecycles.")
+	fmt.Fprintln(w, "\nUsage: mcpfsm COMMAND [flags] [args]\n\nCommands:")
+	names := make([]string, 0, len(commands))
+	for name := range commands {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].summary)
+	}
+	fmt.Fprintln(w, "\nRun \"mcpfsm COMMAND --help\" for a command's flags.")
+}
+
+// newFlags returns a flag set for a command whose usage text is synopsis then help.
+func newFlags(name, synopsis, help string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, "Usage: mcpfsm %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(help))
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(out, "\nFlags:")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// parse parses args and reports the exit code to return at once, if any: 0 after
+// --help (printed to stdout), 2 after a usage error.
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (int, bool) {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, true
+	}
+	if err != nil {
+		return 2, true
+	}
+	return 0, false
+}

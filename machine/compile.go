@@ -1,0 +1,95 @@
+package machine
+
+import (
+	"context"
+	"errors"
+
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/qmuntal/stateless"
+)
+
+// One stateless.StateMachine serves every Machine built from a Spec. Its state is kept
+// outside it (stateless's external storage), in the core of the machine whose owner
+// goroutine is firing, which the context carries; its guards read that core's Vars. It
+// fires in immediate mode, so that the owners of different machines never share a
+// queue. Stateless decides which transition a trigger takes; the core then runs the
+// transition's effects itself, in a fixed order, outside stateless.
+
+// coreKey is the context key under which a firing core is found.
+type coreKey struct{}
+
+func coreFrom(ctx context.Context) *core { return ctx.Value(coreKey{}).(*core) }
+
+// errUnhandled is what stateless returns for a trigger the current state does not
+// handle, or whose guards all fail; the core ignores such an event.
+var errUnhandled = errors.New("machine: trigger not handled in this state")
+
+func (l *loader) compile() {
+	s := l.spec
+	sm := stateless.NewStateMachineWithExternalStorage(
+		func(ctx context.Context) (stateless.State, error) { return coreFrom(ctx).state, nil },
+		func(ctx context.Context, st stateless.State) error {
+			coreFrom(ctx).state = st.(states.State)
+			return nil
+		},
+		stateless.FiringImmediate)
+	sm.OnUnhandledTrigger(func(context.Context, stateless.State, stateless.Trigger, []string) error {
+		return errUnhandled
+	})
+	sm.OnTransitioned(func(ctx context.Context, t stateless.Transition) {
+		c := coreFrom(ctx)
+		c.took = took{from: t.Source.(states.State), to: t.Destination.(states.State), trig: t.Trigger.(trig), ok: true}
+	})
+	for _, ss := range s.states {
+		cfg := sm.Configure(ss.state)
+		for _, list := range ss.on {
+			for _, e := range list {
+				configureEdge(cfg, e)
+			}
+		}
+		for _, e := range ss.after {
+			configureEdge(cfg, e)
+		}
+	}
+	s.sm = sm
+}
+
+func configureEdge(cfg *stateless.StateConfiguration, e *edge) {
+	guards := make([]stateless.GuardFunc, len(e.guards))
+	for i, g := range e.guards {
+		test, negate := g.test, g.negate
+		guards[i] = func(ctx context.Context, _ ...any) bool {
+			c := coreFrom(ctx)
+			return test(&c.vars, c.pol) != negate
+		}
+	}
+	switch {
+	case e.internal:
+		t := e.trig
+		from := e.from
+		cfg.InternalTransition(t, func(ctx context.Context, _ ...any) error {
+			coreFrom(ctx).took = took{from: from, to: from, trig: t, internal: true, ok: true}
+			return nil
+		}, guards...)
+	case e.to == e.from:
+		cfg.PermitReentry(e.trig, guards...)
+	default:
+		cfg.Permit(e.trig, e.to, guards...)
+	}
+}
+
+// Stateless returns a new stateless.StateMachine configured from the spec, starting in
+// the initial state, for comparison with stateless's own tools (its ToGraph, or a raw
+// Fire in a benchmark). Its guards read the given Vars and Policies. A Machine does not
+// use it: machines share one that the spec keeps.
+func (s *Spec) Stateless(v *Vars, p *Policies) (*stateless.StateMachine, context.Context) {
+	c := &core{spec: s, state: s.initial, pol: p}
+	if v != nil {
+		c.vars = *v
+	}
+	ctx := context.WithValue(context.Background(), coreKey{}, c)
+	l := &loader{spec: &Spec{}}
+	*l.spec = *s
+	l.compile()
+	return l.spec.sm, ctx
+}

@@ -1,0 +1,218 @@
+package machine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/states"
+)
+
+// An Event is something that happened to a connection, delivered to its machine's owner
+// goroutine: an outcome of an invoked effect, or a report from elsewhere (a session that
+// ended, a call that failed, a Close).
+type Event struct {
+	Trigger states.Trigger
+	// Cause is the class of Err. When it counts (lost, timeout, expired) the machine
+	// records a failure as it applies the event, before guards are evaluated, and the
+	// teardown under way, if any, is no longer a planned one.
+	Cause states.Cause
+	Err   error
+	// Session is the session the event is about, or 0. An invoked effect's outcome
+	// with a Session makes it the current one; any other event about a session other
+	// than the current one is stale and dropped.
+	Session uint64
+
+	barrier chan<- struct{} // closed when the owner reaches the event; no trigger
+}
+
+// A Transition is one step a machine took: a change of state, or an internal
+// transition that ran effects without leaving its state.
+type Transition struct {
+	Seq      uint64 // 1 for a machine's first transition
+	At       time.Time
+	From, To states.State
+	Trigger  string // the trigger, or "after <delay>" for a timed transition
+	Cause    states.Cause
+	Err      error // the error behind Cause, if any
+	Failures int   // Vars.Failures after the transition
+	Attempts int   // Vars.Attempts after the transition
+}
+
+// String renders t on one line, such as "ready → probing (after keepalive)".
+func (t Transition) String() string {
+	s := fmt.Sprintf("%s → %s (%s", t.From, t.To, t.Trigger)
+	if t.Cause != states.CauseNone {
+		s += ", cause " + t.Cause.String()
+		if t.Err != nil {
+			s += ": " + t.Err.Error()
+		}
+	}
+	return s + ")"
+}
+
+// core is the lifecycle of one connection with no goroutines and no clock: it applies
+// one event at a time at a given instant and reports what follows (a transition, an
+// invoked effect to run, the deadline of the next timed transition). A Machine drives it
+// from its owner goroutine with real time; a simulation drives it with virtual time.
+type core struct {
+	spec    *Spec
+	ctx     context.Context // carries the core to stateless's callbacks
+	state   states.State
+	vars    Vars
+	pol     *Policies
+	rng     *rand.Rand
+	session uint64
+	seq     uint64
+	took    took                // what stateless did, set by its callbacks during Fire
+	afters  [maxAfter]time.Time // deadlines of the current state's timed edges; zero if not armed
+}
+
+type took struct {
+	from, to states.State
+	trig     trig
+	internal bool
+	ok       bool
+}
+
+func newCore(spec *Spec, pol *Policies, rng *rand.Rand) *core {
+	c := &core{spec: spec, state: spec.initial, pol: pol, rng: rng}
+	c.ctx = context.WithValue(context.Background(), coreKey{}, c)
+	return c
+}
+
+// enter runs the initial state's entry actions and arms its timers, as if the machine
+// had just arrived there, and returns its invoked effect.
+func (c *core) enter(now time.Time) *invokeSpec {
+	ss := c.spec.byState[c.state]
+	c.run(ss.entry, now)
+	c.arm(ss, now)
+	return ss.invoke
+}
+
+// apply fires the event's trigger (or t, for a timed edge) into stateless and, if a
+// transition was taken, runs its effects in order: the exit actions of the state left,
+// the edge's effects, the entry actions of the state entered, whose timers it then arms.
+// It returns the transition and the invoked effect of the state entered, if any. An event
+// that no transition handles changes nothing and returns ok false.
+func (c *core) apply(t trig, ev *Event, fromInvoke bool, now time.Time) (tr Transition, inv *invokeSpec, ok bool) {
+	if ev.Session != 0 && !fromInvoke && ev.Session != c.session {
+		return tr, nil, false
+	}
+	saved := c.vars
+	if ev.Cause.Counts() {
+		c.vars.Failures++
+		c.vars.Planned = false
+	}
+	c.took = took{}
+	if err := c.spec.sm.FireCtx(c.ctx, t); err != nil || !c.took.ok {
+		c.vars = saved
+		return tr, nil, false
+	}
+	if fromInvoke && ev.Session != 0 {
+		c.session = ev.Session
+	}
+	if ev.Cause != states.CauseNone {
+		c.vars.LastCause, c.vars.LastErr = ev.Cause, ev.Err
+	}
+	e := c.edge()
+	from, to := c.spec.byState[c.took.from], c.spec.byState[c.took.to]
+	if !e.internal {
+		c.run(from.exit, now)
+		c.afters = [maxAfter]time.Time{}
+	}
+	c.run(e.effects, now)
+	if !e.internal {
+		c.run(to.entry, now)
+		c.arm(to, now)
+		inv = to.invoke
+	}
+	c.seq++
+	tr = Transition{
+		Seq: c.seq, At: now, From: from.state, To: to.state, Trigger: e.name,
+		Cause: ev.Cause, Err: ev.Err, Failures: c.vars.Failures, Attempts: c.vars.Attempts,
+	}
+	return tr, inv, true
+}
+
+// edge returns the edge stateless took. Two edges from a state on one trigger may lead
+// to the same state under different guards; the one whose guards hold is the one taken
+// (the loader has proved that at most one can hold).
+func (c *core) edge() *edge {
+	if c.took.trig >= afterBase {
+		return c.spec.timed[c.took.trig-afterBase]
+	}
+	var found *edge
+	for _, e := range c.spec.byState[c.took.from].on[c.took.trig] {
+		if e.to != c.took.to || e.internal != c.took.internal {
+			continue
+		}
+		if found == nil {
+			found = e
+		}
+		if c.holds(e) {
+			return e
+		}
+	}
+	return found
+}
+
+func (c *core) holds(e *edge) bool {
+	for _, g := range e.guards {
+		if g.test(&c.vars, c.pol) == g.negate {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *core) run(actions []actionRef, now time.Time) {
+	for _, a := range actions {
+		a.do(&c.vars, c.pol, now)
+	}
+}
+
+// arm sets the deadlines of a state's timed edges, as the state is entered.
+func (c *core) arm(ss *stateSpec, now time.Time) {
+	for i, e := range ss.after {
+		d, on := c.delay(e.delay)
+		if on {
+			c.afters[i] = now.Add(d)
+		}
+	}
+}
+
+func (c *core) delay(d *delayRef) (time.Duration, bool) {
+	if d.fn != nil {
+		return d.fn(&c.vars, c.pol, c.rng)
+	}
+	v := c.pol.Duration(d.policy)
+	return v, v > 0
+}
+
+// deadline returns when the next timed edge is due, or the zero time if none is armed.
+func (c *core) deadline() time.Time {
+	var next time.Time
+	for _, at := range c.afters {
+		if !at.IsZero() && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next
+}
+
+// due disarms and returns the trigger of the earliest timed edge due at now.
+func (c *core) due(now time.Time) (trig, bool) {
+	best := -1
+	for i, at := range c.afters {
+		if !at.IsZero() && !at.After(now) && (best < 0 || at.Before(c.afters[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return 0, false
+	}
+	c.afters[best] = time.Time{}
+	return c.spec.byState[c.state].after[best].trig, true
+}

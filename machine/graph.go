@@ -1,0 +1,209 @@
+package machine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/mcpfsm/mcpfsm/states"
+)
+
+// GraphOptions mark a connection's whereabouts on a rendered lifecycle.
+type GraphOptions struct {
+	// Current, if set, is drawn as the state the connection is in.
+	Current states.State
+	// Path, if set, is drawn as the transitions the connection took; each edge shows
+	// how many times it was taken.
+	Path []Transition
+	// Policies, if set, are the values shown on timed edges and invoked effects in
+	// place of the spec's defaults.
+	Policies *Policies
+}
+
+// DOT renders the spec as a Graphviz digraph. The output depends only on the spec and
+// opts: the same input gives the same bytes.
+func (s *Spec) DOT(opts GraphOptions) string {
+	g := s.graph(opts)
+	var b strings.Builder
+	fmt.Fprintf(&b, "// The lifecycle in %s, rendered by mcpfsm graph. Do not edit.\n", baseName(s.file))
+	b.WriteString("digraph lifecycle {\n")
+	b.WriteString("  rankdir=TB;\n")
+	b.WriteString("  node [shape=box, style=rounded, fontname=\"Helvetica\", fontsize=11];\n")
+	b.WriteString("  edge [fontname=\"Helvetica\", fontsize=9];\n")
+	b.WriteString("  start [shape=point, label=\"\"];\n")
+	for _, n := range g.nodes {
+		attrs := []string{"label=" + dotQuote(strings.Join(n.lines, "\n"))}
+		if n.final {
+			attrs = append(attrs, "peripheries=2")
+		}
+		switch {
+		case n.current:
+			attrs = append(attrs, "style=\"rounded,filled,bold\"", "fillcolor=\"#ffd27f\"")
+		case n.visited:
+			attrs = append(attrs, "style=\"rounded,filled\"", "fillcolor=\"#e8f0ff\"")
+		}
+		fmt.Fprintf(&b, "  %s [%s];\n", dotQuote(n.name), strings.Join(attrs, ", "))
+	}
+	fmt.Fprintf(&b, "  start -> %s;\n", dotQuote(s.initial.String()))
+	for _, e := range g.edges {
+		attrs := []string{"label=" + dotQuote(e.label)}
+		if e.timed {
+			attrs = append(attrs, "style=dashed")
+		}
+		if e.internal {
+			attrs = append(attrs, "style=dotted")
+		}
+		if e.taken > 0 {
+			attrs = append(attrs, "color=\"#d35400\"", "fontcolor=\"#d35400\"", "penwidth=2")
+		}
+		fmt.Fprintf(&b, "  %s -> %s [%s];\n", dotQuote(e.from), dotQuote(e.to), strings.Join(attrs, ", "))
+	}
+	b.WriteString("}\n")
+	return b.String()
+}
+
+// Mermaid renders the spec as a Mermaid stateDiagram-v2, which GitHub draws in
+// Markdown. The output depends only on the spec and opts.
+func (s *Spec) Mermaid(opts GraphOptions) string {
+	g := s.graph(opts)
+	var b strings.Builder
+	b.WriteString("stateDiagram-v2\n")
+	for _, n := range g.nodes {
+		id := mermaidID(n.name)
+		if id != n.name {
+			fmt.Fprintf(&b, "    state %q as %s\n", n.name, id)
+		}
+		for _, line := range n.lines[1:] {
+			fmt.Fprintf(&b, "    %s : %s\n", id, mermaidText(line))
+		}
+	}
+	fmt.Fprintf(&b, "    [*] --> %s\n", mermaidID(s.initial.String()))
+	for _, e := range g.edges {
+		fmt.Fprintf(&b, "    %s --> %s : %s\n", mermaidID(e.from), mermaidID(e.to), mermaidText(e.label))
+	}
+	for _, n := range g.nodes {
+		if n.final {
+			fmt.Fprintf(&b, "    %s --> [*]\n", mermaidID(n.name))
+		}
+	}
+	var visited []string
+	current := ""
+	for _, n := range g.nodes {
+		switch {
+		case n.current:
+			current = mermaidID(n.name)
+		case n.visited:
+			visited = append(visited, mermaidID(n.name))
+		}
+	}
+	if len(visited) > 0 {
+		b.WriteString("    classDef visited fill:#e8f0ff\n")
+		fmt.Fprintf(&b, "    class %s visited\n", strings.Join(visited, ","))
+	}
+	if current != "" {
+		b.WriteString("    classDef current fill:#ffd27f,stroke-width:3px\n")
+		fmt.Fprintf(&b, "    class %s current\n", current)
+	}
+	return b.String()
+}
+
+type graphNode struct {
+	name             string
+	lines            []string // the name, then what the state does
+	final            bool
+	current, visited bool
+}
+
+type graphEdge struct {
+	from, to        string
+	label           string
+	timed, internal bool
+	taken           int
+}
+
+type graph struct {
+	nodes []graphNode
+	edges []graphEdge
+}
+
+// graph lays out what both renderings draw, in the spec's order.
+func (s *Spec) graph(opts GraphOptions) graph {
+	pol := &s.defaults
+	if opts.Policies != nil {
+		pol = opts.Policies
+	}
+	visited := map[states.State]bool{}
+	taken := map[[3]string]int{}
+	for _, t := range opts.Path {
+		visited[t.From], visited[t.To] = true, true
+		taken[[3]string{t.From.String(), t.To.String(), t.Trigger}]++
+	}
+	var g graph
+	for _, ss := range s.states {
+		n := graphNode{name: ss.state.String(), final: ss.final, current: ss.state == opts.Current, visited: visited[ss.state]}
+		n.lines = []string{n.name}
+		if len(ss.entry) > 0 {
+			n.lines = append(n.lines, "entry / "+actionNames(ss.entry))
+		}
+		if ss.invoke != nil {
+			n.lines = append(n.lines, fmt.Sprintf("invoke %s ≤ %s %s", ss.invoke.name, ss.invoke.timeout.Name, pol.Format(ss.invoke.timeout)))
+		}
+		if len(ss.exit) > 0 {
+			n.lines = append(n.lines, "exit / "+actionNames(ss.exit))
+		}
+		g.nodes = append(g.nodes, n)
+	}
+	for _, e := range s.edges { // grouped by state already, in file order
+		ge := graphEdge{from: e.from.String(), to: e.to.String(), timed: e.delay != nil, internal: e.internal}
+		ge.label = e.name
+		if e.delay != nil {
+			if e.delay.fn != nil {
+				ge.label += fmt.Sprintf(" (%s %s)", e.delay.policy.Name, pol.Format(e.delay.policy))
+			} else {
+				ge.label += fmt.Sprintf(" (%s)", pol.Format(e.delay.policy))
+			}
+		}
+		if len(e.guards) > 0 {
+			ge.label += " [" + e.guardLabel() + "]"
+		}
+		if len(e.effects) > 0 {
+			ge.label += " / " + actionNames(e.effects)
+		}
+		if e.internal {
+			ge.label += " (internal)"
+		}
+		if n := taken[[3]string{ge.from, ge.to, e.name}]; n > 0 {
+			ge.taken = n
+			ge.label += fmt.Sprintf(" ×%d", n)
+		}
+		g.edges = append(g.edges, ge)
+	}
+	return g
+}
+
+func actionNames(list []actionRef) string {
+	names := make([]string, len(list))
+	for i, a := range list {
+		names[i] = a.name
+	}
+	return strings.Join(names, ", ")
+}
+
+func dotQuote(s string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return `"` + r.Replace(s) + `"`
+}
+
+func mermaidID(name string) string { return strings.ReplaceAll(name, "-", "_") }
+
+// mermaidText keeps a label within what stateDiagram-v2 parses: no colons, semicolons
+// or hashes, which it reads as syntax.
+func mermaidText(s string) string {
+	return strings.NewReplacer(":", " ", ";", ",", "#", "").Replace(s)
+}
+
+func baseName(path string) string {
+	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
+		return path[i+1:]
+	}
+	return path
+}

@@ -1,0 +1,416 @@
+package machine
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/states"
+)
+
+// An Invoker runs the blocking effects a spec invokes (connect, probe, teardown) for
+// one connection. The machine calls it only from its owner goroutine, one effect at a
+// time, under a context that ends at the effect's timeout policy or when Close
+// interrupts it (context.Cause tells which: ErrEffectTimeout or ErrClosed). It returns
+// the effect's outcome: an Event whose Trigger is one of the effect's declared outcomes.
+// It may return an Event with no Trigger when the outcome will be posted later (scripted
+// tests do); the machine then waits in the state for whatever comes.
+type Invoker interface {
+	Invoke(ctx context.Context, inv Invocation) Event
+}
+
+// An Invocation is what an Invoker is asked to run.
+type Invocation struct {
+	Effect   string       // the invoked effect's name, such as "connect"
+	State    states.State // the state that invoked it
+	Vars     Vars         // the machine's extended state, a copy
+	Policies *Policies    // the machine's policies; read only
+}
+
+// Options configure a Machine. Only Invoker is required.
+type Options struct {
+	// Name identifies the connection in logs.
+	Name string
+	// Invoker runs the spec's invoked effects.
+	Invoker Invoker
+	// Policies override the spec's defaults; nil means the defaults.
+	Policies *Policies
+	// Logger receives a debug record per transition and a warning per failure;
+	// slog.Default() when nil.
+	Logger *slog.Logger
+	// Rand draws jitter; a randomly seeded source when nil. Give one with a fixed
+	// seed for a repeatable run.
+	Rand *rand.Rand
+	// History is how many transitions History keeps; DefaultHistory when 0, none when
+	// negative.
+	History int
+	// Observer, if set, is called on the owner goroutine with every transition, in
+	// order, before anything else sees it. It must return quickly and must not call
+	// the machine's blocking methods (Close, Sync, Wait).
+	Observer func(Transition)
+}
+
+// A Machine is the lifecycle of one connection. One goroutine, its owner, started by
+// New, fires every trigger into the spec's stateless machine and runs every effect;
+// other goroutines only post events to it. Its methods are safe for concurrent use.
+type Machine struct {
+	name string
+	spec *Spec
+	inv  Invoker
+	log  *slog.Logger
+	obs  func(Transition)
+
+	// Owned by the owner goroutine.
+	core         *core
+	timer        *time.Timer // the current state's next timed edge
+	timerAt      time.Time   // what timer is set to; zero when stopped
+	closeApplied bool
+
+	mbox    mailbox
+	eff     effectCtx
+	hist    history
+	pol     Policies
+	state   atomic.Uint32 // states.State, published after each transition
+	changed atomic.Pointer[chan struct{}]
+	closing atomic.Bool
+	done    chan struct{}
+
+	watchMu  sync.Mutex
+	watchers []*watcher
+}
+
+// New builds a machine in the spec's initial state and starts its owner goroutine,
+// which runs until the machine reaches its final state (see Close).
+func New(spec *Spec, opts Options) *Machine {
+	m := &Machine{
+		name: opts.Name, spec: spec, inv: opts.Invoker, log: opts.Logger, obs: opts.Observer,
+		mbox: newMailbox(), done: make(chan struct{}),
+		hist: history{limit: opts.History, spec: spec},
+		pol:  spec.defaults,
+	}
+	if opts.Policies != nil {
+		m.pol = *opts.Policies
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	if m.hist.limit == 0 {
+		m.hist.limit = DefaultHistory
+	}
+	rng := opts.Rand
+	if rng == nil {
+		rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	}
+	m.core = newCore(spec, &m.pol, rng)
+	m.state.Store(uint32(spec.initial))
+	m.eff.init()
+	m.timer = time.NewTimer(time.Hour)
+	m.timer.Stop()
+	go m.run()
+	return m
+}
+
+// Name returns the name the machine was given.
+func (m *Machine) Name() string { return m.name }
+
+// Spec returns the spec the machine runs.
+func (m *Machine) Spec() *Spec { return m.spec }
+
+// State returns the machine's current state.
+func (m *Machine) State() states.State { return states.State(m.state.Load()) }
+
+// Done is closed when the owner goroutine has exited.
+func (m *Machine) Done() <-chan struct{} { return m.done }
+
+// Post hands an event to the owner goroutine and returns at once. It reports false if
+// the machine has already closed.
+func (m *Machine) Post(ev Event) bool { return m.mbox.post(ev) }
+
+// Start asks an idle machine to connect.
+func (m *Machine) Start() { m.Post(Event{Trigger: states.Start}) }
+
+// Reconnect asks for a planned reconnect: the session is closed and opened again
+// without spending retry budget.
+func (m *Machine) Reconnect() { m.Post(Event{Trigger: states.Recycle}) }
+
+// Close asks the machine to close for good: it interrupts the effect running now, if
+// any, and applies close ahead of anything else queued, so that the session is torn
+// down (bounded by the teardown timeout) and the machine reaches its final state. It
+// returns nil once the owner goroutine has exited, or ctx's error if ctx ends first (the
+// machine still closes). It is idempotent and safe from any goroutine except the owner's
+// (an Observer must not call it).
+func (m *Machine) Close(ctx context.Context) error {
+	if m.closing.CompareAndSwap(false, true) {
+		m.Post(Event{Trigger: states.Close})
+		m.eff.interrupt(ErrClosed)
+	}
+	select {
+	case <-m.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Sync returns once the owner has applied every event posted before the call, or with
+// ctx's error, or ErrClosed if the machine closes first.
+func (m *Machine) Sync(ctx context.Context) error {
+	ch := make(chan struct{})
+	if !m.Post(Event{barrier: ch}) {
+		return ErrClosed
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-m.done:
+		select {
+		case <-ch:
+			return nil
+		default:
+			return ErrClosed
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Wait blocks until ok accepts the current state, and returns that state. It returns
+// early with ctx's error, or with ErrClosed once the machine has closed and its final
+// state does not satisfy ok.
+func (m *Machine) Wait(ctx context.Context, ok func(states.State) bool) (states.State, error) {
+	for {
+		// Install the channel before reading the state: a transition after the read
+		// closes it, so no change is missed.
+		ch := m.changed.Load()
+		if ch == nil {
+			fresh := make(chan struct{})
+			if m.changed.CompareAndSwap(nil, &fresh) {
+				ch = &fresh
+			} else {
+				ch = m.changed.Load()
+				if ch == nil {
+					continue
+				}
+			}
+		}
+		st := m.State()
+		if ok(st) {
+			return st, nil
+		}
+		if st.Final() {
+			return st, ErrClosed
+		}
+		select {
+		case <-*ch:
+		case <-ctx.Done():
+			return m.State(), ctx.Err()
+		}
+	}
+}
+
+// History returns the latest transitions, oldest first.
+func (m *Machine) History() []Transition { return m.hist.snapshot() }
+
+// Watch returns a channel that receives every later transition, and a function that
+// stops the watch and closes the channel. A watcher that falls more than buf
+// transitions behind misses the ones that do not fit (the owner never waits for it);
+// dropped counts them.
+func (m *Machine) Watch(buf int) (ch <-chan Transition, stop func(), dropped func() int) {
+	w := &watcher{ch: make(chan Transition, buf)}
+	m.watchMu.Lock()
+	m.watchers = append(m.watchers, w)
+	m.watchMu.Unlock()
+	stop = func() {
+		m.watchMu.Lock()
+		defer m.watchMu.Unlock()
+		for i, x := range m.watchers {
+			if x == w {
+				m.watchers = append(m.watchers[:i:i], m.watchers[i+1:]...)
+				close(w.ch)
+			}
+		}
+	}
+	return w.ch, stop, func() int { return int(w.dropped.Load()) }
+}
+
+type watcher struct {
+	ch      chan Transition
+	dropped atomic.Int64
+}
+
+// run is the owner goroutine: one select over the mailbox and the timer, as etcd/raft's
+// node.run is one select over its channels.
+func (m *Machine) run() {
+	defer m.exit()
+	m.follow(m.core.enter(time.Now()), time.Now())
+	var batch []Event
+	for !m.core.state.Final() {
+		m.settle()
+		select {
+		case <-m.mbox.wake:
+			batch = m.mbox.take(batch)
+			now := time.Now()
+			for i := range batch {
+				if m.core.state.Final() {
+					m.release(batch[i:])
+					break
+				}
+				now = m.handle(&batch[i], now)
+			}
+		case <-m.timer.C:
+			m.timerAt = time.Time{}
+			now := time.Now()
+			if t, ok := m.core.due(now); ok {
+				m.step(t, &Event{}, false, now)
+			}
+		}
+	}
+}
+
+// handle applies one posted event.
+func (m *Machine) handle(ev *Event, now time.Time) time.Time {
+	if ev.barrier != nil {
+		close(ev.barrier)
+		return now
+	}
+	if ev.Trigger == states.Close {
+		if m.closeApplied {
+			return now
+		}
+		m.closeApplied = true
+	}
+	return m.step(ev.Trigger, ev, false, now)
+}
+
+// step applies an event, then runs the invoked effects that follow. It returns the
+// time after the last of them.
+func (m *Machine) step(t trig, ev *Event, fromInvoke bool, now time.Time) time.Time {
+	tr, inv, ok := m.core.apply(t, ev, fromInvoke, now)
+	if !ok {
+		if m.log.Enabled(context.Background(), slog.LevelDebug) {
+			m.log.LogAttrs(context.Background(), slog.LevelDebug, "mcpfsm: event ignored",
+				slog.String("machine", m.name), slog.String("state", m.core.state.String()),
+				slog.String("trigger", m.spec.trigName(t)))
+		}
+		return now
+	}
+	m.publish(&tr, t)
+	return m.follow(inv, now)
+}
+
+// follow runs a state's invoked effect and applies its outcome, and so on, until the
+// machine rests in a state that invokes nothing or an effect leaves its outcome for
+// later.
+func (m *Machine) follow(inv *invokeSpec, now time.Time) time.Time {
+	for inv != nil {
+		var out Event
+		out, now = m.invoke(inv, now)
+		if out.Trigger == 0 {
+			return now
+		}
+		// Close jumps the queue: an outcome that arrives after Close was asked for is
+		// applied after close, and so is ignored unless the new state wants it.
+		if m.closing.Load() && !m.closeApplied {
+			m.closeApplied = true
+			now = m.step(states.Close, &Event{Trigger: states.Close}, false, now)
+		}
+		tr, next, ok := m.core.apply(out.Trigger, &out, true, now)
+		if !ok {
+			return now
+		}
+		m.publish(&tr, out.Trigger)
+		inv = next
+	}
+	return now
+}
+
+// invoke runs an invoked effect under its timeout and returns its outcome and the time
+// it finished.
+func (m *Machine) invoke(inv *invokeSpec, now time.Time) (Event, time.Time) {
+	if m.inv == nil {
+		return Event{}, now
+	}
+	ctx := m.eff.begin(now, now.Add(m.pol.Duration(inv.timeout)))
+	out := m.inv.Invoke(ctx, Invocation{Effect: inv.name, State: m.core.state, Vars: m.core.vars, Policies: &m.pol})
+	m.eff.end()
+	return out, time.Now()
+}
+
+// publish makes a transition visible: state, history, observer, watchers, waiters, log.
+func (m *Machine) publish(tr *Transition, t trig) {
+	m.state.Store(uint32(tr.To))
+	m.hist.add(tr, t)
+	if m.obs != nil {
+		m.obs(*tr)
+	}
+	m.watchMu.Lock()
+	for _, w := range m.watchers {
+		select {
+		case w.ch <- *tr:
+		default:
+			w.dropped.Add(1)
+		}
+	}
+	m.watchMu.Unlock()
+	if ch := m.changed.Swap(nil); ch != nil {
+		close(*ch)
+	}
+	ctx := context.Background()
+	switch {
+	case tr.Cause.Counts():
+		m.log.LogAttrs(ctx, slog.LevelWarn, "mcpfsm: connection failure",
+			slog.String("machine", m.name), slog.String("from", tr.From.String()), slog.String("to", tr.To.String()),
+			slog.String("trigger", tr.Trigger), slog.String("cause", tr.Cause.String()), slog.Any("err", tr.Err),
+			slog.Int("failures", tr.Failures))
+	case m.log.Enabled(ctx, slog.LevelDebug):
+		m.log.LogAttrs(ctx, slog.LevelDebug, "mcpfsm: transition",
+			slog.String("machine", m.name), slog.String("from", tr.From.String()), slog.String("to", tr.To.String()),
+			slog.String("trigger", tr.Trigger), slog.String("cause", tr.Cause.String()))
+	}
+}
+
+// settle brings the timers in line with the core before the owner waits: the timed
+// edge's timer is set to the core's next deadline, and the effect timer is stopped.
+// Doing it once per batch rather than once per transition keeps timers off the event
+// path.
+func (m *Machine) settle() {
+	m.eff.idle()
+	next := m.core.deadline()
+	if next.Equal(m.timerAt) {
+		return
+	}
+	if next.IsZero() {
+		m.timer.Stop()
+	} else {
+		m.timer.Reset(time.Until(next))
+	}
+	m.timerAt = next
+}
+
+// release drops events that arrive after the final state, closing their barriers.
+func (m *Machine) release(evs []Event) {
+	for i := range evs {
+		if evs[i].barrier != nil {
+			close(evs[i].barrier)
+		}
+	}
+}
+
+func (m *Machine) exit() {
+	m.release(m.mbox.close())
+	m.timer.Stop()
+	m.eff.stop()
+	m.watchMu.Lock()
+	for _, w := range m.watchers {
+		close(w.ch)
+	}
+	m.watchers = nil
+	m.watchMu.Unlock()
+	if ch := m.changed.Swap(nil); ch != nil {
+		close(*ch)
+	}
+	close(m.done)
+}

@@ -1,0 +1,73 @@
+package machine
+
+import (
+	"math/rand/v2"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/states"
+)
+
+// Vars is a machine's extended state: what its guards read and its actions write,
+// beside the state itself. Only the owner goroutine touches it.
+type Vars struct {
+	// Failures counts failures of the connection (causes that count: lost, timeout,
+	// expired) since it was last seen healthy. It trips the breaker.
+	Failures int
+	// Attempts counts passes through backing off since a session last came up. It
+	// sets the backoff delay.
+	Attempts int
+	// Cooldown is the breaker's current cooldown; 0 until the breaker first opens.
+	Cooldown time.Duration
+	// Planned is set while a teardown that was asked for is under way; such a
+	// teardown spends no budget.
+	Planned bool
+	// Closing is set once Close has been asked for.
+	Closing bool
+	// Probed is set once the current session has passed a probe.
+	Probed bool
+	// SessionStart is when the current session came up.
+	SessionStart time.Time
+	// LastCause and LastErr are the class and error of the last event that had one.
+	LastCause states.Cause
+	LastErr   error
+}
+
+// A Registry binds the names a spec may use to the code behind them. Package effects
+// provides the one the default lifecycle uses.
+type Registry struct {
+	Guards  map[string]Guard
+	Actions map[string]Action
+	Invokes map[string]Invoke
+	Delays  map[string]Delay
+}
+
+// A Guard is a named condition on a transition. It must be pure: it reads Vars and
+// Policies and changes nothing. A spec may negate it ("not planned").
+type Guard struct {
+	Doc  string
+	Test func(v *Vars, p *Policies) bool
+}
+
+// An Action is a named instant effect: bookkeeping on Vars, run on the owner goroutine
+// as the machine enters or leaves a state or takes a transition. It must not block.
+type Action struct {
+	Doc string
+	Do  func(v *Vars, p *Policies, now time.Time)
+}
+
+// An Invoke is a named blocking effect that a state runs on entry (connect, probe,
+// teardown), under a timeout the spec names. Its result is one of its Outcomes, which
+// the state must handle. The code that runs it is the machine's Invoker.
+type Invoke struct {
+	Doc      string
+	Outcomes []states.Trigger
+}
+
+// A Delay is a named delay function for a timed transition, such as the backoff for the
+// current attempt. Next returns the delay, or false when the transition is disabled (a
+// keepalive interval of 0). Policy names the policy that sets its scale, for graphs.
+type Delay struct {
+	Doc    string
+	Policy string
+	Next   func(v *Vars, p *Policies, r *rand.Rand) (time.Duration, bool)
+}

@@ -1,0 +1,50 @@
+// Package mcpfsm keeps long-lived MCP client connections healthy. Each connection is an
+// explicit state machine (idle, connecting, ready, probing, tearing-down, backing-off,
+// breaker-open, half-open, closed) whose transitions and policies are declared in a YAML
+// lifecycle, executed by github.com/qmuntal/stateless, with every side effect run on the
+// one goroutine that owns the connection.
+//
+// This package is the face for embedders: the default lifecycle is embedded, and the
+// functions here load it or a spec of your own with the effects of package effects.
+package mcpfsm
+
+import (
+	_ "embed"
+	"sync"
+
+	"github.com/mcpfsm/mcpfsm/effects"
+	"github.com/mcpfsm/mcpfsm/machine"
+)
+
+//go:embed transitions.yaml
+var defaultSpecYAML []byte
+
+// DefaultSpecYAML returns the text of the default lifecycle, transitions.yaml.
+func DefaultSpecYAML() []byte { return append([]byte(nil), defaultSpecYAML...) }
+
+var defaultSpec = sync.OnceValues(func() (*machine.Spec, error) {
+	return machine.LoadSpec("transitions.yaml", defaultSpecYAML, effects.Registry())
+})
+
+// DefaultSpec returns the default lifecycle. It is loaded once and shared.
+func DefaultSpec() *machine.Spec {
+	spec, err := defaultSpec()
+	if err != nil {
+		// The embedded file is checked by this package's tests; reaching here means the
+		// binary was built from a broken tree.
+		panic("mcpfsm: the embedded transitions.yaml is invalid:\n" + err.Error())
+	}
+	return spec
+}
+
+// LoadSpec parses and validates a lifecycle spec that uses the effects of package
+// effects. name labels data in messages. The error lists every problem with its
+// file:line:column (see machine.FileError).
+func LoadSpec(name string, data []byte) (*machine.Spec, error) {
+	return machine.LoadSpec(name, data, effects.Registry())
+}
+
+// LoadSpecFile reads and validates a lifecycle spec file. See LoadSpec.
+func LoadSpecFile(path string) (*machine.Spec, error) {
+	return machine.LoadSpecFile(path, effects.Registry())
+}

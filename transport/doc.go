@@ -1,0 +1,3 @@
+package transport
+
+import _ "github.com/modelcontextprotocol/go-sdk/mcp"
