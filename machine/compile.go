@@ -15,10 +15,11 @@ import (
 // queue. Stateless decides which transition a trigger takes; the core then runs the
 // transition's effects itself, in a fixed order, outside stateless.
 
-// coreKey is the context key under which a firing core is found.
-type coreKey struct{}
+// coreKey is the context key under which a firing core is found. It is a pointer so
+// that the lookups stateless makes on every Fire compare one word.
+var coreKey = new(byte)
 
-func coreFrom(ctx context.Context) *core { return ctx.Value(coreKey{}).(*core) }
+func coreFrom(ctx context.Context) *core { return ctx.Value(coreKey).(*core) }
 
 // errUnhandled is what stateless returns for a trigger the current state does not
 // handle, or whose guards all fail; the core ignores such an event.
@@ -87,7 +88,7 @@ func (s *Spec) Stateless(v *Vars, p *Policies) (*stateless.StateMachine, context
 	if v != nil {
 		c.vars = *v
 	}
-	ctx := context.WithValue(context.Background(), coreKey{}, c)
+	ctx := context.WithValue(context.Background(), coreKey, c)
 	l := &loader{spec: &Spec{}}
 	*l.spec = *s
 	l.compile()

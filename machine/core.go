@@ -62,6 +62,7 @@ type core struct {
 	state   states.State
 	vars    Vars
 	pol     *Policies
+	durs    []time.Duration // pol's durations by policy index, for names in the spec
 	rng     *rand.Rand
 	session uint64
 	seq     uint64
@@ -77,8 +78,8 @@ type took struct {
 }
 
 func newCore(spec *Spec, pol *Policies, rng *rand.Rand) *core {
-	c := &core{spec: spec, state: spec.initial, pol: pol, rng: rng}
-	c.ctx = context.WithValue(context.Background(), coreKey{}, c)
+	c := &core{spec: spec, state: spec.initial, pol: pol, durs: pol.durationTable(), rng: rng}
+	c.ctx = context.WithValue(context.Background(), coreKey, c)
 	return c
 }
 
@@ -187,7 +188,7 @@ func (c *core) delay(d *delayRef) (time.Duration, bool) {
 	if d.fn != nil {
 		return d.fn(&c.vars, c.pol, c.rng)
 	}
-	v := c.pol.Duration(d.policy)
+	v := c.durs[d.policy.field]
 	return v, v > 0
 }
 

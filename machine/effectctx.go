@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,62 +19,74 @@ var ErrClosed = errors.New("machine closed")
 
 // effectCtx gives invoked effects a context that ends at their timeout, or when Close
 // interrupts them. One context serves a machine's effects one after another until it is
-// spent (it timed out or was canceled), so that running an effect does not allocate; its
+// spent (it timed out or was canceled), so that running an effect does not allocate. Its
 // deadline is one timer per machine, re-armed only when an earlier deadline is needed
-// and stopped when the owner goes idle. The context has no Deadline: effects see only
-// that it is done, and context.Cause says why.
+// and stopped when the owner goes idle; in the common case starting and ending an
+// effect is two atomic stores. The context has no Deadline: effects see only that it is
+// done, and context.Cause says why.
+//
+// Times are kept as durations since base, a monotonic reading, so that they fit in
+// atomics and wall-clock jumps do not move deadlines.
 type effectCtx struct {
-	mu      sync.Mutex
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	due     time.Time // deadline of the running effect; zero when none runs
-	firesAt time.Time // when timer fires; zero when stopped
-	timer   *time.Timer
+	base    time.Time
+	due     atomic.Int64 // deadline of the running effect since base; 0 when none runs
+	firesAt atomic.Int64 // when timer fires, since base; 0 when stopped
+	spent   atomic.Bool  // ctx has been canceled
+
+	mu     sync.Mutex // serializes changes to the timer and cancel with expire
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	timer  *time.Timer
 }
 
-func (x *effectCtx) init() {
+func (x *effectCtx) init(now time.Time) {
+	x.base = now
 	x.ctx, x.cancel = context.WithCancelCause(context.Background())
 	x.timer = time.AfterFunc(time.Hour, x.expire)
 	x.timer.Stop()
 }
 
-// begin returns the context for an effect that must end by due.
+// begin returns the context for an effect that must end by due. Only the owner calls it.
 func (x *effectCtx) begin(now, due time.Time) context.Context {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.ctx.Err() != nil {
-		x.ctx, x.cancel = context.WithCancelCause(context.Background())
-	}
-	x.due = due
-	if x.firesAt.IsZero() || x.firesAt.After(due) {
-		x.timer.Reset(due.Sub(now))
-		x.firesAt = due
+	d := max(1, int64(due.Sub(x.base)))
+	x.due.Store(d)
+	if fires := x.firesAt.Load(); x.spent.Load() || fires == 0 || fires > d {
+		x.mu.Lock()
+		if x.spent.Load() {
+			x.ctx, x.cancel = context.WithCancelCause(context.Background())
+			x.spent.Store(false)
+		}
+		if fires := x.firesAt.Load(); fires == 0 || fires > d {
+			x.timer.Reset(due.Sub(now))
+			x.firesAt.Store(d)
+		}
+		x.mu.Unlock()
 	}
 	return x.ctx
 }
 
 // end marks the running effect finished. The timer stays armed until idle.
-func (x *effectCtx) end() {
-	x.mu.Lock()
-	x.due = time.Time{}
-	x.mu.Unlock()
-}
+func (x *effectCtx) end() { x.due.Store(0) }
 
 // idle stops the timer while no effect runs, so an idle machine wakes for nothing.
 func (x *effectCtx) idle() {
+	if x.due.Load() != 0 || x.firesAt.Load() == 0 {
+		return
+	}
 	x.mu.Lock()
-	if x.due.IsZero() && !x.firesAt.IsZero() {
+	if x.due.Load() == 0 {
 		x.timer.Stop()
-		x.firesAt = time.Time{}
+		x.firesAt.Store(0)
 	}
 	x.mu.Unlock()
 }
 
-// interrupt cancels the running effect, if any, with cause.
+// interrupt cancels the running effect, if any, with cause. Any goroutine may call it.
 func (x *effectCtx) interrupt(cause error) {
 	x.mu.Lock()
-	if !x.due.IsZero() {
+	if x.due.Load() != 0 {
 		x.cancel(cause)
+		x.spent.Store(true)
 	}
 	x.mu.Unlock()
 }
@@ -82,24 +95,28 @@ func (x *effectCtx) interrupt(cause error) {
 func (x *effectCtx) stop() {
 	x.mu.Lock()
 	x.timer.Stop()
-	x.firesAt = time.Time{}
+	x.firesAt.Store(0)
 	x.cancel(ErrClosed)
+	x.spent.Store(true)
 	x.mu.Unlock()
 }
 
 // expire runs on the timer's goroutine: it ends the running effect if its deadline has
-// passed, or re-arms for the deadline of the effect now running.
+// passed, or re-arms for the deadline of the effect now running. An effect that ended
+// just before expire looked costs nothing but a fresh context for the next one.
 func (x *effectCtx) expire() {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.firesAt = time.Time{}
-	if x.due.IsZero() {
+	x.firesAt.Store(0)
+	due := x.due.Load()
+	if due == 0 {
 		return
 	}
-	if wait := time.Until(x.due); wait > 0 {
+	if wait := time.Duration(due) - time.Since(x.base); wait > 0 {
 		x.timer.Reset(wait)
-		x.firesAt = x.due
+		x.firesAt.Store(due)
 		return
 	}
 	x.cancel(ErrEffectTimeout)
+	x.spent.Store(true)
 }

@@ -99,14 +99,14 @@ func (l *loader) read(root *yaml.Node) {
 }
 
 func (l *loader) readPolicies(f Field) {
-	seen := map[string]bool{}
+	seen := map[string]*yaml.Node{} // policy name to its default's node
 	for _, pf := range l.Mapping(f.Value, "policies") {
 		info, ok := LookupPolicy(pf.Name())
 		if !ok {
 			l.Errorf(pf.Key, "unknown policy %q%s", pf.Name(), didYouMean(pf.Name(), policyNames()))
 			continue
 		}
-		seen[info.Name] = true
+		seen[info.Name] = pf.Key
 		what := fmt.Sprintf("policy %q", info.Name)
 		body := l.Struct(pf.Value, what, "default!", "description!")
 		doc := policyDoc{info: info}
@@ -114,6 +114,7 @@ func (l *loader) readPolicies(f Field) {
 			doc.desc, _ = l.String(d.Value, what+" description")
 		}
 		if d := body["default"]; d.Value != nil {
+			seen[info.Name] = d.Value
 			if text, ok := l.String(d.Value, what+" default"); ok {
 				if err := l.spec.defaults.Set(info.Name, text); err != nil {
 					l.Errorf(d.Value, "%v", err)
@@ -123,13 +124,13 @@ func (l *loader) readPolicies(f Field) {
 		l.spec.policies = append(l.spec.policies, doc)
 	}
 	for _, info := range policyTable {
-		if !seen[info.Name] {
+		if seen[info.Name] == nil {
 			l.Errorf(f.Key, "policy %q is not declared: every policy needs a default", info.Name)
 		}
 	}
 	if len(seen) == len(policyTable) {
 		for _, c := range l.spec.defaults.check() {
-			l.Errorf(f.Key, "%s", c[1])
+			l.Errorf(seen[c[0]], "%s", c[1])
 		}
 	}
 }

@@ -78,8 +78,8 @@ type Machine struct {
 	closing atomic.Bool
 	done    chan struct{}
 
-	watchMu  sync.Mutex
-	watchers []*watcher
+	watchMu  sync.Mutex                  // serializes changes to watchers
+	watchers atomic.Pointer[[]*watcher] // copy on write; read without the lock
 }
 
 // New builds a machine in the spec's initial state and starts its owner goroutine,
@@ -106,7 +106,7 @@ func New(spec *Spec, opts Options) *Machine {
 	}
 	m.core = newCore(spec, &m.pol, rng)
 	m.state.Store(uint32(spec.initial))
-	m.eff.init()
+	m.eff.init(time.Now())
 	m.timer = time.NewTimer(time.Hour)
 	m.timer.Stop()
 	go m.run()
@@ -221,20 +221,35 @@ func (m *Machine) History() []Transition { return m.hist.snapshot() }
 func (m *Machine) Watch(buf int) (ch <-chan Transition, stop func(), dropped func() int) {
 	w := &watcher{ch: make(chan Transition, buf)}
 	m.watchMu.Lock()
-	m.watchers = append(m.watchers, w)
+	select {
+	case <-m.done:
+		close(w.ch)
+	default:
+		m.setWatchers(append(m.loadWatchers(), w))
+	}
 	m.watchMu.Unlock()
 	stop = func() {
 		m.watchMu.Lock()
 		defer m.watchMu.Unlock()
-		for i, x := range m.watchers {
+		old := m.loadWatchers()
+		for i, x := range old {
 			if x == w {
-				m.watchers = append(m.watchers[:i:i], m.watchers[i+1:]...)
+				m.setWatchers(append(old[:i:i], old[i+1:]...))
 				close(w.ch)
 			}
 		}
 	}
 	return w.ch, stop, func() int { return int(w.dropped.Load()) }
 }
+
+func (m *Machine) loadWatchers() []*watcher {
+	if p := m.watchers.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (m *Machine) setWatchers(ws []*watcher) { m.watchers.Store(&ws) }
 
 type watcher struct {
 	ch      chan Transition
@@ -333,10 +348,13 @@ func (m *Machine) invoke(inv *invokeSpec, now time.Time) (Event, time.Time) {
 	if m.inv == nil {
 		return Event{}, now
 	}
-	ctx := m.eff.begin(now, now.Add(m.pol.Duration(inv.timeout)))
+	ctx := m.eff.begin(now, now.Add(m.core.durs[inv.timeout.field]))
 	out := m.inv.Invoke(ctx, Invocation{Effect: inv.name, State: m.core.state, Vars: m.core.vars, Policies: &m.pol})
 	m.eff.end()
-	return out, time.Now()
+	if out.Trigger != 0 {
+		now = time.Now() // the effect took time; its outcome is stamped when it came
+	}
+	return out, now
 }
 
 // publish makes a transition visible: state, history, observer, watchers, waiters, log.
@@ -346,17 +364,19 @@ func (m *Machine) publish(tr *Transition, t trig) {
 	if m.obs != nil {
 		m.obs(*tr)
 	}
-	m.watchMu.Lock()
-	for _, w := range m.watchers {
-		select {
-		case w.ch <- *tr:
-		default:
-			w.dropped.Add(1)
+	if ws := m.watchers.Load(); ws != nil {
+		for _, w := range *ws {
+			select {
+			case w.ch <- *tr:
+			default:
+				w.dropped.Add(1)
+			}
 		}
 	}
-	m.watchMu.Unlock()
-	if ch := m.changed.Swap(nil); ch != nil {
-		close(*ch)
+	if m.changed.Load() != nil {
+		if ch := m.changed.Swap(nil); ch != nil {
+			close(*ch)
+		}
 	}
 	ctx := context.Background()
 	switch {
@@ -404,10 +424,10 @@ func (m *Machine) exit() {
 	m.timer.Stop()
 	m.eff.stop()
 	m.watchMu.Lock()
-	for _, w := range m.watchers {
+	for _, w := range m.loadWatchers() {
 		close(w.ch)
 	}
-	m.watchers = nil
+	m.setWatchers(nil)
 	m.watchMu.Unlock()
 	if ch := m.changed.Swap(nil); ch != nil {
 		close(*ch)

@@ -122,10 +122,23 @@ func policyNames() []string {
 	return out
 }
 
-// Duration returns the value of a duration policy. It is for code that names a policy
-// at run time, such as a delay that a spec declares by policy name.
+// Duration returns the value of a duration policy named at run time, such as a delay
+// that a spec declares by policy name.
 func (p *Policies) Duration(info PolicyInfo) time.Duration {
 	return time.Duration(reflect.ValueOf(p).Elem().Field(info.field).Int())
+}
+
+// durationTable returns every policy's value as a duration, indexed like policyTable,
+// so that the owner loop reads a policy named in the spec without reflection.
+func (p *Policies) durationTable() []time.Duration {
+	v := reflect.ValueOf(p).Elem()
+	out := make([]time.Duration, len(policyTable))
+	for i, info := range policyTable {
+		if info.Kind == KindDuration {
+			out[i] = time.Duration(v.Field(info.field).Int())
+		}
+	}
+	return out
 }
 
 // Format returns the policy's value as it would be written in YAML.

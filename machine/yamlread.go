@@ -92,7 +92,7 @@ func (r *YAMLReader) Err() error {
 // recording why it cannot. It never panics, whatever data holds.
 func (r *YAMLReader) Parse(data []byte) (root *yaml.Node) {
 	if len(data) > MaxSpecSize {
-		r.Errorf(nil, "file is %d bytes, more than the limit of %d", len(data), MaxSpecSize)
+		r.Errorf(nil, "file is larger than %d bytes", MaxSpecSize)
 		return nil
 	}
 	var doc yaml.Node

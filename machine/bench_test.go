@@ -1,0 +1,82 @@
+package machine_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+)
+
+// silent is an Invoker whose effects leave their outcomes to be posted.
+type silent struct{}
+
+func (silent) Invoke(context.Context, machine.Invocation) machine.Event { return machine.Event{} }
+
+// eventCycle takes a ready connection through a planned reconnect and back: three
+// transitions, through two states that invoke effects and one with a timer.
+var eventCycle = []states.Trigger{states.Recycle, states.TornDown, states.Connected}
+
+// eventWindow is how many cycles BenchmarkEvent posts before it waits for them.
+const eventWindow = 256
+
+// BenchmarkEvent compares the cost of one cycle of events applied by a Machine with raw
+// Fire calls of the same triggers on a stateless machine configured from the same spec.
+// One op is one cycle (three events). The machine's events are posted through its
+// mailbox without waiting for each (pipelined), in windows of eventWindow cycles; the
+// wait for the last event of each window to be applied is part of the measurement. A
+// window keeps the backlog as bounded as in use: a poster that outruns the owner for a
+// whole run grows the mailbox without bound, and then measures the allocator.
+func BenchmarkEvent(b *testing.B) {
+	spec := loadDefault(b)
+	b.Run("stateless", func(b *testing.B) {
+		pol := spec.Defaults()
+		sm, ctx := spec.Stateless(&machine.Vars{Planned: true}, &pol)
+		for _, t := range []states.Trigger{states.Start, states.Connected} {
+			if err := sm.FireCtx(ctx, t); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, t := range eventCycle {
+				if err := sm.FireCtx(ctx, t); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	b.Run("machine", func(b *testing.B) {
+		ctx := context.Background()
+		m := machine.New(spec, machine.Options{Invoker: silent{}, Logger: quiet})
+		defer func() {
+			// The silent teardown leaves torn_down to be posted.
+			m.Post(machine.Event{Trigger: states.Close})
+			m.Post(machine.Event{Trigger: states.TornDown})
+			if err := m.Close(ctx); err != nil {
+				b.Error(err)
+			}
+		}()
+		m.Start()
+		m.Post(machine.Event{Trigger: states.Connected})
+		if err := m.Sync(ctx); err != nil || m.State() != states.Ready {
+			b.Fatalf("not ready: %v %s", err, m.State())
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			for _, t := range eventCycle {
+				m.Post(machine.Event{Trigger: t})
+			}
+			if i%eventWindow == eventWindow-1 {
+				if err := m.Sync(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		if err := m.Sync(ctx); err != nil || m.State() != states.Ready {
+			b.Fatalf("not ready after the cycles: %v %s", err, m.State())
+		}
+		b.StopTimer()
+	})
+}

@@ -1,0 +1,398 @@
+package machine_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+)
+
+// TestLifecycleTour runs the default lifecycle end to end against a scripted server in
+// virtual time: connect, ready, probes, planned recycles, a failure into backoff and
+// then the breaker, failed and successful half-open trials, recovery, close. The whole
+// timeline is compared with testdata/tour.golden, and the properties that matter are
+// asserted on their own.
+func TestLifecycleTour(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true}
+		m, rec := newMachine(t, srv, nil)
+
+		m.Start()
+		waitState(t, m, states.Ready, time.Second)
+
+		time.Sleep(65 * time.Second) // probes
+		if rec.count(states.Ready, states.Probing) < 2 || rec.count(states.Probing, states.Ready) < 2 {
+			t.Errorf("no probes in 65s of ready:\n%s", rec.timeline())
+		}
+
+		// Planned recycles whose teardown reports an artifact spend nothing.
+		srv.set(func(f *fakeServer) { f.teardownCause, f.teardownErr = states.CauseArtifact, errors.New("close: not holding this lock") })
+		for range 2 {
+			m.Reconnect()
+			synctest.Wait()
+			waitState(t, m, states.Ready, time.Second)
+		}
+		if tr := last(rec); tr.Failures != 0 {
+			t.Errorf("failures after planned recycles = %d, want 0", tr.Failures)
+		}
+		srv.set(func(f *fakeServer) { f.teardownCause, f.teardownErr = states.CauseNone, nil })
+
+		// The server dies: the session is reported lost, reconnects fail until the
+		// breaker opens, and trials fail with a growing cooldown.
+		srv.set(func(f *fakeServer) { f.up = false })
+		m.Post(machine.Event{Trigger: states.Lost, Cause: states.CauseLost, Err: errRefused, Session: srv.current()})
+		time.Sleep(3 * time.Minute)
+		if got := rec.count(states.HalfOpen, states.BreakerOpen); got < 2 {
+			t.Errorf("%d failed trials in 3m, want at least 2:\n%s", got, rec.timeline())
+		}
+		if m.State() == states.Ready {
+			t.Fatalf("ready while the server is down")
+		}
+
+		// The server returns: the next trial succeeds and the counters reset.
+		srv.set(func(f *fakeServer) { f.up = true })
+		waitState(t, m, states.Ready, 6*time.Minute+time.Second)
+		if tr := last(rec); tr.Failures != 0 || tr.Attempts != 0 || tr.From != states.HalfOpen {
+			t.Errorf("recovery: %+v, want half-open → ready with counters reset", tr)
+		}
+
+		closeMachine(t, m)
+		if m.State() != states.Closed {
+			t.Errorf("state after Close = %s", m.State())
+		}
+		golden(t, "testdata/tour.golden", rec.timeline())
+	})
+}
+
+func last(r *recorder) machine.Transition {
+	all := r.all()
+	if len(all) == 0 {
+		return machine.Transition{}
+	}
+	return all[len(all)-1]
+}
+
+// TestBackoffAndBreakerDelays checks the delays a dead server sees: backoff grows by
+// backoff_multiplier within its jitter until the breaker opens at breaker_threshold,
+// then each cooldown doubles within its jitter up to breaker_cooldown_max.
+func TestBackoffAndBreakerDelays(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{}
+		m, rec := newMachine(t, srv, nil)
+		m.Start()
+		time.Sleep(40 * time.Minute)
+		closeMachine(t, m)
+
+		p := loadDefault(t).Defaults()
+		var waits []time.Duration // time spent in each backing-off or breaker-open
+		var kinds []states.State
+		trs := rec.all()
+		for i, tr := range trs {
+			if (tr.To == states.BackingOff || tr.To == states.BreakerOpen) && i+1 < len(trs) {
+				waits = append(waits, trs[i+1].At.Sub(tr.At))
+				kinds = append(kinds, tr.To)
+			}
+		}
+		backoff, cooldown := p.BackoffBase, p.BreakerCooldown
+		for i, w := range waits {
+			if kinds[i] == states.Closed {
+				break
+			}
+			var want time.Duration
+			var jitter float64
+			if kinds[i] == states.BackingOff {
+				want, jitter = backoff, p.BackoffJitter
+				backoff = min(time.Duration(float64(backoff)*p.BackoffMultiplier), p.BackoffMax)
+			} else {
+				want, jitter = cooldown, p.BreakerCooldownJitter
+				cooldown = min(cooldown*2, p.BreakerCooldownMax)
+			}
+			lo, hi := time.Duration(float64(want)*(1-jitter)), time.Duration(float64(want)*(1+jitter))+20*time.Millisecond
+			if i == len(waits)-1 {
+				break // cut short by Close
+			}
+			if w < lo || w > hi {
+				t.Errorf("wait %d in %s = %v, want within [%v, %v]", i, kinds[i], w, lo, hi)
+			}
+		}
+		if n := rec.count(states.Connecting, states.BackingOff); n != p.BreakerThreshold-1 {
+			t.Errorf("%d backoffs before the breaker opened, want %d", n, p.BreakerThreshold-1)
+		}
+		if n := rec.count(states.Connecting, states.BreakerOpen); n != 1 {
+			t.Errorf("breaker opened from connecting %d times, want 1", n)
+		}
+	})
+}
+
+// TestPlannedRecyclesSpendNoBudget: many planned recycles in a row, each teardown
+// returning an error that is an artifact; the machine never backs off.
+func TestPlannedRecyclesSpendNoBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true, teardownCause: states.CauseArtifact, teardownErr: errors.New("cleanup noise")}
+		m, rec := newMachine(t, srv, nil)
+		m.Start()
+		waitState(t, m, states.Ready, time.Second)
+		for range 20 {
+			m.Reconnect()
+			synctest.Wait()
+		}
+		waitState(t, m, states.Ready, time.Second)
+		closeMachine(t, m)
+		for _, tr := range rec.all() {
+			if tr.Failures != 0 || tr.To == states.BackingOff || tr.To == states.BreakerOpen {
+				t.Fatalf("a planned recycle spent budget: %v\n%s", tr, rec.timeline())
+			}
+		}
+		if n := rec.count(states.TearingDown, states.Connecting); n != 20 {
+			t.Errorf("%d planned reconnects, want 20", n)
+		}
+	})
+}
+
+// TestCountedTeardownErrorCounts: a planned teardown whose error holds a real failure
+// counts it, and the machine backs off instead of reconnecting at once.
+func TestCountedTeardownErrorCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true, teardownCause: states.CauseLost, teardownErr: errors.New("reset by peer")}
+		m, rec := newMachine(t, srv, nil)
+		m.Start()
+		waitState(t, m, states.Ready, time.Second)
+		m.Reconnect()
+		waitState(t, m, states.BackingOff, time.Second)
+		closeMachine(t, m)
+		want := []string{"idle>connecting", "connecting>ready", "ready>tearing-down", "tearing-down>backing-off", "backing-off>closed"}
+		if diff := cmp.Diff(want, rec.path()); diff != "" {
+			t.Errorf("path (-want +got):\n%s", diff)
+		}
+		if tr := rec.all()[3]; tr.Failures != 1 || tr.Cause != states.CauseLost {
+			t.Errorf("teardown transition = %+v, want failures 1, cause lost", tr)
+		}
+	})
+}
+
+// TestStaleSessionEventsAreDropped: a report about a session that has been replaced
+// changes nothing.
+func TestStaleSessionEventsAreDropped(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true}
+		m, rec := newMachine(t, srv, nil)
+		m.Start()
+		waitState(t, m, states.Ready, time.Second)
+		old := srv.current()
+		m.Reconnect()
+		synctest.Wait()
+		waitState(t, m, states.Ready, time.Second)
+		n := len(rec.all())
+		m.Post(machine.Event{Trigger: states.Lost, Cause: states.CauseLost, Session: old})
+		if err := m.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(rec.all()); got != n || m.State() != states.Ready {
+			t.Errorf("stale lost event moved the machine: %s", rec.timeline())
+		}
+		m.Post(machine.Event{Trigger: states.Lost, Cause: states.CauseLost, Session: srv.current()})
+		waitState(t, m, states.BackingOff, time.Second)
+		closeMachine(t, m)
+	})
+}
+
+// TestKeepalive: probes come at most keepalive_interval apart and at least
+// (1-keepalive_jitter) of it apart after the first; interval 0 disables them.
+func TestKeepalive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true}
+		m, rec := newMachine(t, srv, nil)
+		m.Start()
+		time.Sleep(time.Hour)
+		closeMachine(t, m)
+		p := loadDefault(t).Defaults()
+		var probes []time.Time
+		for _, tr := range rec.all() {
+			if tr.To == states.Probing {
+				probes = append(probes, tr.At)
+			}
+		}
+		if len(probes) < int(time.Hour/p.KeepaliveInterval) {
+			t.Fatalf("%d probes in an hour, want at least %d", len(probes), time.Hour/p.KeepaliveInterval)
+		}
+		lo := time.Duration(float64(p.KeepaliveInterval)*(1-p.KeepaliveJitter)) - time.Second
+		for i := 1; i < len(probes); i++ {
+			// A probe takes 10ms of virtual time; the interval runs from its end.
+			if gap := probes[i].Sub(probes[i-1]); gap < lo || gap > p.KeepaliveInterval+time.Second {
+				t.Errorf("gap %d between probes = %v, want within [%v, %v]", i, gap, lo, p.KeepaliveInterval)
+			}
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		pol := loadDefault(t).Defaults()
+		pol.KeepaliveInterval = 0
+		m, rec := newMachine(t, &fakeServer{up: true}, &pol)
+		m.Start()
+		time.Sleep(24 * time.Hour)
+		closeMachine(t, m)
+		if n := rec.count(states.Ready, states.Probing); n != 0 {
+			t.Errorf("%d probes with keepalive disabled", n)
+		}
+	})
+}
+
+// TestProbeRecycleIsPlanned: a probe that decides to recycle the session reconnects at
+// once without spending budget.
+func TestProbeRecycleIsPlanned(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true, probe: states.Recycle}
+		m, rec := newMachine(t, srv, nil)
+		m.Start()
+		time.Sleep(45 * time.Second)
+		closeMachine(t, m)
+		if n := rec.count(states.Probing, states.TearingDown); n == 0 {
+			t.Fatalf("no recycle in 45s:\n%s", rec.timeline())
+		}
+		for _, tr := range rec.all() {
+			if tr.Failures != 0 || tr.To == states.BackingOff {
+				t.Fatalf("a probe recycle spent budget:\n%s", rec.timeline())
+			}
+		}
+	})
+}
+
+// TestEffectTimeout: an effect that never returns is cut off at its timeout policy,
+// with ErrEffectTimeout as its context's cause.
+func TestEffectTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true, hang: "connect"}
+		m, rec := newMachine(t, srv, nil)
+		start := time.Now()
+		m.Start()
+		waitState(t, m, states.BackingOff, time.Minute)
+		if took := time.Since(start); took != loadDefault(t).Defaults().ConnectTimeout {
+			t.Errorf("connect cut off after %v, want exactly connect_timeout", took)
+		}
+		srv.mu.Lock()
+		cause := srv.lastCtxCause
+		srv.mu.Unlock()
+		if !errors.Is(cause, machine.ErrEffectTimeout) || !errors.Is(cause, context.DeadlineExceeded) {
+			t.Errorf("context cause = %v, want ErrEffectTimeout", cause)
+		}
+		if tr := last(rec); tr.Cause != states.CauseTimeout || tr.Failures != 1 {
+			t.Errorf("after the timeout: %+v", tr)
+		}
+		closeMachine(t, m)
+	})
+}
+
+// TestCloseFromEveryState drives the machine into each non-final state and closes it
+// there: Close returns, the owner goroutine exits (synctest fails on any goroutine left
+// in the bubble), and a hung effect is interrupted rather than waited out.
+func TestCloseFromEveryState(t *testing.T) {
+	threshold1 := func(p *machine.Policies) { p.BreakerThreshold = 1 }
+	cases := []struct {
+		state states.State
+		srv   *fakeServer
+		pol   func(*machine.Policies)
+		start bool
+		then  func(*fakeServer)
+	}{
+		{state: states.Idle},
+		{state: states.Connecting, srv: &fakeServer{hang: "connect"}, start: true},
+		{state: states.Ready, srv: &fakeServer{up: true}, start: true},
+		{state: states.Probing, srv: &fakeServer{up: true, hang: "probe"}, start: true},
+		{state: states.TearingDown, srv: &fakeServer{up: true, hang: "teardown"}, start: true},
+		{state: states.BackingOff, start: true},
+		{state: states.BreakerOpen, pol: threshold1, start: true},
+		{state: states.HalfOpen, pol: threshold1, start: true, then: func(f *fakeServer) { f.hang = "connect" }},
+	}
+	for _, c := range cases {
+		t.Run(c.state.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				pol := loadDefault(t).Defaults()
+				if c.pol != nil {
+					c.pol(&pol)
+				}
+				srv := c.srv
+				if srv == nil {
+					srv = &fakeServer{}
+				}
+				m, rec := newMachine(t, srv, &pol)
+				if c.start {
+					m.Start()
+				}
+				if c.then != nil {
+					waitState(t, m, states.BreakerOpen, time.Minute)
+					srv.set(c.then)
+				}
+				if c.state == states.TearingDown {
+					waitState(t, m, states.Ready, time.Minute)
+					m.Reconnect()
+				}
+				waitState(t, m, c.state, time.Hour)
+				synctest.Wait()
+				if m.State() != c.state {
+					t.Fatalf("state = %s, want %s", m.State(), c.state)
+				}
+				start := time.Now()
+				closeMachine(t, m)
+				took := time.Since(start)
+				if m.State() != states.Closed {
+					t.Fatalf("state after Close = %s", m.State())
+				}
+				// Only a teardown that hangs may take time: it is bounded by its policy.
+				if bound := time.Duration(0); c.state != states.TearingDown && took > bound+100*time.Millisecond {
+					t.Errorf("Close from %s took %v of virtual time:\n%s", c.state, took, rec.timeline())
+				} else if c.state == states.TearingDown && took > pol.TeardownTimeout {
+					t.Errorf("Close during a hung teardown took %v, more than teardown_timeout", took)
+				}
+				select {
+				case <-m.Done():
+				default:
+					t.Error("Done not closed after Close returned")
+				}
+			})
+		})
+	}
+}
+
+// TestCloseIsIdempotentAndBounded: Close may be called many times, from many
+// goroutines; a Close whose context ends first returns its error, and the machine
+// still closes.
+func TestCloseIsIdempotentAndBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true, hang: "teardown"}
+		m, _ := newMachine(t, srv, nil)
+		m.Start()
+		waitState(t, m, states.Ready, time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		// The hung teardown is interrupted by Close only if it was running when Close
+		// was asked; here close starts it, so it runs to teardown_timeout.
+		if err := m.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Close with a short context = %v, want DeadlineExceeded", err)
+		}
+		done := make(chan error, 8)
+		for range 8 {
+			go func() { done <- m.Close(context.Background()) }()
+		}
+		for range 8 {
+			if err := <-done; err != nil {
+				t.Errorf("Close = %v", err)
+			}
+		}
+		if m.State() != states.Closed {
+			t.Errorf("state = %s", m.State())
+		}
+		if m.Post(machine.Event{Trigger: states.Start}) {
+			t.Error("Post after close reported delivery")
+		}
+		if err := m.Sync(context.Background()); !errors.Is(err, machine.ErrClosed) {
+			t.Errorf("Sync after close = %v, want ErrClosed", err)
+		}
+		if _, err := m.Wait(context.Background(), func(s states.State) bool { return s == states.Ready }); !errors.Is(err, machine.ErrClosed) {
+			t.Errorf("Wait for ready after close = %v, want ErrClosed", err)
+		}
+	})
+}

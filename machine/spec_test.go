@@ -1,0 +1,80 @@
+package machine_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/effects"
+	"github.com/mcpfsm/mcpfsm/machine"
+)
+
+func cmpDiff(want, got string) string { return cmp.Diff(want, got) }
+
+func TestDefaultSpecLoads(t *testing.T) {
+	spec := loadDefault(t)
+	if got := spec.Initial().String(); got != "idle" {
+		t.Errorf("initial = %s, want idle", got)
+	}
+	if n := len(spec.States()); n != 9 {
+		t.Errorf("%d states, want 9", n)
+	}
+}
+
+// TestInvalidSpecs loads every broken spec under testdata/invalid and compares the
+// whole error, every problem with its position, with the golden .err file beside it.
+func TestInvalidSpecs(t *testing.T) {
+	files, err := filepath.Glob("testdata/invalid/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test specs: %v", err)
+	}
+	for _, file := range files {
+		name := strings.TrimSuffix(filepath.Base(file), ".yaml")
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec, err := machine.LoadSpec(filepath.Base(file), data, effects.Registry())
+			if err == nil {
+				t.Fatalf("loaded without error: %d states", len(spec.States()))
+			}
+			var fe *machine.FileError
+			if !errors.As(err, &fe) || !errors.Is(err, machine.ErrInvalid) {
+				t.Fatalf("error %T is not a *machine.FileError matching ErrInvalid: %v", err, err)
+			}
+			for _, p := range fe.Problems {
+				if p.File != filepath.Base(file) {
+					t.Errorf("problem names file %q: %s", p.File, p)
+				}
+			}
+			golden(t, strings.TrimSuffix(file, ".yaml")+".err", err.Error()+"\n")
+		})
+	}
+}
+
+func TestSpecTooLarge(t *testing.T) {
+	data := append(defaultSpecYAML(t), strings.Repeat("#", machine.MaxSpecSize)...)
+	_, err := machine.LoadSpec("big.yaml", data, effects.Registry())
+	want := "big.yaml: file is larger than 1048576 bytes"
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v, want %q", err, want)
+	}
+}
+
+func TestLoadSpecFile(t *testing.T) {
+	spec, err := machine.LoadSpecFile("../transitions.yaml", effects.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spec.File() != "../transitions.yaml" {
+		t.Errorf("File() = %q", spec.File())
+	}
+	_, err = machine.LoadSpecFile("testdata/no-such-file.yaml", effects.Registry())
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: err = %v, want one matching os.ErrNotExist", err)
+	}
+}
