@@ -23,8 +23,8 @@ var errRefused = errors.New("connect: connection refused")
 // little virtual time, as real ones take real time.
 type fakeServer struct {
 	mu            sync.Mutex
-	up            bool         // connect succeeds
-	hang          string       // the effect that blocks until its context ends
+	up            bool           // connect succeeds
+	hang          string         // the effect that blocks until its context ends
 	probe         states.Trigger // the probe's outcome; probe_ok when zero
 	teardownCause states.Cause
 	teardownErr   error
@@ -162,6 +162,15 @@ func closeMachine(t *testing.T, m *machine.Machine) {
 	defer cancel()
 	if err := m.Close(ctx); err != nil {
 		t.Fatalf("Close: %v (state %s)", err, m.State())
+	}
+}
+
+// applied waits until the machine has applied everything posted so far, including the
+// effects each event set off.
+func applied(t *testing.T, m *machine.Machine) {
+	t.Helper()
+	if err := m.Sync(context.Background()); err != nil {
+		t.Fatalf("Sync: %v", err)
 	}
 }
 

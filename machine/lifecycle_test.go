@@ -31,10 +31,12 @@ func TestLifecycleTour(t *testing.T) {
 		}
 
 		// Planned recycles whose teardown reports an artifact spend nothing.
-		srv.set(func(f *fakeServer) { f.teardownCause, f.teardownErr = states.CauseArtifact, errors.New("close: not holding this lock") })
+		srv.set(func(f *fakeServer) {
+			f.teardownCause, f.teardownErr = states.CauseArtifact, errors.New("close: not holding this lock")
+		})
 		for range 2 {
 			m.Reconnect()
-			synctest.Wait()
+			applied(t, m)
 			waitState(t, m, states.Ready, time.Second)
 		}
 		if tr := last(rec); tr.Failures != 0 {
@@ -139,7 +141,7 @@ func TestPlannedRecyclesSpendNoBudget(t *testing.T) {
 		waitState(t, m, states.Ready, time.Second)
 		for range 20 {
 			m.Reconnect()
-			synctest.Wait()
+			applied(t, m) // the recycle and the effects that follow it have run
 		}
 		waitState(t, m, states.Ready, time.Second)
 		closeMachine(t, m)
@@ -185,7 +187,7 @@ func TestStaleSessionEventsAreDropped(t *testing.T) {
 		waitState(t, m, states.Ready, time.Second)
 		old := srv.current()
 		m.Reconnect()
-		synctest.Wait()
+		applied(t, m)
 		waitState(t, m, states.Ready, time.Second)
 		n := len(rec.all())
 		m.Post(machine.Event{Trigger: states.Lost, Cause: states.CauseLost, Session: old})

@@ -78,7 +78,7 @@ type Machine struct {
 	closing atomic.Bool
 	done    chan struct{}
 
-	watchMu  sync.Mutex                  // serializes changes to watchers
+	watchMu  sync.Mutex                 // serializes changes to watchers
 	watchers atomic.Pointer[[]*watcher] // copy on write; read without the lock
 }
 
