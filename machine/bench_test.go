@@ -31,7 +31,7 @@ func BenchmarkEvent(b *testing.B) {
 	spec := loadDefault(b)
 	b.Run("stateless", func(b *testing.B) {
 		pol := spec.Defaults()
-		sm, ctx := spec.Stateless(&machine.Vars{Planned: true}, &pol)
+		sm, ctx := spec.Stateless(0, &machine.Vars{Planned: true}, &pol)
 		for _, t := range []states.Trigger{states.Start, states.Connected} {
 			if err := sm.FireCtx(ctx, t); err != nil {
 				b.Fatal(err)

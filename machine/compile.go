@@ -27,10 +27,19 @@ var errUnhandled = errors.New("machine: trigger not handled in this state")
 
 func (l *loader) compile() {
 	s := l.spec
+	// A context without a core comes from stateless's own tools (ToGraph, String):
+	// they see the initial state.
 	sm := stateless.NewStateMachineWithExternalStorage(
-		func(ctx context.Context) (stateless.State, error) { return coreFrom(ctx).state, nil },
+		func(ctx context.Context) (stateless.State, error) {
+			if c, ok := ctx.Value(coreKey).(*core); ok {
+				return c.state, nil
+			}
+			return s.initial, nil
+		},
 		func(ctx context.Context, st stateless.State) error {
-			coreFrom(ctx).state = st.(states.State)
+			if c, ok := ctx.Value(coreKey).(*core); ok {
+				c.state = st.(states.State)
+			}
 			return nil
 		},
 		stateless.FiringImmediate)
@@ -79,12 +88,16 @@ func configureEdge(cfg *stateless.StateConfiguration, e *edge) {
 	}
 }
 
-// Stateless returns a new stateless.StateMachine configured from the spec, starting in
-// the initial state, for comparison with stateless's own tools (its ToGraph, or a raw
-// Fire in a benchmark). Its guards read the given Vars and Policies. A Machine does not
-// use it: machines share one that the spec keeps.
-func (s *Spec) Stateless(v *Vars, p *Policies) (*stateless.StateMachine, context.Context) {
-	c := &core{spec: s, state: s.initial, pol: p}
+// Stateless returns a new stateless.StateMachine configured from the spec, in state at
+// (the initial state when at is 0), for comparison with stateless's own tools (its
+// ToGraph, or a raw Fire in a benchmark). Fire it with the returned context: its state
+// and the Vars and Policies its guards read are kept there. A Machine does not use it:
+// machines share one that the spec keeps.
+func (s *Spec) Stateless(at states.State, v *Vars, p *Policies) (*stateless.StateMachine, context.Context) {
+	if at == 0 {
+		at = s.initial
+	}
+	c := &core{spec: s, state: at, pol: p}
 	if v != nil {
 		c.vars = *v
 	}

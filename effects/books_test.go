@@ -1,0 +1,141 @@
+package effects
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/machine"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func policies() *machine.Policies {
+	return &machine.Policies{
+		KeepaliveInterval: 30 * time.Second, KeepaliveJitter: 0.1,
+		BackoffBase: time.Second, BackoffMultiplier: 1.6, BackoffJitter: 0.2, BackoffMax: 2 * time.Minute,
+		BreakerThreshold: 5, BreakerCooldown: 15 * time.Second, BreakerCooldownMultiplier: 2,
+		BreakerCooldownJitter: 0.1, BreakerCooldownMax: 6 * time.Minute,
+	}
+}
+
+func TestBackoffGrowsToItsCap(t *testing.T) {
+	p := policies()
+	r := rand.New(rand.NewPCG(1, 1))
+	want := float64(time.Second)
+	for attempts := 1; attempts <= 20; attempts++ {
+		for range 200 {
+			d, ok := backoff(&machine.Vars{Attempts: attempts}, p, r)
+			lo, hi := time.Duration(want*0.8), time.Duration(want*1.2)
+			if !ok || d < lo || d > hi {
+				t.Fatalf("attempt %d: backoff %v, want within [%v, %v]", attempts, d, lo, hi)
+			}
+		}
+		want = min(want*1.6, float64(p.BackoffMax))
+	}
+}
+
+func TestKeepalive(t *testing.T) {
+	p := policies()
+	r := rand.New(rand.NewPCG(1, 2))
+	var first []time.Duration
+	for range 10000 {
+		d, ok := keepalive(&machine.Vars{}, p, r)
+		if !ok || d <= 0 || d > p.KeepaliveInterval {
+			t.Fatalf("first probe after %v, want within (0, %v]", d, p.KeepaliveInterval)
+		}
+		first = append(first, d)
+		d, _ = keepalive(&machine.Vars{Probed: true}, p, r)
+		if d < 27*time.Second || d > 30*time.Second {
+			t.Fatalf("next probe after %v, want within [27s, 30s]", d)
+		}
+	}
+	// The first probes spread over the whole interval: each tenth gets about a tenth.
+	var tenths [10]int
+	for _, d := range first {
+		tenths[min(9, int(d*10/p.KeepaliveInterval))]++
+	}
+	for i, n := range tenths {
+		if n < 800 || n > 1200 {
+			t.Errorf("tenth %d of the interval holds %d of 10000 first probes", i, n)
+		}
+	}
+	p.KeepaliveInterval = 0
+	if _, ok := keepalive(&machine.Vars{}, p, r); ok {
+		t.Error("keepalive interval 0 does not disable probing")
+	}
+}
+
+func TestBreakerCooldownGrowsAndResets(t *testing.T) {
+	p := policies()
+	v := &machine.Vars{}
+	var got []time.Duration
+	for range 8 {
+		actions["open_breaker"].Do(v, p, time.Time{})
+		got = append(got, v.Cooldown)
+	}
+	want := []time.Duration{15 * time.Second, 30 * time.Second, time.Minute, 2 * time.Minute, 4 * time.Minute, 6 * time.Minute, 6 * time.Minute, 6 * time.Minute}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("cooldowns = %v, want %v", got, want)
+		}
+	}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 1000 {
+		if d, _ := cooldown(v, p, r); d < 324*time.Second || d > 396*time.Second {
+			t.Fatalf("cooldown %v outside 6m ± 10%%", d)
+		}
+	}
+	v.Failures = 7
+	actions["healthy"].Do(v, p, time.Time{})
+	if v.Cooldown != 0 || v.Failures != 0 {
+		t.Errorf("healthy left %+v", v)
+	}
+}
+
+func TestGuards(t *testing.T) {
+	p := policies()
+	v := &machine.Vars{Failures: 4}
+	if guards["tripped"].Test(v, p) {
+		t.Error("tripped below the threshold")
+	}
+	v.Failures = 5
+	if !guards["tripped"].Test(v, p) {
+		t.Error("not tripped at the threshold")
+	}
+	actions["plan_recycle"].Do(v, p, time.Time{})
+	actions["begin_close"].Do(v, p, time.Time{})
+	if !guards["planned"].Test(v, p) || !guards["closing"].Test(v, p) {
+		t.Errorf("guards after plan_recycle and begin_close: %+v", v)
+	}
+	actions["end_teardown"].Do(v, p, time.Time{})
+	if guards["planned"].Test(v, p) {
+		t.Error("planned after end_teardown")
+	}
+}
+
+// TestRegistryIsDocumented: every name a spec may use says what it does.
+func TestRegistryIsDocumented(t *testing.T) {
+	reg := Registry()
+	for name, g := range reg.Guards {
+		if g.Doc == "" || g.Test == nil {
+			t.Errorf("guard %s", name)
+		}
+	}
+	for name, a := range reg.Actions {
+		if a.Doc == "" || a.Do == nil {
+			t.Errorf("action %s", name)
+		}
+	}
+	for name, d := range reg.Delays {
+		if _, ok := machine.LookupPolicy(d.Policy); d.Doc == "" || d.Next == nil || !ok {
+			t.Errorf("delay %s", name)
+		}
+	}
+	for name, i := range reg.Invokes {
+		if i.Doc == "" || len(i.Outcomes) == 0 {
+			t.Errorf("invoke %s", name)
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package machine_test
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+)
+
+var (
+	dotEdge = regexp.MustCompile(`^\t("[^"]+"|\S+) -> ("[^"]+"|\S+) \[label=<(.*)>\];$`)
+	dotCell = regexp.MustCompile(`<TD ALIGN="LEFT">([^<]*)</TD>`)
+)
+
+// TestGraphMatchesStateless: the edges our renderers draw are exactly the transitions
+// configured on the stateless machine built from the spec, as stateless's own ToGraph
+// reports them (its order is not stable and it names guards after Go functions, so the
+// edges are compared as sorted sets: from, to, trigger, number of guards, internal).
+func TestGraphMatchesStateless(t *testing.T) {
+	spec := loadDefault(t)
+	pol := spec.Defaults()
+	sm, _ := spec.Stateless(0, &machine.Vars{}, &pol)
+	var fromStateless []string
+	for _, line := range strings.Split(sm.ToGraph(), "\n") {
+		m := dotEdge.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		from, to := strings.Trim(m[1], `"`), strings.Trim(m[2], `"`)
+		internal := strings.Contains(m[3], "<B>Internal</B>")
+		for _, cell := range dotCell.FindAllStringSubmatch(m[3], -1) {
+			trigger, _, _ := strings.Cut(cell[1], " ")
+			guards := strings.Count(cell[1], "[")
+			fromStateless = append(fromStateless, fmt.Sprintf("%s -> %s on %s, %d guards, internal %v", from, to, trigger, guards, internal))
+		}
+	}
+	var fromSpec []string
+	timed := 0
+	for _, e := range spec.Edges() {
+		trigger := e.Trigger.String()
+		if e.Delay != "" {
+			trigger = fmt.Sprintf("trigger(%d)", 64+timed) // the internal trigger of the k-th timed edge
+			timed++
+		}
+		fromSpec = append(fromSpec, fmt.Sprintf("%s -> %s on %s, %d guards, internal %v", e.From, e.To, trigger, len(e.Guards), e.Internal))
+	}
+	sort.Strings(fromStateless)
+	sort.Strings(fromSpec)
+	if len(fromSpec) != 29 {
+		t.Errorf("the default spec has %d edges, want 29", len(fromSpec))
+	}
+	if diff := cmp.Diff(fromSpec, fromStateless); diff != "" {
+		t.Errorf("edges differ (-spec +stateless):\n%s", diff)
+	}
+	// And every spec edge appears in both renderings.
+	dot, mmd := spec.DOT(machine.GraphOptions{}), spec.Mermaid(machine.GraphOptions{})
+	for _, e := range spec.Edges() {
+		if !strings.Contains(dot, fmt.Sprintf("%q -> %q [label=%q", e.From.String(), e.To.String(), e.Name())) &&
+			!strings.Contains(dot, fmt.Sprintf("%q -> %q [label=\"%s ", e.From.String(), e.To.String(), e.Name())) {
+			t.Errorf("DOT lacks %s -> %s on %s", e.From, e.To, e.Name())
+		}
+		id := func(s states.State) string { return strings.ReplaceAll(s.String(), "-", "_") }
+		if !strings.Contains(mmd, fmt.Sprintf("    %s --> %s : %s", id(e.From), id(e.To), e.Name())) {
+			t.Errorf("Mermaid lacks %s -> %s on %s", e.From, e.To, e.Name())
+		}
+	}
+}
+
+// TestGraphHighlight renders a connection's path and current state onto the picture.
+func TestGraphHighlight(t *testing.T) {
+	spec := loadDefault(t)
+	at := time.Unix(0, 0)
+	path := []machine.Transition{
+		{At: at, From: states.Idle, To: states.Connecting, Trigger: "start"},
+		{At: at, From: states.Connecting, To: states.BackingOff, Trigger: "connect_failed"},
+		{At: at, From: states.BackingOff, To: states.Connecting, Trigger: "after backoff"},
+		{At: at, From: states.Connecting, To: states.BackingOff, Trigger: "connect_failed"},
+	}
+	pol := spec.Defaults()
+	pol.BackoffBase = 250 * time.Millisecond
+	opts := machine.GraphOptions{Current: states.BackingOff, Path: path, Policies: &pol}
+	golden(t, "testdata/highlight.dot", spec.DOT(opts))
+	golden(t, "testdata/highlight.mmd", spec.Mermaid(opts))
+	// Deterministic: the same input renders the same bytes.
+	for range 20 {
+		if spec.DOT(opts) != spec.DOT(opts) || spec.Mermaid(opts) != spec.Mermaid(opts) {
+			t.Fatal("rendering is not deterministic")
+		}
+	}
+}
