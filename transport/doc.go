@@ -1,3 +1,167 @@
+// Package transport connects to MCP servers over the go-sdk's transports
+// (stdio command, streamable HTTP, legacy SSE, in-memory) and hides them
+// behind one type, Session. Nothing above this package needs the SDK's
+// transport types.
+//
+// # Lifetimes
+//
+// [Dial] starts, connects and initializes a session. Its context bounds the
+// dial only: the session lives until [Session.Close] or until the connection
+// ends by itself, which [Options.OnEnd] reports (once, on its own goroutine,
+// never after Close was called).
+//
+// [Session.Close] is graceful until its context ends, then forced: the stdio
+// child's process group is killed and the child reaped, every HTTP request in
+// flight is aborted, the in-memory pipe is closed. A forced Close returns
+// within a short bound whatever the server does. Note that the graceful close
+// (the SDK's) waits for the calls in flight, and for the cancellation notice
+// the SDK sends for a call whose context ended (bounded by 5s): the teardown
+// context decides how long a close may take.
+//
+// A stdio child runs in a process group of its own (on unix) and is reaped
+// by a goroutine of the session as soon as it exits, whatever else happens: no
+// zombie is left on any path. When the child exits, what is left of its group
+// is killed too.
+//
+// Each session starts two goroutines that end with it: the watcher of
+// [mcp.ClientSession.Wait] (OnEnd needs it: the streamable HTTP connection
+// cannot be wrapped to see its read error, because the SDK drives it through
+// an unexported interface), and for stdio the reaper.
+//
+// # Probe
+//
+// [Session.Probe] puts a request on the wire on every transport and protocol
+// version: ping, or, for a server that answers ping with method-not-found
+// (latched for the session) and on protocol 2026-07-28 (where ping does not
+// exist), the first page of tools/list. The session's client never caches
+// tools/list results, so that request reaches the server even when the server
+// gives them a TTL (the SDK would otherwise answer from its cache on
+// 2026-07-28).
+//
+// # Errors
+//
+// Every error is an [*Error] naming the server and the operation ([Error.Op])
+// and wrapping the SDK's error unchanged, so that errors.Is and errors.As see
+// mcp.ErrConnectionClosed, mcp.ErrSessionMissing, *jsonrpc.Error, context
+// errors, io.EOF, syscall errors, *url.Error and *exec.ExitError through it.
+// Over HTTP, [Error.HTTPStatus] holds the status of a non-2xx answer to the
+// failed request (401, 403, 404, 429, 5xx...), which the SDK keeps only as
+// text. Its text, the logs and [Config.String] never contain a secret of the
+// configuration (header values, environment values, URL userinfo and query
+// values).
+//
+// # Facts (go-sdk v1.8.0, measured with real servers, pinned by tests)
+//
+// Messages below omit the prefix `mcp server "NAME": OP: `. "bare" means the
+// *Error wraps exactly that error. Codes: -32601 method not found, -32602
+// invalid params, -32003 client closing, -32005 rejected by transport (the
+// last two are internal to the SDK; test them with
+// errors.Is(err, &jsonrpc.Error{Code: c})). After "client is closing:" the
+// cause is text only: neither it nor -32003 is in the chain.
+//
+// Negotiated protocol (the SDK client tries server/discover first): stdio and
+// in-memory (SDK servers) 2026-07-28; streamable HTTP 2025-11-25 with a
+// session ID; stateless streamable HTTP 2026-07-28; SSE 2025-11-25 (Dial asks
+// for it: 2026-07-28 has no SSE binding, yet the SDK's SSE server sometimes
+// offers it to server/discover, because Server.Connect learns what its
+// transport supports only after the SSE transport has told the client where
+// to post). ID() is "" except for stateful streamable HTTP.
+//
+// A call's context ends (any transport, frozen or slow server): bare
+// context.DeadlineExceeded (or context.Canceled).
+//
+// stdio:
+//   - child SIGKILLed, call in flight: `calling "tools/call": EOF`, is io.EOF.
+//   - later calls: `connection closed: calling "tools/call": client is
+//     closing: EOF`, is mcp.ErrConnectionClosed (not io.EOF).
+//   - OnEnd, within milliseconds: `signal: killed`, an *exec.ExitError (the
+//     child's exit status: `exit status 3` if it exits by itself). Close
+//     afterwards returns the same exit status.
+//   - Close of a clean server: nil.
+//   - Close of a server that ignores stdin EOF: at the context's end,
+//     `forced close: the close context ended first: context deadline
+//     exceeded` + "\n" + `signal: killed`: is ErrForcedClose and
+//     context.DeadlineExceeded, an *exec.ExitError.
+//   - the SDK's ping works (even on 2026-07-28); refused:
+//     `calling "ping": method not found: "ping"`, code -32601.
+//   - Dial: initialize hangs: bare context.DeadlineExceeded; garbage on
+//     stdout: `connection closed: calling "initialize": client is closing:
+//     invalid character ...`; no command: `fork/exec PATH: no such file or
+//     directory`, is syscall.ENOENT. A failed handshake kills the child at
+//     once (Dial does not wait for its context).
+//
+// streamable HTTP (stateful):
+//   - server stopped, call in flight: `calling "tools/call": sending
+//     "tools/call": rejected by transport: Post "URL": EOF`: code -32005,
+//     is io.EOF, an *url.Error.
+//   - server stopped, later calls: `... rejected by transport: Post "URL":
+//     dial tcp ADDR: connect: connection refused`: code -32005, is
+//     syscall.ECONNREFUSED, an *url.Error. The session stays open.
+//   - the first POST after a server stopped or restarted may fail on a pooled
+//     connection the server closed (net/http does not retry a POST):
+//     `... rejected by transport: Post "URL": EOF` or `...: http: server
+//     closed idle connection`: code -32005, an *url.Error. Also stateless.
+//   - OnEnd only when the event stream has failed to reconnect
+//     HTTP.MaxRetries times: `standalone SSE stream: failed to reconnect
+//     (session ID: ID): connection failed after N attempts: Get "URL": ...`,
+//     a plain string (no sentinel). The SDK waits 1s×1.5^k plus full jitter
+//     between attempts: with the default 5, 13 to 26s (20s measured); with
+//     MaxRetries -1, at once: `standalone SSE stream: exceeded 0 retries
+//     without progress (session ID: ID)`. Calls after the end: is
+//     mcp.ErrConnectionClosed. Close then: `Delete "URL": ... connection
+//     refused`.
+//   - HTTP 500, 502, 503, 504, 429: `calling "tools/call": rejected by
+//     transport: sending "tools/call": Service Unavailable`: code -32005
+//     (no *url.Error). The session stays usable.
+//   - HTTP 400, 401, 403 without a JSON-RPC body: `calling "tools/call":
+//     sending "tools/call": Unauthorized`: no sentinel, no code, and the
+//     session is broken: OnEnd at once (same text), later calls
+//     mcp.ErrConnectionClosed.
+//   - HTTP 404 (the server forgot the session): `calling "tools/call":
+//     sending "tools/call": failed to connect (session ID: ID): session not
+//     found`: is mcp.ErrSessionMissing. The server did not run the call. The
+//     session is broken: OnEnd at once, is mcp.ErrSessionMissing; later
+//     calls: `connection closed: ... client is closing: ...session not
+//     found`, is mcp.ErrConnectionClosed but not mcp.ErrSessionMissing. Close:
+//     nil, no DELETE.
+//   - ping refused: `calling "ping": method not found: "ping"`, code -32601.
+//   - Close of a server that never answers DELETE: at the context's end,
+//     `forced close: the close context ended first: context deadline
+//     exceeded` + "\n" + `Delete "URL": forced close: ...`: is ErrForcedClose
+//     and context.DeadlineExceeded, an *url.Error. Clean Close: nil.
+//
+// stateless streamable HTTP (2026-07-28):
+//   - server stopped: the same -32005 errors; OnEnd never fires (nothing is
+//     open between requests), and a restart loses nothing.
+//   - a server's error answer comes as HTTP 400 with a JSON-RPC body: for an
+//     unknown tool, `calling "tools/call": sending "tools/call": unknown tool
+//     "x": rejected by transport: Bad Request`: the first *jsonrpc.Error
+//     errors.As finds is the server's (-32602), and errors.Is(-32005) is true
+//     as well (HTTPStatus 400). Only a first code of -32005 means the
+//     transport rejected.
+//   - the SDK's ping: `calling "ping": sending "ping": missing or invalid
+//     _meta field "io.modelcontextprotocol/protocolVersion": rejected by
+//     transport: Bad Request` (first code -32602): it reaches the HTTP handler,
+//     never the MCP server. The SDK's ListTools answers from its cache while
+//     the server's ttlMs lasts. Probe sends tools/list instead, uncached.
+//   - Close: nil, no DELETE.
+//
+// SSE:
+//   - server stopped: call in flight `calling "tools/call": EOF` (io.EOF);
+//     OnEnd within milliseconds, `EOF`; later calls mcp.ErrConnectionClosed.
+//     A restart of the server ends the session the same way.
+//   - any non-2xx answer to a POST: `calling "tools/call": failed to write:
+//     500 Internal Server Error`: a plain string (no sentinel, no code), and
+//     the session is broken (OnEnd, then mcp.ErrConnectionClosed).
+//   - ping refused: code -32601. Close: nil (it sends nothing to hang on).
+//
+// in-memory:
+//   - server closes the session: call in flight `calling "tools/call": EOF`;
+//     OnEnd `EOF`; later calls mcp.ErrConnectionClosed.
+//   - Close with a call in flight is forced at the context's end; the call
+//     gets `calling "tools/call": EOF`.
+//
+// The SDK transports' Connect context: SSE keeps it for its event stream (the
+// session dies with it), streamable HTTP detaches from it, the command and
+// in-memory transports ignore it. Dial hands them a context that outlives it.
 package transport
-
-import _ "github.com/modelcontextprotocol/go-sdk/mcp"

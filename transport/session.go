@@ -1,0 +1,493 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Options are the client-side settings of a session.
+type Options struct {
+	// Client is the client name and version sent in initialize; DefaultClient
+	// if nil.
+	Client *mcp.Implementation
+	// OnEnd is called at most once, on a goroutine of its own, when the
+	// connection ends by itself: the stdio child exited, the HTTP event stream
+	// failed for good (or the server forgot the session), the SSE stream or
+	// in-memory pipe closed. err is an *Error with Op OpEnd. OnEnd is not
+	// called if Close was called first. It may block and may call Close.
+	OnEnd func(err error)
+	// OnToolsChanged is called when the server sends
+	// notifications/tools/list_changed. It runs on the SDK's reading goroutine,
+	// which handles notifications in order: it must return promptly (post an
+	// event; the caller coalesces and re-lists).
+	OnToolsChanged func()
+	// Logger receives the session's own events; discarded if nil. Nothing it
+	// logs contains a secret.
+	Logger *slog.Logger
+}
+
+// DefaultClient is the client implementation sent in initialize when
+// Options.Client is nil.
+var DefaultClient = mcp.Implementation{Name: "mcpfsm", Version: "dev"}
+
+// forceGrace bounds how long Close waits for the teardown once it has forced
+// it: long enough for a SIGKILL and a reap, or for aborted requests to unwind.
+const forceGrace = 2 * time.Second
+
+// errClosed is the cause of a session's life ending after a graceful close.
+var errClosed = errors.New("session closed")
+
+// errDialFailed is the cause of a session's life ending when Dial fails.
+var errDialFailed = errors.New("dial failed")
+
+// newProtocol is the first protocol version in which ping does not exist and
+// list results may be cached by the SDK.
+const newProtocol = "2026-07-28"
+
+// lastSSEProtocol is the last protocol version with an HTTP+SSE binding.
+const lastSSEProtocol = "2025-11-25"
+
+// A Session is one initialized MCP client session over one transport. Its
+// methods are safe for concurrent use.
+type Session struct {
+	name string
+	desc string
+	red  *redactor
+	log  *slog.Logger
+
+	onEnd func(error)
+
+	cs   *mcp.ClientSession
+	lt   *lifeTransport     // holds the SDK transport's raw connection, closed by force
+	proc *process           // stdio only
+	ss   *mcp.ServerSession // in-memory only
+	own  *http.Transport    // HTTP without a caller's client only
+	life context.Context    // ends when the session is forced down or closed
+	kill context.CancelCauseFunc
+
+	pingless atomic.Bool   // latched: the server answered ping with method-not-found
+	closing  atomic.Bool   // Close was called
+	watched  chan struct{} // closed when watch returns
+
+	closeOnce sync.Once
+	closed    chan struct{} // closed when teardown finished; closeErr is set then
+	closeErr  error
+
+	forceOnce sync.Once
+	mu        sync.Mutex
+	forced    error // the cause of a forced close, under mu
+}
+
+// lifeTransport hands the session's life, not the dial context, to the SDK
+// transport's Connect (the SSE transport keeps using that context for its
+// event stream), and keeps the connection it returns, so that a forced close
+// can close it directly. It does not wrap the connection: the streamable HTTP
+// connection relies on an unexported interface of the SDK that a wrapper
+// would hide.
+type lifeTransport struct {
+	inner mcp.Transport
+	life  context.Context
+	conn  mcp.Connection
+}
+
+// Connect implements mcp.Transport.
+func (t *lifeTransport) Connect(context.Context) (mcp.Connection, error) {
+	c, err := t.inner.Connect(t.life)
+	t.conn = c
+	return c, err
+}
+
+// Dial connects to the server cfg describes and initializes a session.
+//
+// ctx bounds the dial and initialize only: the session outlives it. On
+// failure everything Dial opened is closed before it returns (a stdio child is
+// killed and reaped, HTTP requests are aborted). A failure is an *Error with
+// Op OpDial; if ctx ended, errors.Is(err, ctx.Err()) holds.
+func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Session{
+		name:    cfg.Name,
+		desc:    cfg.String(),
+		red:     newRedactor(cfg),
+		log:     opts.Logger,
+		onEnd:   opts.OnEnd,
+		closed:  make(chan struct{}),
+		watched: make(chan struct{}),
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.log = s.log.With("server", cfg.Name, "transport", cfg.Kind())
+
+	// The session's life: detached from ctx (keeping its values), but ended
+	// with it until Dial returns.
+	s.life, s.kill = context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { s.kill(context.Cause(ctx)) })
+	dctx, status := withStatus(ctx)
+	cs, err := s.connect(dctx, cfg, opts)
+	if !stop() && err == nil {
+		// ctx ended just as Dial finished, and took the session's life with it.
+		err = context.Cause(ctx)
+	}
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			// ctx ended and took the session's life with it: the transport
+			// may have failed from that before the SDK saw ctx end.
+			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+		}
+		s.kill(errDialFailed)
+		s.abandon(cs)
+		err = s.wrap(OpDial, "", err, status)
+		s.log.Warn("dial failed", "error", err)
+		return nil, err
+	}
+	s.cs = cs
+	if s.proc != nil {
+		s.proc.ready.Store(true)
+	}
+	if s.ProtocolVersion() >= newProtocol {
+		// ping is not part of this protocol (over HTTP the SDK's server
+		// rejects it, -32602): probe with tools/list from the start.
+		s.pingless.Store(true)
+	}
+	// The watcher: the only exported end-of-connection signal that works on
+	// every transport is ClientSession.Wait (the streamable HTTP connection
+	// cannot be wrapped to see its read error, see lifeTransport). It ends when
+	// the connection ends, which Close guarantees within forceGrace of its ctx.
+	go s.watch()
+	s.log.Debug("connected", "config", s.desc, "protocol", s.ProtocolVersion(), "session", cs.ID())
+	return s, nil
+}
+
+// connect builds the SDK transport for cfg and connects a client over it.
+func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.ClientSession, error) {
+	impl := opts.Client
+	if impl == nil {
+		d := DefaultClient
+		impl = &d
+	}
+	copts := &mcp.ClientOptions{}
+	if f := opts.OnToolsChanged; f != nil {
+		copts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { f() }
+	}
+	client := mcp.NewClient(impl, copts)
+	client.AddSendingMiddleware(uncachedToolLists)
+
+	var inner mcp.Transport
+	var sopts *mcp.ClientSessionOptions
+	switch cfg.Kind() {
+	case KindStdio:
+		p, err := startProcess(s.life, cfg.Stdio)
+		if err != nil {
+			return nil, err
+		}
+		s.proc = p
+		inner = &mcp.IOTransport{Reader: procReader{p}, Writer: procWriter{p}}
+	case KindHTTP:
+		hc, own := newHTTPClient(s.life, cfg.HTTP)
+		s.own = own
+		inner = &mcp.StreamableClientTransport{Endpoint: cfg.HTTP.URL, HTTPClient: hc, MaxRetries: cfg.HTTP.MaxRetries}
+	case KindSSE:
+		hc, own := newHTTPClient(s.life, cfg.SSE)
+		s.own = own
+		inner = &mcp.SSEClientTransport{Endpoint: cfg.SSE.URL, HTTPClient: hc}
+		// Protocol 2026-07-28 has no SSE binding. Ask for the last version
+		// that has one: the client then skips server/discover, which the
+		// SDK's SSE server may answer with 2026-07-28 (it races to learn
+		// what its transport supports).
+		sopts = &mcp.ClientSessionOptions{ProtocolVersion: lastSSEProtocol}
+	case KindMemory:
+		st, ct := mcp.NewInMemoryTransports()
+		ss, err := cfg.InMemory.Server.Connect(s.life, st, nil)
+		if err != nil {
+			return nil, err
+		}
+		s.ss = ss
+		inner = ct
+	}
+	s.lt = &lifeTransport{inner: inner, life: s.life}
+	return client.Connect(ctx, s.lt, sopts)
+}
+
+// uncachedToolLists is a sending middleware that zeroes the TTL of every
+// tools/list result before the SDK caches it, so that ListTools always
+// reaches the server (on protocol 2026-07-28 the SDK would otherwise answer
+// from its cache while a server-given TTL lasts).
+func uncachedToolLists(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		res, err := next(ctx, method, req)
+		if r, ok := res.(*mcp.ListToolsResult); ok && r != nil {
+			r.TTLMs = 0
+		}
+		return res, err
+	}
+}
+
+// abandon closes what a failed Dial opened. The session's life has ended, so
+// nothing here waits for a server's good will.
+func (s *Session) abandon(cs *mcp.ClientSession) {
+	if cs != nil {
+		_ = cs.Close()
+	}
+	if s.lt != nil && s.lt.conn != nil {
+		_ = s.lt.conn.Close()
+	}
+	if s.proc != nil {
+		_ = s.proc.shutdown()
+	}
+	if s.ss != nil {
+		_ = s.ss.Close()
+	}
+	if s.own != nil {
+		s.own.CloseIdleConnections()
+	}
+}
+
+// watch reports the end of the connection to OnEnd, unless Close came first.
+func (s *Session) watch() {
+	defer close(s.watched)
+	err := s.cs.Wait()
+	if s.closing.Load() {
+		return
+	}
+	if err == nil {
+		err = io.EOF
+	}
+	err = s.wrap(OpEnd, "", err, nil)
+	s.log.Warn("connection ended", "error", err)
+	if s.onEnd != nil {
+		s.onEnd(err)
+	}
+}
+
+// CallTool calls a tool. A tool that fails returns a result with IsError set
+// and a nil error; an error is an *Error with Op OpCallTool. p is not modified.
+func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	var cp mcp.CallToolParams
+	if p != nil {
+		// The SDK writes into the params it is given (arguments, and the _meta
+		// of protocol 2026-07-28): give it a copy, so callers may share theirs.
+		cp = *p
+		cp.Meta = maps.Clone(p.Meta)
+	}
+	ctx, status := withStatus(ctx)
+	res, err := s.cs.CallTool(ctx, &cp)
+	if err != nil {
+		return nil, s.wrap(OpCallTool, cp.Name, err, status)
+	}
+	return res, nil
+}
+
+// ListTools lists every tool, following pagination. Every page is requested
+// from the server: the SDK's list cache is never used.
+func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
+	var tools []*mcp.Tool
+	seen := map[string]bool{}
+	cursor := ""
+	for {
+		pctx, status := withStatus(ctx)
+		res, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			return nil, s.wrap(OpListTools, "", err, status)
+		}
+		tools = append(tools, res.Tools...)
+		cursor = res.NextCursor
+		if cursor == "" {
+			return tools, nil
+		}
+		if seen[cursor] {
+			return nil, s.wrap(OpListTools, "", fmt.Errorf("the server repeated the cursor %q", cursor), nil)
+		}
+		seen[cursor] = true
+	}
+}
+
+// Probe sends a request that reaches the server and waits for its answer.
+//
+// It sends ping. A server that answers ping with method-not-found (-32601)
+// is alive but ping-less: Probe then lists the first page of tools instead,
+// and keeps doing so for the rest of the session. On protocol 2026-07-28,
+// where ping does not exist, Probe lists tools from the start (never from the
+// SDK's cache). An error is an *Error with Op OpProbe.
+func (s *Session) Probe(ctx context.Context) error {
+	if !s.pingless.Load() {
+		pctx, status := withStatus(ctx)
+		err := s.cs.Ping(pctx, nil)
+		if err == nil {
+			return nil
+		}
+		if !isMethodNotFound(err) {
+			return s.wrap(OpProbe, "", err, status)
+		}
+		if s.pingless.CompareAndSwap(false, true) {
+			s.log.Info("the server does not implement ping: probing with tools/list from now on")
+		}
+	}
+	pctx, status := withStatus(ctx)
+	if _, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{}); err != nil {
+		return s.wrap(OpProbe, "", err, status)
+	}
+	return nil
+}
+
+// isMethodNotFound reports whether err carries a JSON-RPC method-not-found
+// answer.
+func isMethodNotFound(err error) bool {
+	var je *jsonrpc.Error
+	return errors.As(err, &je) && je.Code == jsonrpc.CodeMethodNotFound
+}
+
+// Close closes the session: gracefully until ctx ends (stdio: close the
+// child's stdin and wait for it to exit; streamable HTTP: DELETE the session),
+// then by force (SIGKILL the child's process group and reap it; abort every
+// HTTP request in flight; close the in-memory pipe). Once forced, Close
+// returns within a short bound (forceGrace) whatever the server does.
+//
+// Close is idempotent and safe to call concurrently: every call returns the
+// same result once the teardown is over. The error is an *Error with Op
+// OpClose wrapping what the SDK returned (for stdio, the child's exit status:
+// nil for a clean exit); a forced close also wraps ErrForcedClose and the
+// cause of ctx.
+func (s *Session) Close(ctx context.Context) error {
+	s.closing.Store(true)
+	s.closeOnce.Do(func() { go s.teardown() })
+	select {
+	case <-s.closed:
+		return s.closeErr
+	case <-ctx.Done():
+	}
+	cause := context.Cause(ctx)
+	s.force(cause)
+	t := time.NewTimer(forceGrace)
+	defer t.Stop()
+	select {
+	case <-s.closed:
+		return s.closeErr
+	case <-t.C:
+		s.log.Error("teardown did not finish after a forced close")
+		return s.wrap(OpClose, "", errors.Join(fmt.Errorf("%w: %w", ErrForcedClose, cause), errCloseStuck), nil)
+	}
+}
+
+// teardown is the graceful close. It runs on its own goroutine, started by the
+// first Close, and ends once everything is closed (bounded once forced).
+func (s *Session) teardown() {
+	err := s.cs.Close()
+	if s.proc != nil {
+		// cs.Close waited for the child, unless the SDK's connection had
+		// already been closed by a read error: reaped either way soon.
+		select {
+		case <-s.proc.exited:
+		case <-s.life.Done():
+			s.proc.kill()
+			<-s.proc.exited
+		}
+	}
+	if s.ss != nil {
+		// The client's end of the pipe is closed: the server session ends
+		// once its handlers return.
+		done := make(chan struct{})
+		go func() {
+			_ = s.ss.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-s.life.Done():
+		}
+	}
+	s.kill(errClosed)
+	if s.own != nil {
+		s.own.CloseIdleConnections()
+	}
+	s.mu.Lock()
+	forced := s.forced
+	s.mu.Unlock()
+	if forced != nil {
+		err = errors.Join(fmt.Errorf("%w: %w", ErrForcedClose, forced), err)
+	}
+	if err != nil {
+		s.closeErr = s.wrap(OpClose, "", err, nil)
+		s.log.Info("closed", "error", s.closeErr)
+	} else {
+		s.log.Debug("closed")
+	}
+	close(s.closed)
+}
+
+// force tears the session down regardless of the server.
+func (s *Session) force(cause error) {
+	s.forceOnce.Do(func() {
+		s.mu.Lock()
+		s.forced = cause
+		s.mu.Unlock()
+		s.log.Warn("forcing close", "cause", cause)
+		// Aborts every HTTP request, ends the SSE stream, and makes the stdio
+		// shutdown kill instead of waiting.
+		s.kill(fmt.Errorf("%w: %w", ErrForcedClose, cause))
+		if s.proc != nil {
+			s.proc.kill()
+		}
+		if c := s.lt.conn; c != nil {
+			// Fails the calls in flight, which the SDK's graceful close waits
+			// for. Closing is bounded now that life has ended, but it is not
+			// Close's to wait for: teardown's end is.
+			go func() { _ = c.Close() }()
+		}
+	})
+}
+
+// Closing reports whether Close has been called: an error a call gets now is
+// an artifact of our own teardown.
+func (s *Session) Closing() bool { return s.closing.Load() }
+
+// ID returns the MCP session ID: "" for stdio, SSE, in-memory and stateless
+// HTTP sessions.
+func (s *Session) ID() string { return s.cs.ID() }
+
+// ProtocolVersion returns the negotiated protocol version.
+func (s *Session) ProtocolVersion() string {
+	if r := s.cs.InitializeResult(); r != nil {
+		return r.ProtocolVersion
+	}
+	return ""
+}
+
+// ServerInfo returns the server's name and version, as it sent them.
+func (s *Session) ServerInfo() *mcp.Implementation {
+	if r := s.cs.InitializeResult(); r != nil {
+		return r.ServerInfo
+	}
+	return nil
+}
+
+// ClientSession returns the SDK session, for requests this package does not
+// wrap (prompts, resources). Do not Close it: call Session.Close. Its
+// tools/list results always carry ttlMs 0 (see ListTools).
+func (s *Session) ClientSession() *mcp.ClientSession { return s.cs }
+
+// String describes the session's server without secrets.
+func (s *Session) String() string { return s.desc }
+
+// wrap returns err as an *Error of op, with the HTTP status status recorded,
+// if any.
+func (s *Session) wrap(op, tool string, err error, status *atomic.Int32) error {
+	e := &Error{Server: s.name, Op: op, Tool: tool, Err: err, red: s.red}
+	if status != nil {
+		e.HTTPStatus = int(status.Load())
+	}
+	return e
+}

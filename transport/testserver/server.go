@@ -1,0 +1,261 @@
+// Package testserver is an MCP server for tests and demos, with switches that
+// make it misbehave in the ways real servers do.
+//
+// Use it in-process ([New], [NewHandler], [StartHTTP]) or as a real
+// subprocess: [Build] compiles cmd/mcptestserver once per test process, and
+// [Args] turns Options into its flags.
+//
+// Tools:
+//
+//   - echo {text}: returns text. Read-only.
+//   - counter {}: returns 1, 2, 3... counting per session. Not idempotent.
+//     (On a stateless HTTP server every request is a new session: always 1.)
+//   - slow {ms}: sleeps ms milliseconds (or until cancelled), then returns
+//     "slept". Idempotent.
+//   - crash {}: the binary exits at once with status 3, without answering. In
+//     process it calls Options.Crash if set (the HTTP harness stops its
+//     server, as if the process died); otherwise it closes the calling
+//     session from the server side without answering the call, so the client
+//     sees its call fail and its connection end while the server lives on.
+//   - change_tools {}: adds (or removes) a tool named "extra", so that the
+//     server sends notifications/tools/list_changed.
+//   - grandchild {}: returns Options.Grandchild, the pid of the process the
+//     binary started for SpawnGrandchild (0 if none).
+//   - stats {}: returns a JSON object counting, per method, the requests and
+//     notifications this server has received (all sessions), including this
+//     call. It lets a test see what reached the server on any transport.
+package testserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Options are the switches of a test server. Some apply to a transport only,
+// as noted; New ignores those.
+type Options struct {
+	// Name is the server's implementation name; "mcptestserver" if empty.
+	Name string
+	// RefusePing answers ping with method-not-found (-32601).
+	RefusePing bool
+	// HangInitialize never answers initialize (nor server/discover): the
+	// handshake hangs until the client gives up.
+	HangInitialize bool
+	// HangClose makes closing hang: the stdio binary ignores stdin EOF,
+	// SIGTERM and SIGINT and keeps running (only SIGKILL ends it); an HTTP
+	// server never answers DELETE.
+	HangClose bool
+	// Garbage (stdio binary) writes a line that is not JSON to stdout before
+	// anything else.
+	Garbage bool
+	// Stateless (HTTP) serves stateless streamable HTTP, the only kind with
+	// which the SDK negotiates protocol 2026-07-28.
+	Stateless bool
+	// SSE (HTTP) serves the legacy HTTP+SSE transport instead of streamable
+	// HTTP.
+	SSE bool
+	// ToolsTTL, if positive, is the ttlMs cache hint of tools/list results
+	// (which the SDK's client honours on protocol 2026-07-28).
+	ToolsTTL time.Duration
+	// Crash, if set, is what the crash tool does (in process only).
+	Crash func()
+	// SpawnGrandchild (stdio binary) starts a child process of the server,
+	// in its process group, that sleeps forever holding the server's stdout
+	// (so that the client's end sees no EOF while it lives).
+	SpawnGrandchild bool
+	// Grandchild is the pid the grandchild tool returns; the binary sets it
+	// when it spawns one.
+	Grandchild int
+}
+
+// Name is the default implementation name of the test server.
+const Name = "mcptestserver"
+
+// New returns a test server for in-process use (mcp.NewInMemoryTransports,
+// or NewHandler). Its hangs last until the request's context ends.
+func New(opts Options) *mcp.Server {
+	return newServer(opts, nil)
+}
+
+// server is the state shared by one test server's handlers.
+type server struct {
+	opts    Options
+	release <-chan struct{} // ends every hang when closed; nil: never
+
+	mu       sync.Mutex
+	counts   map[string]int
+	counters map[*mcp.ServerSession]int
+	extra    bool
+}
+
+func newServer(opts Options, release <-chan struct{}) *mcp.Server {
+	st := &server{opts: opts, release: release, counts: map[string]int{}, counters: map[*mcp.ServerSession]int{}}
+	name := opts.Name
+	if name == "" {
+		name = Name
+	}
+	sopts := &mcp.ServerOptions{}
+	if opts.ToolsTTL > 0 {
+		ttl := int(opts.ToolsTTL / time.Millisecond)
+		sopts.SetCacheable = func(_ context.Context, req mcp.Request, c *mcp.Cacheable) {
+			if _, ok := req.(*mcp.ListToolsRequest); ok {
+				c.TTLMs = ttl
+			}
+		}
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: name, Version: "test"}, sopts)
+	s.AddReceivingMiddleware(st.middleware)
+
+	yes := true
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "echo",
+		Description: "Returns its text.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, func(_ context.Context, _ *mcp.CallToolRequest, in struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, any, error) {
+		return text(in.Text), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "counter",
+		Description: "Counts its calls in this session: 1, 2, 3...",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: new(bool)},
+	}, func(_ context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		st.mu.Lock()
+		st.counters[req.Session]++
+		n := st.counters[req.Session]
+		st.mu.Unlock()
+		return text(strconv.Itoa(n)), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "slow",
+		Description: "Sleeps ms milliseconds, then returns.",
+		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: new(bool)},
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct {
+		Ms int `json:"ms"`
+	}) (*mcp.CallToolResult, any, error) {
+		t := time.NewTimer(time.Duration(in.Ms) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return text("slept"), nil, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-st.release:
+			return nil, nil, errors.New("released")
+		}
+	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "crash",
+		Description: "Dies without answering.",
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes},
+	}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		if st.opts.Crash != nil {
+			st.opts.Crash()
+			// Whatever the hook did, this call is never answered.
+			st.hang(ctx)
+			return nil, nil, errors.New("crashed")
+		}
+		// Close the session from the server side. The close waits for this
+		// handler, and once it has begun the answer is not written.
+		go req.Session.Close()
+		t := time.NewTimer(50 * time.Millisecond)
+		defer t.Stop()
+		<-t.C
+		return nil, nil, errors.New("crashed")
+	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "change_tools",
+		Description: "Adds or removes the tool extra, so that the tool list changes.",
+	}, func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		st.mu.Lock()
+		st.extra = !st.extra
+		add := st.extra
+		st.mu.Unlock()
+		if add {
+			mcp.AddTool(s, &mcp.Tool{Name: "extra", Description: "Does nothing."},
+				func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+					return text("extra"), nil, nil
+				})
+			return text("added extra"), nil, nil
+		}
+		s.RemoveTools("extra")
+		return text("removed extra"), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "grandchild",
+		Description: "Returns the pid of the grandchild process, 0 if none.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return text(strconv.Itoa(opts.Grandchild)), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "stats",
+		Description: "Counts, per method, what this server has received.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		st.mu.Lock()
+		counts := maps.Clone(st.counts)
+		st.mu.Unlock()
+		b, err := json.Marshal(counts)
+		if err != nil {
+			return nil, nil, err
+		}
+		return text(string(b)), nil, nil
+	})
+	return s
+}
+
+// middleware counts what the server receives and applies RefusePing and
+// HangInitialize.
+func (st *server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		st.mu.Lock()
+		st.counts[method]++
+		st.mu.Unlock()
+		switch {
+		case st.opts.RefusePing && method == "ping":
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "method not found: ping"}
+		case st.opts.HangInitialize && (method == "initialize" || method == "server/discover"):
+			st.hang(ctx)
+			return nil, errors.New("initialize abandoned")
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// hang blocks until ctx ends or the server is released.
+func (st *server) hang(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-st.release:
+	}
+}
+
+func text(s string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: s}}}
+}
+
+// Stats decodes the text of a stats tool result.
+func Stats(res *mcp.CallToolResult) (map[string]int, error) {
+	if res == nil || len(res.Content) != 1 {
+		return nil, errors.New("stats: want one content")
+	}
+	tc, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		return nil, errors.New("stats: want text content")
+	}
+	var m map[string]int
+	if err := json.Unmarshal([]byte(tc.Text), &m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
