@@ -33,22 +33,32 @@ type effectCtx struct {
 	firesAt atomic.Int64 // when timer fires, since base; 0 when stopped
 	spent   atomic.Bool  // ctx has been canceled
 
+	// closing is the machine's Close flag; interruptible says whether the running
+	// effect began before close was applied, and so is Close's to interrupt.
+	closing       *atomic.Bool
+	interruptible atomic.Bool
+
 	mu     sync.Mutex // serializes changes to the timer and cancel with expire
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
 }
 
-func (x *effectCtx) init(now time.Time) {
+func (x *effectCtx) init(now time.Time, closing *atomic.Bool) {
 	x.base = now
+	x.closing = closing
 	x.ctx, x.cancel = context.WithCancelCause(context.Background())
 	x.timer = time.AfterFunc(time.Hour, x.expire)
 	x.timer.Stop()
 }
 
-// begin returns the context for an effect that must end by due. Only the owner calls it.
-func (x *effectCtx) begin(now, due time.Time) context.Context {
+// begin returns the context for an effect that must end by due. Only the owner calls
+// it. An interruptible effect that begins as Close is asked is interrupted at once:
+// begin stores due and then reads closing, Close sets closing and then reads due, so
+// one of them sees the other.
+func (x *effectCtx) begin(now, due time.Time, interruptible bool) context.Context {
 	d := max(1, int64(due.Sub(x.base)))
+	x.interruptible.Store(interruptible)
 	x.due.Store(d)
 	if fires := x.firesAt.Load(); x.spent.Load() || fires == 0 || fires > d {
 		x.mu.Lock()
@@ -61,6 +71,9 @@ func (x *effectCtx) begin(now, due time.Time) context.Context {
 			x.firesAt.Store(d)
 		}
 		x.mu.Unlock()
+	}
+	if interruptible && x.closing.Load() {
+		x.interrupt(ErrClosed)
 	}
 	return x.ctx
 }
@@ -81,10 +94,11 @@ func (x *effectCtx) idle() {
 	x.mu.Unlock()
 }
 
-// interrupt cancels the running effect, if any, with cause. Any goroutine may call it.
+// interrupt cancels the running effect, if any and if interruptible, with cause. Any
+// goroutine may call it.
 func (x *effectCtx) interrupt(cause error) {
 	x.mu.Lock()
-	if x.due.Load() != 0 {
+	if x.due.Load() != 0 && x.interruptible.Load() {
 		x.cancel(cause)
 		x.spent.Store(true)
 	}

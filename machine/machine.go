@@ -106,7 +106,7 @@ func New(spec *Spec, opts Options) *Machine {
 	}
 	m.core = newCore(spec, &m.pol, rng)
 	m.state.Store(uint32(spec.initial))
-	m.eff.init(time.Now())
+	m.eff.init(time.Now(), &m.closing)
 	m.timer = time.NewTimer(time.Hour)
 	m.timer.Stop()
 	go m.run()
@@ -137,8 +137,9 @@ func (m *Machine) Start() { m.Post(Event{Trigger: states.Start}) }
 func (m *Machine) Reconnect() { m.Post(Event{Trigger: states.Recycle}) }
 
 // Close asks the machine to close for good: it interrupts the effect running now, if
-// any, and applies close ahead of anything else queued, so that the session is torn
-// down (bounded by the teardown timeout) and the machine reaches its final state. It
+// any, and close is applied ahead of anything else queued and before any further
+// effect starts, so that the session is torn down (bounded by the teardown timeout)
+// and the machine reaches its final state. It
 // returns nil once the owner goroutine has exited, or ctx's error if ctx ends first (the
 // machine still closes). It is idempotent and safe from any goroutine except the owner's
 // (an Observer must not call it).
@@ -321,16 +322,20 @@ func (m *Machine) step(t trig, ev *Event, fromInvoke bool, now time.Time) time.T
 // later.
 func (m *Machine) follow(inv *invokeSpec, now time.Time) time.Time {
 	for inv != nil {
+		if m.closePending() {
+			// Close jumps the queue: it is applied before another effect starts,
+			// so an effect begun after Close was asked never keeps it waiting.
+			return m.applyClose(now)
+		}
 		var out Event
 		out, now = m.invoke(inv, now)
 		if out.Trigger == 0 {
 			return now
 		}
-		// Close jumps the queue: an outcome that arrives after Close was asked for is
-		// applied after close, and so is ignored unless the new state wants it.
-		if m.closing.Load() && !m.closeApplied {
-			m.closeApplied = true
-			now = m.step(states.Close, &Event{Trigger: states.Close}, false, now)
+		if m.closePending() {
+			// An outcome that arrives after Close was asked for is applied after
+			// close, and so is ignored unless the new state wants it.
+			now = m.applyClose(now)
 		}
 		tr, next, ok := m.core.apply(out.Trigger, &out, true, now)
 		if !ok {
@@ -342,13 +347,24 @@ func (m *Machine) follow(inv *invokeSpec, now time.Time) time.Time {
 	return now
 }
 
+// closePending reports whether Close has been asked for and not yet applied.
+func (m *Machine) closePending() bool { return !m.closeApplied && m.closing.Load() }
+
+// applyClose applies close now, ahead of whatever is queued.
+func (m *Machine) applyClose(now time.Time) time.Time {
+	m.closeApplied = true
+	return m.step(states.Close, &Event{Trigger: states.Close}, false, now)
+}
+
 // invoke runs an invoked effect under its timeout and returns its outcome and the time
 // it finished.
 func (m *Machine) invoke(inv *invokeSpec, now time.Time) (Event, time.Time) {
 	if m.inv == nil {
 		return Event{}, now
 	}
-	ctx := m.eff.begin(now, now.Add(m.core.durs[inv.timeout.field]))
+	// Effects begun before close was applied are Close's to interrupt; the teardown
+	// that close itself leads to is not.
+	ctx := m.eff.begin(now, now.Add(m.core.durs[inv.timeout.field]), !m.closeApplied)
 	out := m.inv.Invoke(ctx, Invocation{Effect: inv.name, State: m.core.state, Vars: m.core.vars, Policies: &m.pol})
 	m.eff.end()
 	if out.Trigger != 0 {

@@ -76,6 +76,7 @@ type Session struct {
 	life context.Context    // ends when the session is forced down or closed
 	kill context.CancelCauseFunc
 
+	http     bool          // the session speaks HTTP (streamable or SSE): statuses are recorded
 	pingless atomic.Bool   // latched: the server answered ping with method-not-found
 	closing  atomic.Bool   // Close was called
 	watched  chan struct{} // closed when watch returns
@@ -126,6 +127,7 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		onEnd:   opts.OnEnd,
 		closed:  make(chan struct{}),
 		watched: make(chan struct{}),
+		http:    cfg.httpConfig() != nil,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -283,7 +285,7 @@ func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Cal
 		cp = *p
 		cp.Meta = maps.Clone(p.Meta)
 	}
-	ctx, status := withStatus(ctx)
+	ctx, status := s.withStatus(ctx)
 	res, err := s.cs.CallTool(ctx, &cp)
 	if err != nil {
 		return nil, s.wrap(OpCallTool, cp.Name, err, status)
@@ -298,7 +300,7 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 	seen := map[string]bool{}
 	cursor := ""
 	for {
-		pctx, status := withStatus(ctx)
+		pctx, status := s.withStatus(ctx)
 		res, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
 			return nil, s.wrap(OpListTools, "", err, status)
@@ -324,7 +326,7 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 // SDK's cache). An error is an *Error with Op OpProbe.
 func (s *Session) Probe(ctx context.Context) error {
 	if !s.pingless.Load() {
-		pctx, status := withStatus(ctx)
+		pctx, status := s.withStatus(ctx)
 		err := s.cs.Ping(pctx, nil)
 		if err == nil {
 			return nil
@@ -336,7 +338,7 @@ func (s *Session) Probe(ctx context.Context) error {
 			s.log.Info("the server does not implement ping: probing with tools/list from now on")
 		}
 	}
-	pctx, status := withStatus(ctx)
+	pctx, status := s.withStatus(ctx)
 	if _, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{}); err != nil {
 		return s.wrap(OpProbe, "", err, status)
 	}
@@ -481,6 +483,16 @@ func (s *Session) ClientSession() *mcp.ClientSession { return s.cs }
 
 // String describes the session's server without secrets.
 func (s *Session) String() string { return s.desc }
+
+// withStatus returns ctx with a place for the HTTP status of the request made under
+// it, for an HTTP session; other sessions have no status to record, and skip the
+// allocation.
+func (s *Session) withStatus(ctx context.Context) (context.Context, *atomic.Int32) {
+	if !s.http {
+		return ctx, nil
+	}
+	return withStatus(ctx)
+}
 
 // wrap returns err as an *Error of op, with the HTTP status status recorded,
 // if any.

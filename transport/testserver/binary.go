@@ -44,6 +44,9 @@ func Args(opts Options) []string {
 	if opts.ToolsTTL > 0 {
 		args = append(args, "-tools-ttl", opts.ToolsTTL.String())
 	}
+	if opts.ExitStatus != 0 {
+		args = append(args, "-exit-status", strconv.Itoa(opts.ExitStatus))
+	}
 	return args
 }
 

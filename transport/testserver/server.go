@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -56,6 +57,9 @@ type Options struct {
 	// Garbage (stdio binary) writes a line that is not JSON to stdout before
 	// anything else.
 	Garbage bool
+	// ExitStatus (stdio binary), if not zero, is the status the server exits with
+	// when its stdin closes, so that every close of its session reports an error.
+	ExitStatus int
 	// Stateless (HTTP) serves stateless streamable HTTP, the only kind with
 	// which the SDK negotiates protocol 2026-07-28.
 	Stateless bool
@@ -152,6 +156,30 @@ func newServer(opts Options, release <-chan struct{}) *mcp.Server {
 		case <-st.release:
 			return nil, nil, errors.New("released")
 		}
+	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "hold",
+		Description: "Sleeps ms milliseconds, then returns; not idempotent, so never retried.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct {
+		Ms int `json:"ms"`
+	}) (*mcp.CallToolResult, any, error) {
+		t := time.NewTimer(time.Duration(in.Ms) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return text("held"), nil, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-st.release:
+			return nil, nil, errors.New("released")
+		}
+	})
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "pid",
+		Description: "Returns the server's process id.",
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true},
+	}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return text(strconv.Itoa(os.Getpid())), nil, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "crash",

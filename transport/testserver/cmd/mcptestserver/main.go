@@ -35,6 +35,7 @@ func main() {
 	flag.BoolVar(&opts.HangInitialize, "hang-initialize", false, "never answer initialize")
 	flag.BoolVar(&opts.HangClose, "hang-close", false, "stdio: ignore stdin EOF, SIGTERM and SIGINT; HTTP: never answer DELETE")
 	flag.BoolVar(&opts.Garbage, "garbage", false, "stdio: write a line of garbage to stdout first")
+	flag.IntVar(&opts.ExitStatus, "exit-status", 0, "stdio: exit with this status when stdin closes")
 	flag.BoolVar(&opts.Stateless, "stateless", false, "HTTP: stateless streamable HTTP (protocol 2026-07-28)")
 	flag.BoolVar(&opts.SSE, "sse", false, "HTTP: legacy SSE transport")
 	flag.DurationVar(&opts.ToolsTTL, "tools-ttl", 0, "ttlMs cache hint of tools/list results")
@@ -101,6 +102,9 @@ func serveStdio(opts testserver.Options) error {
 	}
 	if errors.Is(err, context.Canceled) {
 		err = nil
+	}
+	if err == nil && opts.ExitStatus != 0 {
+		os.Exit(opts.ExitStatus)
 	}
 	return err
 }

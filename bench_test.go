@@ -1,0 +1,110 @@
+package mcpfsm
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"runtime"
+	"testing"
+
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// benchArgs are the arguments of the benchmarked call: echo of a short text.
+var benchArgs = map[string]any{"text": "hello"}
+
+// sdkSession connects a raw go-sdk client session to a fresh test server over the
+// in-memory transport.
+func sdkSession(b *testing.B) *mcp.ClientSession {
+	b.Helper()
+	ctx := context.Background()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := testserver.New(testserver.Options{}).Connect(ctx, st, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cs.Close(); ss.Wait() })
+	return cs
+}
+
+// readyConn opens a Conn with the default lifecycle to a fresh test server over the
+// in-memory transport and waits until it is ready.
+func readyConn(b *testing.B) *Conn {
+	b.Helper()
+	c, err := Open(transport.Config{Name: "bench", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}},
+		Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close(context.Background()) })
+	if err := c.WaitReady(context.Background()); err != nil || c.State() != states.Ready {
+		b.Fatalf("not ready: %v", err)
+	}
+	return c
+}
+
+// BenchmarkCallTool compares one tool call on a raw go-sdk session with the same call
+// through a ready Conn, on the in-memory transport.
+func BenchmarkCallTool(b *testing.B) {
+	ctx := context.Background()
+	b.Run("sdk", func(b *testing.B) {
+		cs := sdkSession(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("machine", func(b *testing.B) {
+		c := readyConn(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := c.CallTool(ctx, "echo", benchArgs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkCallToolParallel is BenchmarkCallTool from 64 goroutines at once, on one
+// session.
+func BenchmarkCallToolParallel(b *testing.B) {
+	ctx := context.Background()
+	b.Run("sdk", func(b *testing.B) {
+		cs := sdkSession(b)
+		b.ReportAllocs()
+		b.SetParallelism(64 / max(1, runtimeProcs()))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("machine", func(b *testing.B) {
+		c := readyConn(b)
+		b.ReportAllocs()
+		b.SetParallelism(64 / max(1, runtimeProcs()))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if _, err := c.CallTool(ctx, "echo", benchArgs); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// runtimeProcs is GOMAXPROCS, so that SetParallelism gives 64 goroutines in all.
+func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

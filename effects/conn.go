@@ -1,0 +1,301 @@
+package effects
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A Conn carries out the invoked effects of one connection over package transport: it
+// is the machine.Invoker of that connection's machine, and it holds the connection's
+// current session, which calls read without going through the machine.
+//
+// connect, probe and teardown run on the machine's owner goroutine, so every session
+// is opened and closed there. Other goroutines (the session's end watcher, calls that
+// find the session broken) only report to the machine, through Post.
+type Conn struct {
+	cfg  transport.Config
+	opts ConnOptions
+
+	post   func(machine.Event) // delivers an event to the machine; set by Bind
+	nextID uint64              // the id of the next session; owner goroutine only
+
+	current atomic.Pointer[Session]
+	relists sync.WaitGroup // tools/list_changed re-lists in flight
+}
+
+// ConnOptions configure a Conn.
+type ConnOptions struct {
+	// Client is the client implementation sent in initialize.
+	Client *mcp.Implementation
+	// Logger receives the sessions' own events.
+	Logger *slog.Logger
+	// OnTools is called with the new tool list after a session comes up and after
+	// each re-list that tools/list_changed notifications set off (bursts coalesce
+	// into one re-list at a time). It runs on a goroutine of its own and must not
+	// block for long.
+	OnTools func([]*mcp.Tool)
+	// OnOpen and OnClose, if set, are called on the owner goroutine just after a
+	// session opens and just before it is closed. Tests use them to check who opens
+	// and closes sessions.
+	OnOpen, OnClose func(*Session)
+	// Dial opens sessions; transport.DialClient when nil. A wrapper can decorate
+	// real sessions (tests do).
+	Dial transport.Dialer
+}
+
+// NewConn returns the effects of a connection to the server cfg describes. Bind it to
+// its machine before the machine starts.
+func NewConn(cfg transport.Config, opts ConnOptions) *Conn {
+	if opts.Dial == nil {
+		opts.Dial = transport.DialClient
+	}
+	return &Conn{cfg: cfg, opts: opts}
+}
+
+// Bind gives the Conn the function that posts events to its machine.
+func (c *Conn) Bind(post func(machine.Event)) { c.post = post }
+
+// Config returns the connection's transport config.
+func (c *Conn) Config() transport.Config { return c.cfg }
+
+// A Session is one live session of a Conn, as calls see it.
+type Session struct {
+	ID    uint64 // unique within its Conn, starting at 1
+	S     transport.Client
+	Start time.Time
+
+	tools     atomic.Pointer[[]*mcp.Tool]
+	reported  atomic.Bool  // a failure of this session has been reported to the machine
+	inflight  atomic.Int64 // calls in flight on it
+	draining  atomic.Bool  // no new call may start on it
+	drained   chan struct{}
+	dirty     atomic.Bool // tools/list_changed arrived; a re-list is due
+	relisting atomic.Bool
+}
+
+// Tools returns the session's tool list, as last listed.
+func (s *Session) Tools() []*mcp.Tool {
+	if p := s.tools.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Tool returns the tool with the given name, or nil.
+func (s *Session) Tool(name string) *mcp.Tool {
+	for _, t := range s.Tools() {
+		if t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// Current returns the live session calls may use, or nil while there is none.
+func (c *Conn) Current() *Session { return c.current.Load() }
+
+// Acquire returns the current session with a call counted in flight on it, or nil if
+// there is none or it is being torn down. The caller must Release it.
+func (c *Conn) Acquire() *Session {
+	s := c.current.Load()
+	if s == nil {
+		return nil
+	}
+	s.inflight.Add(1)
+	// Counted before looking again: a teardown that stored nil and set draining
+	// after this either sees the count and waits, or is seen here.
+	if s.draining.Load() || c.current.Load() != s {
+		s.Release()
+		return nil
+	}
+	return s
+}
+
+// Release ends a call counted by Acquire.
+func (s *Session) Release() {
+	if s.inflight.Add(-1) == 0 && s.draining.Load() {
+		select {
+		case s.drained <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// OwnClose reports whether an error a call got on s now is an artifact of our own
+// close: s is being closed, and not because it failed (a failure was reported, by the
+// session's end, a probe or a call, before the teardown it set off).
+func (s *Session) OwnClose() bool { return s.S.Closing() && !s.reported.Load() }
+
+// Report tells the machine that this session is broken, with the cause the classifier
+// gave the error. Only the first report of a session is posted; only a cause that
+// counts is a report.
+func (c *Conn) Report(s *Session, cause states.Cause, err error) {
+	if !cause.Counts() || c.post == nil || !s.reported.CompareAndSwap(false, true) {
+		return
+	}
+	c.post(machine.Event{Trigger: states.Lost, Cause: cause, Err: err, Session: s.ID})
+}
+
+// Invoke runs one of the spec's invoked effects. It implements machine.Invoker.
+func (c *Conn) Invoke(ctx context.Context, inv machine.Invocation) machine.Event {
+	switch inv.Effect {
+	case "connect":
+		return c.connect(ctx)
+	case "probe":
+		return c.probe(ctx, inv)
+	case "teardown":
+		return c.teardown(ctx, inv)
+	}
+	panic("effects: no code for the invoked effect " + inv.Effect)
+}
+
+// classifyEffect classifies the error an effect ran into. When the effect's context
+// has ended, what counts is why it ended (its timeout, or Close), which the SDK's bare
+// context error does not say; the error then leads with that reason.
+func classifyEffect(ctx context.Context, err error, ownClose bool) (states.Cause, error) {
+	if ctx.Err() != nil {
+		why := context.Cause(ctx)
+		return Classify(why, ownClose), fmt.Errorf("%w: %w", why, err)
+	}
+	return Classify(err, ownClose), err
+}
+
+// connect dials, initializes and lists tools.
+func (c *Conn) connect(ctx context.Context) machine.Event {
+	c.nextID++
+	s := &Session{ID: c.nextID, drained: make(chan struct{}, 1)}
+	ts, err := c.opts.Dial(ctx, c.cfg, transport.Options{
+		Client:         c.opts.Client,
+		Logger:         c.opts.Logger,
+		OnEnd:          func(err error) { c.Report(s, Classify(err, false), err) },
+		OnToolsChanged: func() { c.toolsChanged(s) },
+	})
+	if err != nil {
+		cause, err := classifyEffect(ctx, err, false)
+		return machine.Event{Trigger: states.ConnectFailed, Cause: cause, Err: err}
+	}
+	s.S, s.Start = ts, time.Now()
+	if c.opts.OnOpen != nil {
+		c.opts.OnOpen(s)
+	}
+	tools, err := ts.ListTools(ctx)
+	if err != nil {
+		cause, err := classifyEffect(ctx, err, false)
+		c.closeNow(ctx, s)
+		return machine.Event{Trigger: states.ConnectFailed, Cause: cause, Err: err}
+	}
+	s.tools.Store(&tools)
+	c.current.Store(s)
+	if c.opts.OnTools != nil {
+		c.opts.OnTools(tools)
+	}
+	return machine.Event{Trigger: states.Connected, Session: s.ID}
+}
+
+// probe checks the session with a request that reaches the server, or recycles a
+// session older than max_session_age.
+func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event {
+	s := c.current.Load()
+	if s == nil {
+		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errNoSession}
+	}
+	if age := inv.Policies.MaxSessionAge; age > 0 && time.Since(s.Start) >= age {
+		return machine.Event{Trigger: states.Recycle, Session: s.ID}
+	}
+	err := s.S.Probe(ctx)
+	if err == nil {
+		return machine.Event{Trigger: states.ProbeOK, Session: s.ID}
+	}
+	cause, err := classifyEffect(ctx, err, false)
+	if cause == states.CauseServer {
+		// The server answered, with an error: the connection works.
+		return machine.Event{Trigger: states.ProbeOK, Session: s.ID}
+	}
+	s.reported.Store(true) // the probe reports it; calls need not
+	return machine.Event{Trigger: states.ProbeFailed, Cause: cause, Err: err, Session: s.ID}
+}
+
+var errNoSession = errors.New("no session")
+
+// teardown closes the current session. A planned teardown first lets the calls in
+// flight finish (for up to half of teardown_timeout) while new calls wait for the next
+// session. Its error counts only if the teardown was planned and the error holds a
+// real failure: after a failure, the failure was counted when it was found.
+func (c *Conn) teardown(ctx context.Context, inv machine.Invocation) machine.Event {
+	s := c.current.Swap(nil)
+	if s == nil {
+		return machine.Event{Trigger: states.TornDown}
+	}
+	s.draining.Store(true)
+	if inv.Vars.Planned {
+		drain, cancel := context.WithTimeout(ctx, inv.Policies.TeardownTimeout/2)
+		for s.inflight.Load() > 0 && drain.Err() == nil {
+			select {
+			case <-s.drained:
+			case <-drain.Done():
+			}
+		}
+		cancel()
+	}
+	err := c.closeNow(ctx, s)
+	if err == nil {
+		return machine.Event{Trigger: states.TornDown}
+	}
+	cause, err := classifyEffect(ctx, err, true)
+	if !inv.Vars.Planned && cause != states.CauseNone {
+		cause = states.CauseArtifact // the failure behind this teardown was counted already
+	}
+	return machine.Event{Trigger: states.TornDown, Cause: cause, Err: err}
+}
+
+// closeNow closes s under ctx and waits for its re-lists to end.
+func (c *Conn) closeNow(ctx context.Context, s *Session) error {
+	if c.opts.OnClose != nil {
+		c.opts.OnClose(s)
+	}
+	err := s.S.Close(ctx)
+	c.relists.Wait()
+	return err
+}
+
+// toolsChanged coalesces tools/list_changed notifications: one re-list at a time, and
+// one more after it if any arrived meanwhile.
+func (c *Conn) toolsChanged(s *Session) {
+	s.dirty.Store(true)
+	if !s.relisting.CompareAndSwap(false, true) {
+		return
+	}
+	c.relists.Add(1)
+	go func() {
+		defer c.relists.Done()
+		for s.dirty.Swap(false) {
+			ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
+			tools, err := s.S.ListTools(ctx)
+			cancel()
+			if err != nil {
+				break // the session is failing; its watcher or a probe will tell
+			}
+			s.tools.Store(&tools)
+			if c.opts.OnTools != nil && c.current.Load() == s {
+				c.opts.OnTools(tools)
+			}
+		}
+		s.relisting.Store(false)
+		if s.dirty.Load() && !s.S.Closing() {
+			c.toolsChanged(s) // a notification slipped in after the last re-list
+		}
+	}()
+}
+
+// relistTimeout bounds a re-list after tools/list_changed.
+const relistTimeout = 10 * time.Second
