@@ -2,6 +2,7 @@ package mcpfsm_test
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -28,14 +29,25 @@ func TestGraphsAreFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const begin, end = "<!-- lifecycle:begin -->\n", "<!-- lifecycle:end -->"
-	text := string(readme)
+	text := between(t, string(readme), "lifecycle", "```mermaid\n"+mmd+"```\n")
+	table := "| policy | default | meaning |\n| --- | --- | --- |\n"
+	for _, p := range spec.Policies() {
+		table += fmt.Sprintf("| `%s` | %s | %s |\n", p.Name, p.Default, p.Description)
+	}
+	text = between(t, text, "policies", table)
+	fresh(t, "README.md", text)
+}
+
+// between replaces what lies between the markers <!-- name:begin --> and
+// <!-- name:end --> of text with content.
+func between(t *testing.T, text, name, content string) string {
+	t.Helper()
+	begin, end := "<!-- "+name+":begin -->\n", "<!-- "+name+":end -->"
 	i, j := strings.Index(text, begin), strings.Index(text, end)
 	if i < 0 || j < i {
-		t.Fatalf("README.md lacks the %q ... %q markers around the lifecycle picture", begin, end)
+		t.Fatalf("README.md lacks the %q ... %q markers", begin, end)
 	}
-	want := text[:i+len(begin)] + "```mermaid\n" + mmd + "```\n" + text[j:]
-	fresh(t, "README.md", want)
+	return text[:i+len(begin)] + content + text[j:]
 }
 
 func fresh(t *testing.T, path, want string) {

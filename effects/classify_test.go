@@ -89,7 +89,7 @@ func TestClassifyRealErrors(t *testing.T) {
 			ctx, cancel := context.WithTimeoutCause(context.Background(), 300*time.Millisecond, machine.ErrEffectTimeout)
 			defer cancel()
 			_, err := transport.Dial(ctx, stdioConfig(t, testserver.Options{HangInitialize: true}), transport.Options{})
-			cause, _ := classifyEffect(ctx, err, false)
+			cause, _ := classifyEffect(ctx, machine.Invocation{Effect: "connect"}, err, false)
 			if cause != states.CauseTimeout {
 				t.Errorf("classifyEffect = %s", cause)
 			}
@@ -189,7 +189,7 @@ func TestClassifyRealErrors(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(context.Background())
 			go func() { time.Sleep(200 * time.Millisecond); cancel(machine.ErrClosed) }()
 			_, err := transport.Dial(ctx, stdioConfig(t, testserver.Options{HangInitialize: true}), transport.Options{})
-			cause, _ := classifyEffect(ctx, err, false)
+			cause, _ := classifyEffect(ctx, machine.Invocation{Effect: "connect"}, err, false)
 			if cause != states.CauseArtifact {
 				t.Errorf("classifyEffect = %s", cause)
 			}

@@ -150,7 +150,7 @@ func (c *Conn) Report(s *Session, cause states.Cause, err error) {
 func (c *Conn) Invoke(ctx context.Context, inv machine.Invocation) machine.Event {
 	switch inv.Effect {
 	case "connect":
-		return c.connect(ctx)
+		return c.connect(ctx, inv)
 	case "probe":
 		return c.probe(ctx, inv)
 	case "teardown":
@@ -161,17 +161,30 @@ func (c *Conn) Invoke(ctx context.Context, inv machine.Invocation) machine.Event
 
 // classifyEffect classifies the error an effect ran into. When the effect's context
 // has ended, what counts is why it ended (its timeout, or Close), which the SDK's bare
-// context error does not say; the error then leads with that reason.
-func classifyEffect(ctx context.Context, err error, ownClose bool) (states.Cause, error) {
-	if ctx.Err() != nil {
-		why := context.Cause(ctx)
-		return Classify(why, ownClose), fmt.Errorf("%w: %w", why, err)
+// context error does not say: the error is then that reason.
+func classifyEffect(ctx context.Context, inv machine.Invocation, err error, ownClose bool) (states.Cause, error) {
+	if ctx.Err() == nil {
+		return Classify(err, ownClose), err
 	}
-	return Classify(err, ownClose), err
+	why := context.Cause(ctx)
+	msg := fmt.Sprintf("%s interrupted by Close", inv.Effect)
+	if errors.Is(why, machine.ErrEffectTimeout) {
+		msg = fmt.Sprintf("%s: no answer within %s (%s)", inv.Effect, inv.Timeout, inv.TimeoutPolicy)
+	}
+	return Classify(why, ownClose), &reasonError{msg, why}
 }
 
+// reasonError says why an effect's context ended, in words, and wraps the reason.
+type reasonError struct {
+	msg    string
+	reason error
+}
+
+func (e *reasonError) Error() string { return e.msg }
+func (e *reasonError) Unwrap() error { return e.reason }
+
 // connect dials, initializes and lists tools.
-func (c *Conn) connect(ctx context.Context) machine.Event {
+func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Event {
 	c.nextID++
 	s := &Session{ID: c.nextID, drained: make(chan struct{}, 1)}
 	ts, err := c.opts.Dial(ctx, c.cfg, transport.Options{
@@ -181,7 +194,7 @@ func (c *Conn) connect(ctx context.Context) machine.Event {
 		OnToolsChanged: func() { c.toolsChanged(s) },
 	})
 	if err != nil {
-		cause, err := classifyEffect(ctx, err, false)
+		cause, err := classifyEffect(ctx, inv, err, false)
 		return machine.Event{Trigger: states.ConnectFailed, Cause: cause, Err: err}
 	}
 	s.S, s.Start = ts, time.Now()
@@ -190,7 +203,7 @@ func (c *Conn) connect(ctx context.Context) machine.Event {
 	}
 	tools, err := ts.ListTools(ctx)
 	if err != nil {
-		cause, err := classifyEffect(ctx, err, false)
+		cause, err := classifyEffect(ctx, inv, err, false)
 		c.closeNow(ctx, s)
 		return machine.Event{Trigger: states.ConnectFailed, Cause: cause, Err: err}
 	}
@@ -216,7 +229,7 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 	if err == nil {
 		return machine.Event{Trigger: states.ProbeOK, Session: s.ID}
 	}
-	cause, err := classifyEffect(ctx, err, false)
+	cause, err := classifyEffect(ctx, inv, err, false)
 	if cause == states.CauseServer {
 		// The server answered, with an error: the connection works.
 		return machine.Event{Trigger: states.ProbeOK, Session: s.ID}
@@ -251,7 +264,7 @@ func (c *Conn) teardown(ctx context.Context, inv machine.Invocation) machine.Eve
 	if err == nil {
 		return machine.Event{Trigger: states.TornDown}
 	}
-	cause, err := classifyEffect(ctx, err, true)
+	cause, err := classifyEffect(ctx, inv, err, true)
 	if !inv.Vars.Planned && cause != states.CauseNone {
 		cause = states.CauseArtifact // the failure behind this teardown was counted already
 	}

@@ -11,7 +11,7 @@ import (
 
 // ErrEffectTimeout is the cause (context.Cause) of an invoked effect's context when the
 // effect outlived its timeout policy. It matches context.DeadlineExceeded.
-var ErrEffectTimeout = fmt.Errorf("effect timed out: %w", context.DeadlineExceeded)
+var ErrEffectTimeout = fmt.Errorf("timed out: %w", context.DeadlineExceeded)
 
 // ErrClosed is the cause of an invoked effect's context when Close interrupted it, and
 // the error of operations on a machine that has closed.

@@ -24,10 +24,13 @@ type Invoker interface {
 
 // An Invocation is what an Invoker is asked to run.
 type Invocation struct {
-	Effect   string       // the invoked effect's name, such as "connect"
-	State    states.State // the state that invoked it
-	Vars     Vars         // the machine's extended state, a copy
-	Policies *Policies    // the machine's policies; read only
+	Effect string       // the invoked effect's name, such as "connect"
+	State  states.State // the state that invoked it
+	// Timeout is when the effect's context ends, by the policy TimeoutPolicy.
+	Timeout       time.Duration
+	TimeoutPolicy string
+	Vars          Vars      // the machine's extended state, a copy
+	Policies      *Policies // the machine's policies; read only
 }
 
 // Options configure a Machine. Only Invoker is required.
@@ -364,8 +367,12 @@ func (m *Machine) invoke(inv *invokeSpec, now time.Time) (Event, time.Time) {
 	}
 	// Effects begun before close was applied are Close's to interrupt; the teardown
 	// that close itself leads to is not.
-	ctx := m.eff.begin(now, now.Add(m.core.durs[inv.timeout.field]), !m.closeApplied)
-	out := m.inv.Invoke(ctx, Invocation{Effect: inv.name, State: m.core.state, Vars: m.core.vars, Policies: &m.pol})
+	timeout := m.core.durs[inv.timeout.field]
+	ctx := m.eff.begin(now, now.Add(timeout), !m.closeApplied)
+	out := m.inv.Invoke(ctx, Invocation{
+		Effect: inv.name, State: m.core.state, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
+		Vars: m.core.vars, Policies: &m.pol,
+	})
 	m.eff.end()
 	if out.Trigger != 0 {
 		now = time.Now() // the effect took time; its outcome is stamped when it came

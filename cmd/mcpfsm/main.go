@@ -28,6 +28,7 @@ type command struct {
 }
 
 var commands = map[string]command{
+	"demo":     {"watch a connection survive a fault tour against an in-process server", runDemo},
 	"graph":    {"render a lifecycle as DOT or Mermaid", runGraph},
 	"validate": {"check a lifecycle spec and report every problem", runValidate},
 }

@@ -125,3 +125,30 @@ func TestUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestDemo runs the fault tour and checks that each act of it shows in the output.
+func TestDemo(t *testing.T) {
+	out, errOut, code := runCLI(t, "demo")
+	if code != 0 || errOut != "" {
+		t.Fatalf("demo: exit %d, stderr %q\n%s", code, errOut, out)
+	}
+	for _, want := range []string{
+		`call counter → "3"`,
+		"lost (expired:",                          // the restart, found by a call
+		`call counter → "1"`,                      // retried on a new session
+		"probe_failed (timeout: probe: no answer", // the freeze, found by a probe
+		"connect_failed (timeout:",                // reconnects time out while frozen
+		"failed fast in",                          // calls fail fast while the breaker is open
+		"half-open → ready connected",             // a trial closes the breaker
+		`call echo → "welcome back"`,              // after the server came back
+		"tearing-down → closed torn_down",         // closed cleanly
+		"Summary",
+	} {
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	if out, _, code := runCLI(t, "demo", "--help"); code != 0 || !strings.Contains(out, "fault tour") {
+		t.Errorf("demo --help: exit %d\n%s", code, out)
+	}
+}

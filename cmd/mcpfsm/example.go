@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+)
+
+// exampleServer is the project's example MCP server (tools echo, counter, slow, ...)
+// served over streamable HTTP on loopback, with switches that play faults: it can
+// freeze (accept requests and answer nothing), restart (forgetting its sessions, as a
+// restarted process does) and stop.
+type exampleServer struct {
+	addr string
+
+	mu      sync.Mutex
+	srv     *http.Server // nil while stopped
+	handler http.Handler
+	frozen  chan struct{} // non-nil while frozen; closed by thaw
+	serving sync.WaitGroup
+}
+
+// startExampleServer listens on addr (":0" style addresses pick a free port).
+func startExampleServer(addr string) (*exampleServer, error) {
+	e := &exampleServer{handler: testserver.NewHandler(testserver.Options{Name: "example-server"})}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	e.addr = l.Addr().String()
+	e.serve(l)
+	return e, nil
+}
+
+// URL is the server's MCP endpoint.
+func (e *exampleServer) URL() string { return "http://" + e.addr + "/mcp" }
+
+func (e *exampleServer) serve(l net.Listener) {
+	srv := &http.Server{Handler: http.HandlerFunc(e.serveHTTP), ReadHeaderTimeout: 10 * time.Second}
+	e.mu.Lock()
+	e.srv = srv
+	e.mu.Unlock()
+	e.serving.Add(1)
+	go func() {
+		defer e.serving.Done()
+		_ = srv.Serve(l)
+	}()
+}
+
+func (e *exampleServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	frozen, h := e.frozen, e.handler
+	e.mu.Unlock()
+	if frozen != nil {
+		select {
+		case <-frozen:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	h.ServeHTTP(w, r)
+}
+
+// freeze makes the server stop answering until thaw.
+func (e *exampleServer) freeze() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.frozen == nil {
+		e.frozen = make(chan struct{})
+	}
+}
+
+// thaw ends a freeze.
+func (e *exampleServer) thaw() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.frozen != nil {
+		close(e.frozen)
+		e.frozen = nil
+	}
+}
+
+// stop closes the listener and every connection: clients get connection refused.
+func (e *exampleServer) stop() {
+	e.mu.Lock()
+	srv := e.srv
+	e.srv = nil
+	e.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+	e.serving.Wait()
+}
+
+// restart stops the server and starts it again on the same address; with
+// forgetSessions it knows none of its old sessions, as a restarted process would not.
+func (e *exampleServer) restart(forgetSessions bool) error {
+	e.stop()
+	if forgetSessions {
+		e.mu.Lock()
+		e.handler = testserver.NewHandler(testserver.Options{Name: "example-server"})
+		e.mu.Unlock()
+	}
+	var l net.Listener
+	var err error
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if l, err = net.Listen("tcp", e.addr); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	e.serve(l)
+	return nil
+}
+
+// close stops the server for good, ending every hang.
+func (e *exampleServer) close(ctx context.Context) error {
+	e.thaw()
+	e.mu.Lock()
+	srv := e.srv
+	e.srv = nil
+	e.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	err := srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = srv.Close()
+	}
+	e.serving.Wait()
+	return err
+}
