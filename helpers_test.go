@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,7 +75,9 @@ func open(t *testing.T, cfg transport.Config, pol *machine.Policies, tweak func(
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := c.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			t.Errorf("Close: %v (state %s)\n%s\ngoroutines:\n%s", err, c.State(), c.timeline(), stacks.String())
 		}
 	})
 	return c

@@ -3,6 +3,7 @@ package machine_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -397,4 +398,77 @@ func TestCloseIsIdempotentAndBounded(t *testing.T) {
 			t.Errorf("Wait for ready after close = %v, want ErrClosed", err)
 		}
 	})
+}
+
+// TestCloseAsTeardownStarts: Close asked just as a failure's teardown is about to start
+// (lost and close in one batch). Close in tearing-down changes only the books, so the
+// teardown must still run, once, and the machine must reach closed.
+func TestCloseAsTeardownStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true}
+		m, rec := newMachine(t, srv, nil)
+		m.Start()
+		waitState(t, m, states.Ready, time.Second)
+		m.Post(machine.Event{Trigger: states.Lost, Cause: states.CauseLost, Session: srv.current()})
+		closeMachine(t, m) // posts close into the same batch: the owner has not run yet
+		want := []string{"idle>connecting", "connecting>ready", "ready>tearing-down", "tearing-down>tearing-down", "tearing-down>closed"}
+		if diff := cmp.Diff(want, rec.path()); diff != "" {
+			t.Errorf("path (-want +got):\n%s", diff)
+		}
+		srv.mu.Lock()
+		defer srv.mu.Unlock()
+		if diff := cmp.Diff([]string{"connect", "teardown"}, srv.effects); diff != "" {
+			t.Errorf("effects run (-want +got):\n%s", diff)
+		}
+	})
+}
+
+// TestCloseNeverWedges drives machines through random events and server behaviour in
+// virtual time and closes each at a random moment: Close always returns, within the
+// teardown timeout of being asked plus the effect it interrupts, and the owner exits
+// (synctest fails on a goroutine left in the bubble).
+func TestCloseNeverWedges(t *testing.T) {
+	for seed := range uint64(300) {
+		synctest.Test(t, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(seed, seed*7+1))
+			srv := &fakeServer{up: r.IntN(3) > 0}
+			if r.IntN(3) == 0 {
+				srv.hang = []string{"connect", "probe", "teardown"}[r.IntN(3)]
+			}
+			m, rec := newMachine(t, srv, nil)
+			if r.IntN(5) > 0 {
+				m.Start()
+			}
+			for range r.IntN(12) {
+				switch r.IntN(5) {
+				case 0:
+					m.Post(machine.Event{Trigger: states.Lost, Cause: states.CauseLost, Session: srv.current()})
+				case 1:
+					m.Reconnect()
+				case 2:
+					srv.set(func(f *fakeServer) { f.up = !f.up })
+				case 3:
+					srv.set(func(f *fakeServer) { f.teardownCause = states.Cause(r.IntN(4)) })
+				}
+				switch r.IntN(3) {
+				case 0:
+					time.Sleep(time.Duration(r.IntN(40000)) * time.Millisecond)
+				case 1:
+					synctest.Wait()
+				} // or go on at once: the next event joins the same batch
+			}
+			if r.IntN(2) == 0 { // Close in the same batch as a last event
+				m.Post(machine.Event{Trigger: []states.Trigger{states.Lost, states.Recycle, states.Start}[r.IntN(3)], Cause: states.CauseLost, Session: srv.current()})
+			}
+			start := time.Now()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+			defer cancel()
+			if err := m.Close(ctx); err != nil || m.State() != states.Closed {
+				t.Fatalf("seed %d: Close = %v in %s\n%s", seed, err, m.State(), rec.timeline())
+			}
+			if took := time.Since(start); took > 6*time.Second {
+				t.Errorf("seed %d: Close took %v\n%s", seed, took, rec.timeline())
+			}
+		})
+	}
 }

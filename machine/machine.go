@@ -328,7 +328,17 @@ func (m *Machine) follow(inv *invokeSpec, now time.Time) time.Time {
 		if m.closePending() {
 			// Close jumps the queue: it is applied before another effect starts,
 			// so an effect begun after Close was asked never keeps it waiting.
-			return m.applyClose(now)
+			m.closeApplied = true
+			tr, next, ok := m.core.apply(states.Close, &Event{Trigger: states.Close}, false, now)
+			if ok {
+				m.publish(&tr, states.Close)
+				if !m.core.took.internal {
+					inv = next // the state close led to, and its effect
+					continue
+				}
+			}
+			// Close stayed in this state (tearing-down marks the teardown as a
+			// close): the state's own effect still runs, now as part of closing.
 		}
 		var out Event
 		out, now = m.invoke(inv, now)

@@ -97,10 +97,17 @@ func (e *exampleServer) stop() {
 	e.serving.Wait()
 }
 
+// restartTime is how long a restart takes. A real process takes longer; an instant one
+// races the client's pool of keep-alive connections, whose stale member can carry the
+// next POST into a closed socket (EOF), which a client cannot tell from a crash
+// mid-request.
+const restartTime = 100 * time.Millisecond
+
 // restart stops the server and starts it again on the same address; with
 // forgetSessions it knows none of its old sessions, as a restarted process would not.
 func (e *exampleServer) restart(forgetSessions bool) error {
 	e.stop()
+	time.Sleep(restartTime)
 	if forgetSessions {
 		e.mu.Lock()
 		e.handler = testserver.NewHandler(testserver.Options{Name: "example-server"})
