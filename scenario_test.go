@@ -3,6 +3,7 @@ package mcpfsm
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 )
 
@@ -431,4 +433,64 @@ func TestScenario_CloseDuringConnectIsPrompt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestToolsListChangedCoalesces: a burst of tools/list_changed notifications costs a
+// few re-lists, not one each; the Tools snapshot and the OnTools event end with the
+// server's final list.
+func TestToolsListChangedCoalesces(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	var mu sync.Mutex
+	var lists [][]string
+	c := open(t, httpConfig(h), nil, func(o *Options) {
+		o.OnTools = func(tools []*mcp.Tool) {
+			var names []string
+			for _, tool := range tools {
+				names = append(names, tool.Name)
+			}
+			mu.Lock()
+			lists = append(lists, names)
+			mu.Unlock()
+		}
+	})
+	c.waitState(states.Ready, 20*time.Second)
+	listsBefore := h.Count("tools/list")
+	const changes = 201 // odd: the extra tool is there at the end
+	var wg sync.WaitGroup
+	for range changes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.CallTool(context.Background(), "change_tools", nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	hasExtra := func(tools []*mcp.Tool) bool {
+		for _, tool := range tools {
+			if tool.Name == "extra" {
+				return true
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !hasExtra(c.Tools()) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // any re-list still running ends
+	relists := h.Count("tools/list") - listsBefore
+	if !hasExtra(c.Tools()) {
+		t.Fatalf("Tools() lacks the extra tool after %d changes", changes)
+	}
+	if relists < 1 || relists > changes/4 {
+		t.Errorf("%d changes cost %d re-lists; want them coalesced", changes, relists)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if last := lists[len(lists)-1]; !slices.Contains(last, "extra") {
+		t.Errorf("the last OnTools event lists %v", last)
+	}
+	t.Logf("%d tools/list_changed notifications cost %d re-lists", changes, relists)
 }
