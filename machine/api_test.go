@@ -160,3 +160,33 @@ func TestPolicies(t *testing.T) {
 		t.Errorf("%d policies declared, %d known", len(names), len(machine.AllPolicies()))
 	}
 }
+
+// TestSetPolicies: new policies take effect for the next delay, without a transition.
+func TestSetPolicies(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		srv := &fakeServer{up: true}
+		m, rec := newMachine(t, srv, nil)
+		m.Start()
+		waitState(t, m, states.Ready, time.Second)
+		time.Sleep(2 * time.Minute)
+		before := rec.count(states.Ready, states.Probing)
+		p := m.Policies()
+		p.KeepaliveInterval = 0 // stop probing
+		if !m.SetPolicies(p) {
+			t.Fatal("SetPolicies on an open machine")
+		}
+		n := len(rec.all())
+		applied(t, m)
+		if len(rec.all()) != n || m.State() != states.Ready || m.Policies().KeepaliveInterval != 0 {
+			t.Fatalf("SetPolicies moved the machine or was not kept: %s", rec.timeline())
+		}
+		time.Sleep(time.Hour)
+		if after := rec.count(states.Ready, states.Probing); after > before+1 { // the probe already armed may run
+			t.Errorf("%d probes after keepalive was disabled", after-before)
+		}
+		closeMachine(t, m)
+		if m.SetPolicies(p) {
+			t.Error("SetPolicies on a closed machine reported success")
+		}
+	})
+}

@@ -24,7 +24,8 @@ type Event struct {
 	// than the current one is stale and dropped.
 	Session uint64
 
-	barrier chan<- struct{} // closed when the owner reaches the event; no trigger
+	barrier  chan<- struct{} // closed when the owner reaches the event; no trigger
+	policies *Policies       // new policies to adopt; no trigger
 }
 
 // A Transition is one step a machine took: a change of state, or an internal

@@ -75,6 +75,7 @@ type Machine struct {
 	mbox    mailbox
 	eff     effectCtx
 	hist    history
+	polMu   sync.Mutex // guards pol against readers other than the owner
 	pol     Policies
 	state   atomic.Uint32 // states.State, published after each transition
 	changed atomic.Pointer[chan struct{}]
@@ -157,6 +158,20 @@ func (m *Machine) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// SetPolicies makes the machine adopt new policies, without leaving its state: the
+// session, if any, is kept, timers already armed keep their deadlines, and every delay
+// and timeout from then on follows the new values. It returns false if the machine has
+// closed.
+func (m *Machine) SetPolicies(p Policies) bool { return m.Post(Event{policies: &p}) }
+
+// Policies returns the policies the machine was last given. It is safe from any
+// goroutine.
+func (m *Machine) Policies() Policies {
+	m.polMu.Lock()
+	defer m.polMu.Unlock()
+	return m.pol
 }
 
 // Sync returns once the owner has applied every event posted before the call, or with
@@ -293,6 +308,13 @@ func (m *Machine) run() {
 func (m *Machine) handle(ev *Event, now time.Time) time.Time {
 	if ev.barrier != nil {
 		close(ev.barrier)
+		return now
+	}
+	if ev.policies != nil {
+		m.polMu.Lock()
+		m.pol = *ev.policies
+		m.polMu.Unlock()
+		m.core.durs = m.pol.durationTable()
 		return now
 	}
 	if ev.Trigger == states.Close {
