@@ -24,11 +24,13 @@ import (
 )
 
 // fastPolicies are the default policies scaled down for tests over real sockets: short
-// real durations, so a fault plays out in a second or two.
+// real durations, so a fault plays out in a second or two. The probe timeout stays at
+// a second: a loaded 2-core machine running -race can take hundreds of milliseconds to
+// answer a healthy probe, and a tighter timeout (rightly) recycles the session.
 func fastPolicies() *machine.Policies {
 	p := DefaultSpec().Defaults()
 	p.ConnectTimeout = 3 * time.Second
-	p.ProbeTimeout = 300 * time.Millisecond
+	p.ProbeTimeout = time.Second
 	p.TeardownTimeout = 500 * time.Millisecond
 	p.KeepaliveInterval = 300 * time.Millisecond
 	p.BackoffBase = 50 * time.Millisecond

@@ -237,8 +237,12 @@ func TestScenario_OwnerGoroutineOpensAndCloses(t *testing.T) {
 	var mu sync.Mutex
 	owner := map[int]bool{} // goroutines that published transitions
 	var opens, closes []int
+	// Probes must pass under the load of 64 callers on a small machine: a probe
+	// timeout of fastPolicies' 300ms would (rightly) recycle the session mid-test.
+	pol := fastPolicies()
+	pol.ProbeTimeout = 5 * time.Second
 	var c *conn
-	c = open(t, httpConfig(h), nil, func(o *Options) {
+	c = open(t, httpConfig(h), pol, func(o *Options) {
 		observe := o.Observer
 		o.Observer = func(tr machine.Transition) {
 			mu.Lock()
@@ -442,7 +446,9 @@ func TestToolsListChangedCoalesces(t *testing.T) {
 	h := testserver.StartHTTP(t, testserver.Options{})
 	var mu sync.Mutex
 	var lists [][]string
-	c := open(t, httpConfig(h), nil, func(o *Options) {
+	pol := fastPolicies()
+	pol.ProbeTimeout = 5 * time.Second // 201 concurrent calls load the machine; see above
+	c := open(t, httpConfig(h), pol, func(o *Options) {
 		o.OnTools = func(tools []*mcp.Tool) {
 			var names []string
 			for _, tool := range tools {

@@ -23,7 +23,7 @@ import (
 // is opened and closed there. Other goroutines (the session's end watcher, calls that
 // find the session broken) only report to the machine, through Post.
 type Conn struct {
-	cfg  transport.Config
+	cfg  atomic.Pointer[transport.Config] // read by connect; replaced by SetConfig
 	opts ConnOptions
 
 	post   func(machine.Event) // delivers an event to the machine; set by Bind
@@ -59,14 +59,20 @@ func NewConn(cfg transport.Config, opts ConnOptions) *Conn {
 	if opts.Dial == nil {
 		opts.Dial = transport.DialClient
 	}
-	return &Conn{cfg: cfg, opts: opts}
+	c := &Conn{opts: opts}
+	c.cfg.Store(&cfg)
+	return c
 }
 
 // Bind gives the Conn the function that posts events to its machine.
 func (c *Conn) Bind(post func(machine.Event)) { c.post = post }
 
 // Config returns the connection's transport config.
-func (c *Conn) Config() transport.Config { return c.cfg }
+func (c *Conn) Config() transport.Config { return *c.cfg.Load() }
+
+// SetConfig replaces the transport config that the next connect dials. The session up
+// now, if any, is not touched: ask the machine for a reconnect to move to the new one.
+func (c *Conn) SetConfig(cfg transport.Config) { c.cfg.Store(&cfg) }
 
 // A Session is one live session of a Conn, as calls see it.
 type Session struct {
@@ -187,7 +193,7 @@ func (e *reasonError) Unwrap() error { return e.reason }
 func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Event {
 	c.nextID++
 	s := &Session{ID: c.nextID, drained: make(chan struct{}, 1)}
-	ts, err := c.opts.Dial(ctx, c.cfg, transport.Options{
+	ts, err := c.opts.Dial(ctx, *c.cfg.Load(), transport.Options{
 		Client:         c.opts.Client,
 		Logger:         c.opts.Logger,
 		OnEnd:          func(err error) { c.Report(s, Classify(err, false), err) },

@@ -107,6 +107,10 @@ func (e *machineEnv) Now() time.Time        { return time.Now() }
 func (e *machineEnv) State() states.State   { return e.m.State() }
 func (e *machineEnv) Post(ev machine.Event) { e.m.Post(ev) }
 func (e *machineEnv) At(at time.Time, fn func()) {
+	if !at.After(time.Now()) {
+		fn() // due already: now, before anything that follows
+		return
+	}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()

@@ -43,6 +43,9 @@ func (s State) String() string {
 	return "state(" + itoa(int(s)) + ")"
 }
 
+// MarshalText encodes s as its name, for JSON and other text formats.
+func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
 // Final reports whether nothing can leave s.
 func (s State) Final() bool { return s == Closed }
 

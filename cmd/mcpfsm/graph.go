@@ -2,26 +2,37 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"os"
+	"strings"
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
 )
 
 func runGraph(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("graph", "[--format dot|mermaid] [FILE]", `
+	fs := newFlags("graph", "[--format dot|mermaid] [--trace FILE [--server NAME]] [SPEC]", `
 Render a lifecycle spec as a Graphviz DOT digraph or a Mermaid stateDiagram-v2.
-FILE defaults to the built-in lifecycle (transitions.yaml). The output is
+SPEC defaults to the built-in lifecycle (transitions.yaml). The output is
 deterministic: docs/graphs/ holds it for the built-in lifecycle.
 Edges read "trigger [guards] / effects"; dashed edges are timed ("after DELAY
-(policy default)"), dotted ones internal (no state change).`, stderr)
+(policy default)"), dotted ones internal (no state change).
+
+With --trace, the path a connection took and the state it is in are drawn on the
+picture: FILE holds the JSON lines of mcpfsm run --json or mcpfsm simulate --json
+("-" for stdin); --server picks one server when FILE holds several. Each edge
+taken shows how many times it was taken.`, stderr)
 	format := fs.String("format", "dot", "output format: dot or mermaid")
+	trace := fs.String("trace", "", "JSON lines of transitions to highlight")
+	server := fs.String("server", "", "the server of --trace to highlight")
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
 	if fs.NArg() > 1 {
-		fmt.Fprintln(stderr, "mcpfsm graph: at most one FILE")
+		fmt.Fprintln(stderr, "mcpfsm graph: at most one SPEC")
 		return 2
 	}
 	if *format != "dot" && *format != "mermaid" {
@@ -36,10 +47,66 @@ Edges read "trigger [guards] / effects"; dashed edges are timed ("after DELAY
 			return 1
 		}
 	}
+	var opts machine.GraphOptions
+	if *trace != "" {
+		path, err := readTrace(*trace, *server)
+		if err != nil {
+			fmt.Fprintln(stderr, "mcpfsm graph:", err)
+			return 1
+		}
+		opts.Path = path
+		if len(path) > 0 {
+			opts.Current = path[len(path)-1].To
+		}
+	}
 	if *format == "mermaid" {
-		fmt.Fprint(stdout, spec.Mermaid(machine.GraphOptions{}))
+		fmt.Fprint(stdout, spec.Mermaid(opts))
 	} else {
-		fmt.Fprint(stdout, spec.DOT(machine.GraphOptions{}))
+		fmt.Fprint(stdout, spec.DOT(opts))
 	}
 	return 0
+}
+
+// readTrace reads the transitions of one server from JSON lines.
+func readTrace(file, server string) ([]machine.Transition, error) {
+	var r io.Reader = os.Stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		r = f
+	}
+	dec := json.NewDecoder(r)
+	var out []machine.Transition
+	servers := map[string]bool{}
+	for line := 1; ; line++ {
+		var ev event
+		if err := dec.Decode(&ev); err == io.EOF {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: object %d: %v", file, line, err)
+		}
+		if ev.From == "" { // a note or a summary
+			continue
+		}
+		servers[ev.Server] = true
+		if server != "" && ev.Server != server {
+			continue
+		}
+		from, ok1 := states.ParseState(ev.From)
+		to, ok2 := states.ParseState(ev.To)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("%s: object %d: unknown state %q or %q", file, line, ev.From, ev.To)
+		}
+		out = append(out, machine.Transition{At: ev.Time, From: from, To: to, Trigger: ev.Trigger})
+	}
+	if server == "" && len(servers) > 1 {
+		return nil, fmt.Errorf("%s holds several servers (%s): pick one with --server", file, strings.Join(sortedNames(servers), ", "))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s holds no transitions of server %q", file, server)
+	}
+	return out, nil
 }

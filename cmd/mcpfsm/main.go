@@ -2,8 +2,13 @@
 //
 // Usage:
 //
-//	mcpfsm graph [--format dot|mermaid] [FILE]   render a lifecycle (default: the built-in one)
+//	mcpfsm demo                                  a fault tour against an in-process server
+//	mcpfsm run [--json] CONFIG                   connect to the servers of a config, print transitions
+//	mcpfsm call CONFIG SERVER TOOL [ARGUMENTS]   call one tool through a connection
+//	mcpfsm simulate [--spec FILE] SCENARIO       a lifecycle in virtual time
+//	mcpfsm graph [--format dot|mermaid] [SPEC]   render a lifecycle (default: the built-in one)
 //	mcpfsm validate FILE                         check a lifecycle spec
+//	mcpfsm example-server [--http ADDR]          the example MCP server
 //
 // Run "mcpfsm COMMAND --help" for a command's flags.
 package main
@@ -28,9 +33,13 @@ type command struct {
 }
 
 var commands = map[string]command{
-	"demo":     {"watch a connection survive a fault tour against an in-process server", runDemo},
-	"graph":    {"render a lifecycle as DOT or Mermaid", runGraph},
-	"validate": {"check a lifecycle spec and report every problem", runValidate},
+	"run":            {"connect to every server of a config and print its lifecycle", runRun},
+	"call":           {"call one tool of one server of a config", runCall},
+	"simulate":       {"run a lifecycle in virtual time against a scripted server", runSimulate},
+	"example-server": {"serve the project's example MCP server (stdio or HTTP)", runExampleServer},
+	"demo":           {"watch a connection survive a fault tour against an in-process server", runDemo},
+	"graph":          {"render a lifecycle as DOT or Mermaid", runGraph},
+	"validate":       {"check a lifecycle spec and report every problem", runValidate},
 }
 
 func main() {
@@ -68,7 +77,7 @@ func usage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", name, commands[name].summary)
+		fmt.Fprintf(w, "  %-15s %s\n", name, commands[name].summary)
 	}
 	fmt.Fprintln(w, "\nRun \"mcpfsm COMMAND --help\" for a command's flags.")
 }

@@ -113,7 +113,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"--help"}, 0, "Commands:", ""},
 		{nil, 2, "Commands:", ""},
 		{[]string{"nope"}, 2, "", `unknown command "nope"`},
-		{[]string{"graph", "--help"}, 0, "Usage: mcpfsm graph [--format dot|mermaid] [FILE]", ""},
+		{[]string{"graph", "--help"}, 0, "Usage: mcpfsm graph [--format dot|mermaid] [--trace FILE [--server NAME]] [SPEC]", ""},
 		{[]string{"validate", "-h"}, 0, "Usage: mcpfsm validate FILE", ""},
 		{[]string{"graph", "--format", "svg"}, 2, "", `unknown format "svg"`},
 		{[]string{"graph", "--bogus"}, 2, "", "flag provided but not defined: -bogus"},

@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+)
+
+func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("run", "[--json] [--history] CONFIG", `
+Connect to every server of a servers config and keep the connections healthy,
+printing each transition as it happens: time, server, from → to, trigger, and the
+cause of a failure. With --json, print one JSON object per line instead (the
+format mcpfsm graph --trace reads).
+
+On SIGHUP the config is read again and adopted without a restart: servers whose
+transport or lifecycle changed are reconnected, servers whose policies alone
+changed adopt them and keep their session, removed ones are closed, new ones
+opened. On Ctrl-C (SIGINT) or SIGTERM every connection is closed and a summary
+is printed; with --history, each server's recent transitions too.
+
+Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
+	asJSON := fs.Bool("json", false, "print transitions as JSON lines")
+	history := fs.Bool("history", false, "print each server's history at exit")
+	if code, done := parse(fs, args, stdout); done {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "mcpfsm run: want exactly one CONFIG")
+		return 2
+	}
+	path := fs.Arg(0)
+	cfg, err := mcpfsm.LoadConfig(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	out := &eventPrinter{w: stdout, json: *asJSON, stats: map[string]*serverStats{}}
+	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
+		Observer: out.transition,
+		Logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		History:  256,
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "mcpfsm run:", err)
+		return 1
+	}
+	out.note(fmt.Sprintf("running %d servers from %s; Ctrl-C to stop, SIGHUP to reload", len(cfg.Servers), path))
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for done := false; !done; {
+		select {
+		case <-ctx.Done():
+			done = true
+		case <-hup:
+			next, err := mcpfsm.LoadConfig(path)
+			if err != nil {
+				out.note("reload failed, keeping the running config:\n" + err.Error())
+				continue
+			}
+			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			res, err := m.Reload(rctx, next)
+			cancel()
+			msg := "reloaded: " + res.String()
+			if err != nil {
+				msg += "\nreload errors: " + err.Error()
+			}
+			out.note(msg)
+		}
+	}
+	var histories map[string][]machine.Transition
+	if *history {
+		histories = map[string][]machine.Transition{}
+		for _, name := range m.Servers() {
+			histories[name] = m.Conn(name).Machine().History()
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = m.Close(cctx)
+	out.summary(histories)
+	if err != nil {
+		fmt.Fprintln(stderr, "mcpfsm run:", err)
+		return 1
+	}
+	return 0
+}
+
+// event is a transition as mcpfsm run --json and simulate --json print it, one JSON
+// object per line; mcpfsm graph --trace reads it back.
+type event struct {
+	Time     time.Time `json:"time"`
+	Server   string    `json:"server"`
+	From     string    `json:"from"`
+	To       string    `json:"to"`
+	Trigger  string    `json:"trigger"`
+	Cause    string    `json:"cause,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Failures int       `json:"failures"`
+	Attempts int       `json:"attempts"`
+}
+
+func toEvent(server string, tr machine.Transition) event {
+	ev := event{Time: tr.At, Server: server, From: tr.From.String(), To: tr.To.String(), Trigger: tr.Trigger, Failures: tr.Failures, Attempts: tr.Attempts}
+	if tr.Cause != states.CauseNone {
+		ev.Cause = tr.Cause.String()
+	}
+	if tr.Err != nil {
+		ev.Error = tr.Err.Error()
+	}
+	return ev
+}
+
+// eventPrinter prints transitions as they come, from every server's owner goroutine.
+type eventPrinter struct {
+	mu    sync.Mutex
+	w     io.Writer
+	json  bool
+	stats map[string]*serverStats
+}
+
+type serverStats struct {
+	last        machine.Transition
+	transitions int
+	failures    int
+	timeIn      map[states.State]time.Duration
+}
+
+func (p *eventPrinter) transition(server string, tr machine.Transition) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.stats[server]
+	if st == nil {
+		st = &serverStats{timeIn: map[states.State]time.Duration{}}
+		p.stats[server] = st
+	}
+	if st.transitions > 0 {
+		st.timeIn[st.last.To] += tr.At.Sub(st.last.At)
+	}
+	st.last = tr
+	st.transitions++
+	if tr.Cause.Counts() {
+		st.failures++
+	}
+	if p.json {
+		line, _ := json.Marshal(toEvent(server, tr))
+		fmt.Fprintf(p.w, "%s\n", line)
+		return
+	}
+	fmt.Fprintf(p.w, "%s  %s\n", tr.At.Format("15:04:05.000"), formatTransition(server, tr))
+}
+
+// formatTransition renders a transition for people: server, from → to, trigger, cause.
+func formatTransition(server string, tr machine.Transition) string {
+	line := fmt.Sprintf("%-14s %-12s → %-12s  %s", server, tr.From, tr.To, tr.Trigger)
+	if tr.Cause != states.CauseNone {
+		line += " (" + tr.Cause.String()
+		if tr.Err != nil {
+			line += ": " + tr.Err.Error()
+		}
+		line += ")"
+	}
+	return line
+}
+
+// note prints a line of the command's own; in JSON mode it goes out as a comment-free
+// object with no server.
+func (p *eventPrinter) note(msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		line, _ := json.Marshal(map[string]string{"time": time.Now().Format(time.RFC3339Nano), "note": msg})
+		fmt.Fprintf(p.w, "%s\n", line)
+		return
+	}
+	fmt.Fprintf(p.w, "%s  %s\n", time.Now().Format("15:04:05.000"), msg)
+}
+
+func (p *eventPrinter) summary(histories map[string][]machine.Transition) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.json {
+		for _, name := range sortedNames(p.stats) {
+			st := p.stats[name]
+			line, _ := json.Marshal(map[string]any{"summary": name, "state": st.last.To.String(), "transitions": st.transitions, "failures": st.failures})
+			fmt.Fprintf(p.w, "%s\n", line)
+			for _, tr := range histories[name] {
+				line, _ := json.Marshal(map[string]any{"history": toEvent(name, tr)})
+				fmt.Fprintf(p.w, "%s\n", line)
+			}
+		}
+		return
+	}
+	fmt.Fprintf(p.w, "\nSummary\n")
+	for _, name := range sortedNames(p.stats) {
+		st := p.stats[name]
+		var parts []string
+		for _, s := range states.AllStates() {
+			if d := st.timeIn[s]; d > 0 {
+				parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Millisecond)))
+			}
+		}
+		fmt.Fprintf(p.w, "  %-14s %s after %d transitions, %d failures; time in %s\n", name, st.last.To, st.transitions, st.failures, strings.Join(parts, ", "))
+	}
+	for _, name := range sortedNames(p.stats) {
+		if trs := histories[name]; len(trs) > 0 {
+			fmt.Fprintf(p.w, "\nHistory of %s\n", name)
+			for _, tr := range trs {
+				fmt.Fprintf(p.w, "  %s  %s\n", tr.At.Format("15:04:05.000"), formatTransition(name, tr))
+			}
+		}
+	}
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,359 @@
+package mcpfsm
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/transport"
+	yaml "go.yaml.in/yaml/v3"
+)
+
+// A Config lists MCP servers: how to reach each, and how its connection is tuned. Load
+// one with LoadConfig; open its servers with NewManager.
+//
+// The format (YAML):
+//
+//	version: 1
+//	spec: lifecycle.yaml          # optional: a custom lifecycle for every server
+//	policies:                     # optional: overrides of transitions.yaml's policies for every server
+//	  keepalive_interval: 15s
+//	servers:
+//	  files:                      # a name: letters, digits, - and _
+//	    command: mcp-server-files # stdio: run this program (never through a shell)
+//	    args: [/srv]
+//	    env: {API_TOKEN: "${FILES_TOKEN}"}  # added to the inherited environment
+//	    cwd: /srv                 # optional working directory
+//	    policies: {connect_timeout: 5s}     # optional: this server's overrides
+//	    spec: custom.yaml         # optional: this server's own lifecycle
+//	  search:
+//	    url: https://example.com/mcp        # streamable HTTP
+//	    transport: sse            # optional: sse for the legacy SSE transport
+//	    headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
+//
+// ${NAME} in a command, its args, env values, cwd, a url or header values is replaced
+// by the environment variable NAME, which must be set; $$ writes a literal $. Paths
+// (spec, cwd, and a command that contains a slash) are relative to the config file's
+// directory. Every problem is reported with its file:line:column.
+type Config struct {
+	File    string
+	Servers []ServerConfig // in file order
+}
+
+// A ServerConfig is one server of a Config, resolved.
+type ServerConfig struct {
+	Name      string
+	Transport transport.Config
+	Spec      *machine.Spec // the lifecycle; DefaultSpec() unless the config names one
+	SpecFile  string        // the file Spec came from, "" for the default
+	specText  []byte        // its contents, to tell a changed spec on reload
+	Policies  machine.Policies
+}
+
+// Server returns the named server's config.
+func (c *Config) Server(name string) (ServerConfig, bool) {
+	for _, s := range c.Servers {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return ServerConfig{}, false
+}
+
+// LoadConfig reads and validates a servers config file, expanding ${VAR} from the
+// process's environment.
+func LoadConfig(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, machine.MaxSpecSize+1))
+	if err != nil {
+		return nil, err
+	}
+	return ParseConfig(path, data, os.LookupEnv)
+}
+
+// ParseConfig validates a servers config. file names data in messages and is the base
+// of its relative paths; lookup reads environment variables.
+func ParseConfig(file string, data []byte, lookup func(string) (string, bool)) (*Config, error) {
+	p := &configParser{r: machine.YAMLReader{File: file}, dir: filepath.Dir(file), lookup: lookup}
+	root := p.r.Parse(data)
+	if root == nil {
+		return nil, p.r.Err()
+	}
+	cfg := &Config{File: file}
+	top := p.r.Struct(root, "the config", "version!", "spec", "policies", "servers!")
+	if f := top["version"]; f.Value != nil {
+		if v, ok := p.r.String(f.Value, "version"); ok && v != "1" {
+			p.r.Errorf(f.Value, "version %s is not supported (this is version 1)", v)
+		}
+	}
+	spec, specFile, specText := DefaultSpec(), "", []byte(nil)
+	if f := top["spec"]; f.Value != nil {
+		spec, specFile, specText = p.spec(f.Value)
+	}
+	var global []policyOverride
+	if f := top["policies"]; f.Value != nil {
+		global = p.policies(f.Value)
+	}
+	if f := top["servers"]; f.Value != nil {
+		fields := p.r.Mapping(f.Value, "servers")
+		if len(fields) == 0 && f.Value.Kind == yaml.MappingNode {
+			p.r.Errorf(f.Value, "servers is empty")
+		}
+		for _, sf := range fields {
+			if s, ok := p.server(sf, spec, specFile, specText, global); ok {
+				cfg.Servers = append(cfg.Servers, s)
+			}
+		}
+	}
+	if err := p.r.Err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+// configParser holds what a ParseConfig call has read.
+type configParser struct {
+	r      machine.YAMLReader
+	dir    string
+	lookup func(string) (string, bool)
+}
+
+var serverName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+
+type policyOverride struct {
+	name, value string
+	at          *yaml.Node
+}
+
+func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile string, specText []byte, global []policyOverride) (ServerConfig, bool) {
+	name := sf.Name()
+	what := fmt.Sprintf("server %q", name)
+	if !serverName.MatchString(name) {
+		p.r.Errorf(sf.Key, "server name %q may hold only letters, digits, - and _", name)
+	}
+	body := p.r.Struct(sf.Value, what, "command", "args", "env", "cwd", "url", "transport", "headers", "policies", "spec")
+	if body == nil {
+		return ServerConfig{}, false
+	}
+	s := ServerConfig{Name: name, Spec: spec, SpecFile: specFile, specText: specText}
+	s.Transport.Name = name
+	has := func(key string) bool { return body[key].Value != nil }
+	switch {
+	case has("command") && has("url"):
+		p.r.Errorf(body["url"].Key, "%s has both a command (stdio) and a url (HTTP): give one", what)
+	case !has("command") && !has("url"):
+		p.r.Errorf(sf.Value, "%s has neither a command (stdio) nor a url (HTTP)", what)
+	case has("command"):
+		for _, key := range []string{"transport", "headers"} {
+			if has(key) {
+				p.r.Errorf(body[key].Key, "%s runs a command: %s is for servers reached by url", what, key)
+			}
+		}
+		st := &transport.Stdio{}
+		if cmd, ok := p.expand(body["command"].Value, "command"); ok {
+			if strings.ContainsRune(cmd, '/') && !filepath.IsAbs(cmd) {
+				cmd = filepath.Join(p.dir, cmd)
+			}
+			st.Command = cmd
+		}
+		if f := body["args"]; f.Value != nil {
+			if f.Value.Kind != yaml.SequenceNode {
+				p.r.Errorf(f.Value, "%s args must be a list", what)
+			}
+			for _, a := range f.Value.Content {
+				v, _ := p.expandAny(a, "an argument")
+				st.Args = append(st.Args, v)
+			}
+		}
+		if f := body["env"]; f.Value != nil {
+			st.Env = p.stringMap(f.Value, what+" env")
+		}
+		if f := body["cwd"]; f.Value != nil {
+			if dir, ok := p.expand(f.Value, "cwd"); ok {
+				if !filepath.IsAbs(dir) {
+					dir = filepath.Join(p.dir, dir)
+				}
+				st.Dir = dir
+			}
+		}
+		s.Transport.Stdio = st
+	default:
+		for _, key := range []string{"args", "env", "cwd"} {
+			if has(key) {
+				p.r.Errorf(body[key].Key, "%s is reached by url: %s is for servers run by a command", what, key)
+			}
+		}
+		h := &transport.HTTP{}
+		if u, ok := p.expand(body["url"].Value, "url"); ok {
+			if parsed, err := url.Parse(u); err != nil || (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
+				p.r.Errorf(body["url"].Value, "%s url is not an http or https URL", what)
+			}
+			h.URL = u
+		}
+		if f := body["headers"]; f.Value != nil {
+			h.Headers = p.stringMap(f.Value, what+" headers")
+		}
+		s.Transport.HTTP = h
+		if f := body["transport"]; f.Value != nil {
+			switch v, _ := p.r.String(f.Value, "transport"); v {
+			case "http", "streamable":
+			case "sse":
+				s.Transport.HTTP, s.Transport.SSE = nil, h
+			default:
+				p.r.Errorf(f.Value, "transport %q is not http or sse", v)
+			}
+		}
+	}
+	if f := body["spec"]; f.Value != nil {
+		s.Spec, s.SpecFile, s.specText = p.spec(f.Value)
+	}
+	var local []policyOverride
+	if f := body["policies"]; f.Value != nil {
+		local = p.policies(f.Value)
+	}
+	if s.Spec == nil {
+		return s, false
+	}
+	s.Policies = s.Spec.Defaults()
+	for _, o := range append(global, local...) {
+		if err := s.Policies.Set(o.name, o.value); err != nil {
+			p.r.Errorf(o.at, "%s: %v", what, err)
+		}
+	}
+	if problem := machine.CheckPolicies(&s.Policies); problem != "" {
+		p.r.Errorf(sf.Key, "%s: %s", what, problem)
+	}
+	return s, true
+}
+
+// spec loads a lifecycle file named in the config; its problems are reported in its
+// own file, and the config says where it was named.
+func (p *configParser) spec(n *yaml.Node) (*machine.Spec, string, []byte) {
+	name, ok := p.r.String(n, "spec")
+	if !ok {
+		return nil, "", nil
+	}
+	path := name
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(p.dir, path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		p.r.Errorf(n, "spec %s: %v", name, err)
+		return nil, "", nil
+	}
+	spec, err := LoadSpec(path, data)
+	if err != nil {
+		p.r.Errorf(n, "spec %s is not valid:\n%v", name, err)
+		return nil, "", nil
+	}
+	return spec, path, data
+}
+
+// policies reads a mapping of policy overrides, checking each name and value.
+func (p *configParser) policies(n *yaml.Node) []policyOverride {
+	var out []policyOverride
+	var scratch machine.Policies
+	for _, f := range p.r.Mapping(n, "policies") {
+		v, ok := p.r.String(f.Value, "policy "+f.Name())
+		if !ok {
+			continue
+		}
+		if err := scratch.Set(f.Name(), v); err != nil {
+			at := f.Value
+			if _, known := machine.LookupPolicy(f.Name()); !known {
+				at = f.Key
+			}
+			p.r.Errorf(at, "%v", err)
+			continue
+		}
+		out = append(out, policyOverride{name: f.Name(), value: v, at: f.Value})
+	}
+	return out
+}
+
+func (p *configParser) stringMap(n *yaml.Node, what string) map[string]string {
+	out := map[string]string{}
+	for _, f := range p.r.Mapping(n, what) {
+		if f.Name() == "" {
+			p.r.Errorf(f.Key, "%s has an empty name", what)
+			continue
+		}
+		if v, ok := p.expandAny(f.Value, what+" "+f.Name()); ok {
+			out[f.Name()] = v
+		}
+	}
+	return out
+}
+
+// expand reads a non-empty string and expands ${VAR} in it.
+func (p *configParser) expand(n *yaml.Node, what string) (string, bool) {
+	s, ok := p.r.String(n, what)
+	if !ok {
+		return "", false
+	}
+	return p.substitute(n, s)
+}
+
+// expandAny is expand for a value that may be empty.
+func (p *configParser) expandAny(n *yaml.Node, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
+		p.r.Errorf(n, "%s must be a single value", what)
+		return "", false
+	}
+	return p.substitute(n, n.Value)
+}
+
+// substitute replaces ${NAME} with the environment variable NAME and $$ with $. The
+// problems it reports name the variable, never its value.
+func (p *configParser) substitute(n *yaml.Node, s string) (string, bool) {
+	if !strings.Contains(s, "$") {
+		return s, true
+	}
+	var b bytes.Buffer
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch {
+		case strings.HasPrefix(s[i:], "$$"):
+			b.WriteByte('$')
+			i++
+		case strings.HasPrefix(s[i:], "${"):
+			end := strings.IndexByte(s[i:], '}')
+			if end < 0 {
+				p.r.Errorf(n, "unterminated ${ (write $$ for a literal $)")
+				return "", false
+			}
+			name := s[i+2 : i+end]
+			if !envName.MatchString(name) {
+				p.r.Errorf(n, "${%s} does not name an environment variable", name)
+				return "", false
+			}
+			v, ok := p.lookup(name)
+			if !ok {
+				p.r.Errorf(n, "environment variable %s is not set", name)
+				return "", false
+			}
+			b.WriteString(v)
+			i += end
+		default:
+			p.r.Errorf(n, "a $ must start ${NAME} or be doubled ($$)")
+			return "", false
+		}
+	}
+	return b.String(), true
+}
+
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

@@ -1,0 +1,223 @@
+package mcpfsm_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// managerConfig writes a config into a temp dir and parses it.
+func managerConfig(t *testing.T, text string) *mcpfsm.Config {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "servers.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := mcpfsm.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// events collects a Manager's merged stream.
+type events struct {
+	mu  sync.Mutex
+	got map[string][]machine.Transition
+}
+
+func (e *events) observe(server string, tr machine.Transition) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.got == nil {
+		e.got = map[string][]machine.Transition{}
+	}
+	e.got[server] = append(e.got[server], tr)
+}
+
+func (e *events) count(server string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.got[server])
+}
+
+func newManager(t *testing.T, cfg *mcpfsm.Config, ev *events) *mcpfsm.Manager {
+	t.Helper()
+	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return m
+}
+
+// texter returns a function that takes a call's results and returns its text, failing
+// t on an error.
+func texter(t *testing.T) func(*mcp.CallToolResult, error) string {
+	return func(res *mcp.CallToolResult, err error) string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Content[0].(*mcp.TextContent).Text
+	}
+}
+
+func TestManager(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{Name: "http-one"})
+	cfg := managerConfig(t, fmt.Sprintf(`version: 1
+servers:
+  local:
+    command: %s
+  remote:
+    url: %s
+`, testserver.Build(t), h.URL()))
+	ev := &events{}
+	m := newManager(t, cfg, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	text := texter(t)
+	if got := text(m.Call(ctx, "local.echo", map[string]any{"text": "a"})); got != "a" {
+		t.Errorf("local.echo = %q", got)
+	}
+	if got := text(m.CallTool(ctx, "remote", "echo", map[string]any{"text": "b"})); got != "b" {
+		t.Errorf("remote echo = %q", got)
+	}
+	if _, err := m.Call(ctx, "nowhere.echo", nil); !errors.Is(err, mcpfsm.ErrUnknownServer) {
+		t.Errorf("call to an unknown server = %v", err)
+	}
+	if _, err := m.Call(ctx, "echo", nil); err == nil {
+		t.Error("an unqualified name was accepted")
+	}
+	names := map[string]bool{}
+	for _, tool := range m.Tools() {
+		names[tool.Name] = true
+	}
+	if !names["local.counter"] || !names["remote.counter"] {
+		t.Errorf("qualified tools = %v", names)
+	}
+	if ev.count("local") < 2 || ev.count("remote") < 2 {
+		t.Errorf("the merged stream lacks transitions: %d local, %d remote", ev.count("local"), ev.count("remote"))
+	}
+	if st := m.States(); st["local"] != states.Ready || st["remote"] != states.Ready {
+		t.Errorf("states = %v", st)
+	}
+	if fmt.Sprint(m.Servers()) != "[local remote]" {
+		t.Errorf("servers = %v", m.Servers())
+	}
+}
+
+// TestManagerReload changes a config in every way at once and checks what each server
+// went through.
+func TestManagerReload(t *testing.T) {
+	one := testserver.StartHTTP(t, testserver.Options{Name: "one"})
+	two := testserver.StartHTTP(t, testserver.Options{Name: "two"})
+	bin := testserver.Build(t)
+	dir := t.TempDir()
+	spec := filepath.Join(dir, "lifecycle.yaml")
+	if err := os.WriteFile(spec, mcpfsm.DefaultSpecYAML(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write := func(text string) *mcpfsm.Config {
+		path := filepath.Join(dir, "servers.yaml")
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := mcpfsm.LoadConfig(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	before := write(fmt.Sprintf(`version: 1
+servers:
+  same: {url: %[1]s}
+  moves: {url: %[1]s}
+  tuned: {url: %[1]s}
+  respec: {url: %[1]s, spec: lifecycle.yaml}
+  gone: {command: %[2]s}
+`, one.URL(), bin))
+	ev := &events{}
+	m := newManager(t, before, ev)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	text := texter(t)
+	for _, s := range []string{"same", "moves", "tuned", "respec"} {
+		for range 2 {
+			text(m.CallTool(ctx, s, "counter", nil))
+		}
+	}
+	gone := m.Conn("gone")
+	if err := gone.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	respecOld := m.Conn("respec")
+	// The lifecycle file changes (one policy default) and everything else does too.
+	if err := os.WriteFile(spec, []byte(strings.Replace(string(mcpfsm.DefaultSpecYAML()), "default: 10s", "default: 11s", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	after := write(fmt.Sprintf(`version: 1
+servers:
+  same: {url: %[1]s}
+  moves: {url: %[2]s}
+  tuned: {url: %[1]s, policies: {keepalive_interval: 7s}}
+  respec: {url: %[1]s, spec: lifecycle.yaml}
+  new: {command: %[3]s}
+`, one.URL(), two.URL(), bin))
+	sameBefore := ev.count("same")
+	tunedBefore := ev.count("tuned")
+	res, err := m.Reload(ctx, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := res.String(), "added new; removed gone; reconnected moves, respec; retuned tuned; unchanged same"; got != want {
+		t.Errorf("reload = %q, want %q", got, want)
+	}
+	if gone.State() != states.Closed || m.Conn("gone") != nil {
+		t.Errorf("a removed server is %s", gone.State())
+	}
+	// Untouched: the same session, the counter goes on, no transition.
+	if got := text(m.CallTool(ctx, "same", "counter", nil)); got != "3" || ev.count("same") != sameBefore {
+		t.Errorf("an unchanged server: counter %s, %d new transitions", got, ev.count("same")-sameBefore)
+	}
+	// Policies alone: adopted, and the same session.
+	tuned := m.Conn("tuned")
+	if got := text(m.CallTool(ctx, "tuned", "counter", nil)); got != "3" {
+		t.Errorf("a retuned server lost its session: counter %s", got)
+	}
+	if p := tuned.Machine().Policies(); p.KeepaliveInterval != 7*time.Second || ev.count("tuned") != tunedBefore {
+		t.Errorf("retuned: keepalive %v, %d new transitions", p.KeepaliveInterval, ev.count("tuned")-tunedBefore)
+	}
+	// Transport changed: the next call reaches the new server, on a new session.
+	if got := text(m.CallTool(ctx, "moves", "counter", nil)); got != "1" || two.Count("tools/call") == 0 {
+		t.Errorf("a moved server: counter %s, calls at the new server %d", got, two.Count("tools/call"))
+	}
+	// Lifecycle changed: a new connection with the new spec.
+	respec := m.Conn("respec")
+	if respec == respecOld || respecOld.State() != states.Closed || respec.Machine().Policies().ConnectTimeout != 11*time.Second {
+		t.Errorf("a server whose lifecycle changed was not given a new connection")
+	}
+	if got := text(m.Call(ctx, "new.echo", map[string]any{"text": "hi"})); got != "hi" {
+		t.Errorf("new.echo = %q", got)
+	}
+}
