@@ -53,7 +53,9 @@ type ServerConfig struct {
 	Spec      *machine.Spec // the lifecycle; DefaultSpec() unless the config names one
 	SpecFile  string        // the file Spec came from, "" for the default
 	specText  []byte        // its contents, to tell a changed spec on reload
-	Policies  machine.Policies
+	// Policies are the spec's defaults with the config's overrides; the zero value
+	// means the spec's defaults.
+	Policies machine.Policies
 }
 
 // Server returns the named server's config.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/simulate"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -50,4 +51,45 @@ func ExampleDefaultSpec() {
 	mmd := mcpfsm.DefaultSpec().Mermaid(machine.GraphOptions{})
 	fmt.Println(mmd[:len("stateDiagram-v2")])
 	// Output: stateDiagram-v2
+}
+
+// A Manager keeps a connection to each server of a config, and routes calls by
+// server-qualified tool name. Configs usually come from a file (LoadConfig); this one
+// is built in Go around two in-process servers.
+func ExampleManager() {
+	ctx := context.Background()
+	cfg := &mcpfsm.Config{Servers: []mcpfsm.ServerConfig{
+		{Name: "alpha", Transport: transport.Config{Name: "alpha", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}},
+		{Name: "beta", Transport: transport.Config{Name: "beta", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}},
+	}}
+	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer m.Close(ctx)
+	for _, name := range []string{"alpha.counter", "alpha.counter", "beta.counter"} {
+		res, err := m.Call(ctx, name, nil)
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println(name, "→", res.Content[0].(*mcp.TextContent).Text)
+	}
+	// Output:
+	// alpha.counter → 1
+	// alpha.counter → 2
+	// beta.counter → 1
+}
+
+// Simulate a policy before shipping it: how many connect attempts does a dead server
+// cost per hour, and how soon is it in use again once it returns?
+func ExampleDefaultSpec_simulate() {
+	spec := mcpfsm.DefaultSpec()
+	res := simulate.Run(spec, nil, simulate.Builtin()["dead-hour"], 1)
+	fmt.Println("attempts in the dead hour:", res.Summary.AttemptsPerHour[0])
+	fmt.Println("back in use within the cooldown cap:", res.Summary.Recover[0] <= spec.Defaults().BreakerCooldownMax)
+	// Output:
+	// attempts in the dead hour: 18
+	// back in use within the cooldown cap: true
 }

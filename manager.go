@@ -68,8 +68,11 @@ func NewManager(cfg *Config, opts ManagerOptions) (*Manager, error) {
 }
 
 func (m *Manager) open(s ServerConfig) (*managed, error) {
-	pol := s.Policies
-	opts := Options{Spec: s.Spec, Policies: &pol, Client: m.opts.Client, Logger: m.opts.Logger, History: m.opts.History}
+	opts := Options{Spec: s.Spec, Client: m.opts.Client, Logger: m.opts.Logger, History: m.opts.History}
+	if s.Policies != (machine.Policies{}) { // a ServerConfig built in Go may leave them to the spec
+		pol := s.Policies
+		opts.Policies = &pol
+	}
 	if obs := m.opts.Observer; obs != nil {
 		opts.Observer = func(tr machine.Transition) { obs(s.Name, tr) }
 	}

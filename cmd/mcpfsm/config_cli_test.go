@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
 )
 
 // layout copies the example config into a temp dir shaped like the repository, with
@@ -258,4 +260,51 @@ func TestGraphTrace(t *testing.T) {
 		t.Errorf("graph --trace of a missing file: exit %d, %q", code, errOut)
 	}
 	_ = io.Discard
+}
+
+// TestRunAndCallNeverPrintSecrets plants a marker secret in a server's URL (query and
+// userinfo) and headers, through ${VAR}, lets the server refuse it (401) and then
+// vanish, and searches everything mcpfsm run and call print for it.
+func TestRunAndCallNeverPrintSecrets(t *testing.T) {
+	const secret = "MARKERSECRET8c41d"
+	h := testserver.StartHTTP(t, testserver.Options{})
+	h.SetStatus(401)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "servers.yaml")
+	url := strings.Replace(h.URL(), "http://", "http://user:${TOK}@", 1) + "?key=${TOK}"
+	cfg := fmt.Sprintf("version: 1\npolicies: {backoff_base: 50ms, backoff_max: 100ms, breaker_cooldown: 100ms, connect_timeout: 2s}\nservers:\n  s:\n    url: %q\n    headers: {Authorization: \"Bearer ${TOK}\", X-Api-Key: \"${TOK}\"}\n", url)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"run", "--history", cfgPath}, {"run", "--json", "--history", cfgPath}} {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "TOK="+secret)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond) // refusals, backoff, breaker
+		h.Stop()
+		time.Sleep(500 * time.Millisecond) // refused connections
+		cmd.Process.Signal(os.Interrupt)
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("%v: %v\n%s", args, err, errb.String())
+		}
+		all := out.String() + errb.String()
+		if !strings.Contains(all, "auth") {
+			t.Errorf("%v: the 401 was not reported:\n%s", args, all)
+		}
+		if strings.Contains(all, secret) {
+			t.Errorf("%v printed the secret:\n%s", args, all)
+		}
+		h.Restart(false)
+		h.SetStatus(401)
+	}
+	cmd := exec.Command(bin, "call", "--timeout", "2s", cfgPath, "s", "echo", `{"text":"x"}`)
+	cmd.Env = append(os.Environ(), "TOK="+secret)
+	outb, _ := cmd.CombinedOutput()
+	if strings.Contains(string(outb), secret) || len(outb) == 0 {
+		t.Errorf("call printed the secret or nothing:\n%s", outb)
+	}
 }
