@@ -178,7 +178,7 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 			}
 		}
 		if f := body["env"]; f.Value != nil {
-			st.Env = p.stringMap(f.Value, what+" env")
+			st.Env = p.stringMap(f.Value, what+" env", envVarName, "a name without = or NUL")
 		}
 		if f := body["cwd"]; f.Value != nil {
 			if dir, ok := p.expand(f.Value, "cwd"); ok {
@@ -203,7 +203,7 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 			h.URL = u
 		}
 		if f := body["headers"]; f.Value != nil {
-			h.Headers = p.stringMap(f.Value, what+" headers")
+			h.Headers = p.stringMap(f.Value, what+" headers", headerName, "an HTTP token (letters, digits and !#$%&'*+-.^_`|~)")
 		}
 		s.Transport.HTTP = h
 		if f := body["transport"]; f.Value != nil {
@@ -284,19 +284,33 @@ func (p *configParser) policies(n *yaml.Node) []policyOverride {
 	return out
 }
 
-func (p *configParser) stringMap(n *yaml.Node, what string) map[string]string {
+// stringMap reads a mapping of names to values (env, headers). A name must match
+// validName; a value, once expanded, must hold no control character (a newline would
+// split a header). Messages name the entry, never its value.
+func (p *configParser) stringMap(n *yaml.Node, what string, validName *regexp.Regexp, nameRule string) map[string]string {
 	out := map[string]string{}
 	for _, f := range p.r.Mapping(n, what) {
-		if f.Name() == "" {
-			p.r.Errorf(f.Key, "%s has an empty name", what)
+		if !validName.MatchString(f.Name()) {
+			p.r.Errorf(f.Key, "%s name %q must be %s", what, f.Name(), nameRule)
 			continue
 		}
-		if v, ok := p.expandAny(f.Value, what+" "+f.Name()); ok {
-			out[f.Name()] = v
+		v, ok := p.expandAny(f.Value, what+" "+f.Name())
+		if !ok {
+			continue
 		}
+		if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+			p.r.Errorf(f.Value, "%s %s holds a control character (a newline, say): not allowed", what, f.Name())
+			continue
+		}
+		out[f.Name()] = v
 	}
 	return out
 }
+
+var (
+	headerName = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	envVarName = regexp.MustCompile("^[^=\\x00]+$")
+)
 
 // expand reads a non-empty string and expands ${VAR} in it.
 func (p *configParser) expand(n *yaml.Node, what string) (string, bool) {

@@ -90,6 +90,6 @@ func ExampleDefaultSpec_simulate() {
 	fmt.Println("attempts in the dead hour:", res.Summary.AttemptsPerHour[0])
 	fmt.Println("back in use within the cooldown cap:", res.Summary.Recover[0] <= spec.Defaults().BreakerCooldownMax)
 	// Output:
-	// attempts in the dead hour: 18
+	// attempts in the dead hour: 19
 	// back in use within the cooldown cap: true
 }

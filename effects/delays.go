@@ -22,7 +22,8 @@ var delays = map[string]machine.Delay{
 		Next:   backoff,
 	},
 	"cooldown": {
-		Doc:    "Time the breaker stays open: its current cooldown ± breaker_cooldown_jitter of it.",
+		Doc: "Time the breaker stays open: its current cooldown, shortened by up to breaker_cooldown_jitter of it " +
+			"(never lengthened, so a server that returns is in use again within breaker_cooldown_max).",
 		Policy: "breaker_cooldown",
 		Next:   cooldown,
 	},
@@ -53,7 +54,7 @@ func cooldown(v *machine.Vars, p *machine.Policies, r *rand.Rand) (time.Duration
 	if d <= 0 {
 		d = p.BreakerCooldown
 	}
-	return jitter(d, p.BreakerCooldownJitter, r), true
+	return d - time.Duration(p.BreakerCooldownJitter*r.Float64()*float64(d)), true
 }
 
 // jitter spreads d uniformly over d ± j·d.

@@ -308,3 +308,23 @@ func TestRunAndCallNeverPrintSecrets(t *testing.T) {
 		t.Errorf("call printed the secret or nothing:\n%s", outb)
 	}
 }
+
+// TestReadmeSimulateSample: the README's sample output of simulate is what it prints.
+func TestReadmeSimulateSample(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cmd = "$ bin/mcpfsm simulate --summary dead-hour\n"
+	text := string(readme)
+	i := strings.Index(text, cmd)
+	if i < 0 {
+		t.Fatalf("the README lacks %q", cmd)
+	}
+	sample := text[i+len(cmd):]
+	sample = sample[:strings.Index(sample, "...\n")]
+	out, _, code := runCLI(t, "simulate", "--summary", "dead-hour")
+	if code != 0 || !strings.HasPrefix(out, sample) {
+		t.Errorf("the README's sample is stale; simulate prints:\n%s\nthe README has:\n%s", out, sample)
+	}
+}
