@@ -12,6 +12,7 @@ import (
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -145,9 +146,9 @@ func (c *Conn) CallTool(ctx context.Context, name string, args any) (*mcp.CallTo
 		cause := effects.Classify(err, ownClose)
 		c.fx.Report(s, cause, err)
 		retry := failed == nil && (cause.Counts() || cause == states.CauseArtifact) &&
-			(cause == states.CauseExpired || unsent(err) || idempotent(s.Tool(name)))
+			(notRun(cause, err) || idempotent(s.Tool(name)))
 		if !retry {
-			if (cause.Counts() || cause == states.CauseArtifact) && cause != states.CauseExpired && !unsent(err) {
+			if mayHaveRun(cause, err) {
 				err = fmt.Errorf("%w: %w", ErrMayHaveRun, err)
 			}
 			return nil, &CallError{Server: c.name, Tool: name, State: c.m.State(), Cause: cause, Retried: failed != nil, Err: err}
@@ -231,3 +232,33 @@ func idempotent(t *mcp.Tool) bool {
 
 // unsent reports whether err says the request never reached a server.
 func unsent(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// notRun reports whether a call that failed with err, of the given cause, cannot have
+// run: the session had expired or the server could not be reached, and the server did
+// not take the call's request. (The SDK fails every call in flight with the 404 that
+// one request met, including calls the server took and is running.)
+func notRun(cause states.Cause, err error) bool {
+	if cause != states.CauseExpired && !unsent(err) {
+		return false
+	}
+	var te *transport.Error
+	return !errors.As(err, &te) || !te.Sent
+}
+
+// mayHaveRun reports whether a call that failed with err, of the given cause, may have
+// run on the server: the connection broke (or we closed it) with the call in flight, or
+// what came back could not be read (garbage on a stdio server's stdout: a protocol
+// error that is no JSON-RPC answer). Not if the session had expired or the server was
+// never reached, nor if the server answered with an error.
+func mayHaveRun(cause states.Cause, err error) bool {
+	switch {
+	case notRun(cause, err):
+		return false
+	case cause.Counts() || cause == states.CauseArtifact:
+		return true
+	case cause == states.CauseProtocol:
+		var answer *jsonrpc.Error
+		return !errors.As(err, &answer)
+	}
+	return false
+}

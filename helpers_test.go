@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -154,30 +152,4 @@ func goid() int {
 	f := strings.Fields(string(buf[:n]))
 	id, _ := strconv.Atoi(f[1])
 	return id
-}
-
-// zombies returns the pids of this process's children that have exited and not been
-// reaped.
-func zombies(t *testing.T) []int {
-	t.Helper()
-	self := os.Getpid()
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var out []int
-	for _, path := range stats {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			continue // gone meanwhile
-		}
-		// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
-		s := string(data)
-		rest := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(rest) < 2 || rest[0] != "Z" {
-			continue
-		}
-		if ppid, _ := strconv.Atoi(rest[1]); ppid == self {
-			pid, _ := strconv.Atoi(strings.Fields(s)[0])
-			out = append(out, pid)
-		}
-	}
-	return out
 }

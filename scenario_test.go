@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/effects"
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
@@ -389,7 +390,7 @@ func TestScenario_StdioServerCrashRespawns(t *testing.T) {
 	if text, err := c.callText(context.Background(), "pid", nil); err != nil || text == pidText {
 		t.Errorf("pid after respawn = %q, %v; want a new process", text, err)
 	}
-	if z := zombies(t); len(z) != 0 {
+	if z := testutil.Zombies(); len(z) != 0 {
 		t.Errorf("zombie children: %v", z)
 	}
 }
@@ -432,7 +433,7 @@ func TestScenario_CloseDuringConnectIsPrompt(t *testing.T) {
 			if c.State() != states.Closed {
 				t.Errorf("state = %s", c.State())
 			}
-			if z := zombies(t); len(z) != 0 {
+			if z := testutil.Zombies(); len(z) != 0 {
 				t.Errorf("zombie children: %v", z)
 			}
 		})

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"reflect"
+	"slices"
 	"syscall"
 
 	"github.com/mcpfsm/mcpfsm/machine"
@@ -79,11 +81,15 @@ func gravity(c states.Cause) int {
 // the reason, our own deadline or Close, is not a failure of the server's.
 func walkLeaves(err error, path []error, fn func([]error)) {
 	path = append(path, err)
+	if nilValue(err) {
+		fn(path) // a typed nil holds nothing, and its methods may panic: an opaque leaf
+		return
+	}
 	switch x := err.(type) {
 	case interface{ Unwrap() []error }:
 		kids := x.Unwrap()
-		if len(kids) == 0 || forcedClose(kids) {
-			fn(path)
+		if !slices.ContainsFunc(kids, func(k error) bool { return k != nil }) || forcedClose(kids) {
+			fn(path) // no kids (or only nil ones) is a leaf
 			return
 		}
 		for _, k := range kids {
@@ -100,6 +106,24 @@ func walkLeaves(err error, path []error, fn func([]error)) {
 	default:
 		fn(path)
 	}
+}
+
+// nilValue reports whether err is a typed nil: a nil pointer (or map, slice, func,
+// chan) in a non-nil error interface.
+func nilValue(err error) bool {
+	switch v := reflect.ValueOf(err); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan:
+		return v.IsNil()
+	}
+	return false
+}
+
+// timedOut asks a net.Error whether it timed out. Its Timeout method looks inside it,
+// and panics on a typed nil there (a *net.OpError around a nil *net.OpError): that says
+// no.
+func timedOut(e net.Error) (yes bool) {
+	defer func() { _ = recover() }()
+	return e.Timeout()
 }
 
 func forcedClose(kids []error) bool {
@@ -120,12 +144,15 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 	}
 	status := 0 // the HTTP status of the answer that failed, if any
 	for _, e := range path {
-		if te, ok := e.(*transport.Error); ok && te.HTTPStatus != 0 {
+		if te, ok := e.(*transport.Error); ok && te != nil && te.HTTPStatus != 0 {
 			status = te.HTTPStatus
 		}
 	}
 	for i := len(path) - 1; i >= 0; i-- {
 		e := path[i]
+		if nilValue(e) {
+			continue // a typed nil says nothing
+		}
 		if x, ok := e.(interface{ Unwrap() []error }); ok && forcedClose(x.Unwrap()) {
 			return states.CauseArtifact
 		}
@@ -157,7 +184,7 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 		case *json.SyntaxError, *json.UnmarshalTypeError:
 			return states.CauseProtocol
 		case net.Error:
-			if x.Timeout() {
+			if timedOut(x) {
 				return states.CauseTimeout
 			}
 		}

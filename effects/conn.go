@@ -270,7 +270,14 @@ func (c *Conn) teardown(ctx context.Context, inv machine.Invocation) machine.Eve
 	if err == nil {
 		return machine.Event{Trigger: states.TornDown}
 	}
-	cause, err := classifyEffect(ctx, inv, err, true)
+	cause, reason := classifyEffect(ctx, inv, err, true)
+	if errors.Is(context.Cause(ctx), machine.ErrEffectTimeout) {
+		// We forced the close at our own deadline (a server that hangs in close):
+		// that alone is an artifact, as the classifier has it, not a timeout. What
+		// else the close ran into still counts.
+		cause = Classify(err, true)
+	}
+	err = reason
 	if !inv.Vars.Planned && cause != states.CauseNone {
 		cause = states.CauseArtifact // the failure behind this teardown was counted already
 	}

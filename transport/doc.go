@@ -23,10 +23,14 @@
 // zombie is left on any path. When the child exits, what is left of its group
 // is killed too.
 //
-// Each session starts two goroutines that end with it: the watcher of
+// Beyond the SDK's own, a session runs at most one goroutine while it lives,
+// and it ends with the session: for streamable HTTP, the watcher of
 // [mcp.ClientSession.Wait] (OnEnd needs it: the streamable HTTP connection
-// cannot be wrapped to see its read error, because the SDK drives it through
-// an unexported interface), and for stdio the reaper.
+// cannot be wrapped to see its end, because the SDK drives it through an
+// unexported interface); for stdio, the reaper. Stdio, in-memory and SSE
+// connections are wrapped instead: the SDK closes its connection once it stops
+// for good, and a close that is not ours is the end, reported (on a goroutine
+// started then) with the error Wait would have returned.
 //
 // # Probe
 //

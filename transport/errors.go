@@ -44,7 +44,15 @@ type Error struct {
 	// that answer was not a 2xx (HTTP transports; 0 otherwise, and when no
 	// answer came). The SDK keeps it only as text, or not at all.
 	HTTPStatus int
-	Err        error // the cause, as the SDK (or the OS) returned it
+	// Sent is set when a POST of the failed request may have reached the
+	// server (HTTP transports): it was under way when the error came, or it
+	// was answered with anything but 404, or it failed after its connection
+	// was made. A call may then have run, whatever the error says: in
+	// particular an error wrapping mcp.ErrSessionMissing, which the SDK hands
+	// to every call in flight when one request meets a 404. Not set when
+	// every POST was refused at connect or answered 404, or none was made.
+	Sent bool
+	Err  error // the cause, as the SDK (or the OS) returned it
 
 	red *redactor // nil for an Error built outside this package
 }

@@ -2,11 +2,13 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"syscall"
 )
 
 // newHTTPClient returns the client a session uses for h: the caller's client
@@ -67,13 +69,24 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 			}
 		}
 	}
+	rec, _ := req.Context().Value(statusKey{}).(*answers)
+	post := rec != nil && req.Method == http.MethodPost
+	if post {
+		rec.sent.Store(true) // under way: from now on it may reach the server
+	}
 	resp, err := rt.base.RoundTrip(r)
 	if err != nil {
+		if post && errors.Is(err, syscall.ECONNREFUSED) {
+			rec.sent.Store(false)
+		}
 		release()
 		return nil, err
 	}
-	if rec, ok := req.Context().Value(statusKey{}).(*atomic.Int32); ok && (resp.StatusCode < 200 || resp.StatusCode > 299) {
-		rec.Store(int32(resp.StatusCode))
+	if rec != nil && (resp.StatusCode < 200 || resp.StatusCode > 299) {
+		rec.status.Store(int32(resp.StatusCode))
+		if post && resp.StatusCode == http.StatusNotFound {
+			rec.sent.Store(false) // the server does not know the session: it ran nothing
+		}
 	}
 	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
 	return resp, nil
@@ -91,13 +104,20 @@ var sdkHeaders = map[string]bool{
 }
 
 // statusKey keys the context value in which a request of the session
-// records the status of a non-2xx HTTP answer (see Error.HTTPStatus): the SDK
-// sends a call's HTTP requests with the call's context.
+// records what the HTTP answers to it said (see Error.HTTPStatus and
+// Error.Sent): the SDK sends a call's HTTP requests with the call's
+// context.
 type statusKey struct{}
 
-// withStatus returns ctx with a place for an HTTP status.
-func withStatus(ctx context.Context) (context.Context, *atomic.Int32) {
-	rec := new(atomic.Int32)
+// answers is what the HTTP answers to one request of the session said.
+type answers struct {
+	status atomic.Int32 // the status of a non-2xx answer, if any
+	sent   atomic.Bool  // a POST may have reached the server (see Error.Sent)
+}
+
+// withStatus returns ctx with a place for what the HTTP answers say.
+func withStatus(ctx context.Context) (context.Context, *answers) {
+	rec := new(answers)
 	return context.WithValue(ctx, statusKey{}, rec), rec
 }
 

@@ -62,11 +62,14 @@ const lastSSEProtocol = "2025-11-25"
 // methods are safe for concurrent use.
 type Session struct {
 	name string
+	kind string // Config.Kind
 	desc string
 	red  *redactor
 	log  *slog.Logger
 
-	onEnd func(error)
+	onEnd   func(error)
+	onTools func()        // Options.OnToolsChanged
+	client  *sharedClient // the Client the session was connected with
 
 	cs   *mcp.ClientSession
 	lt   *lifeTransport     // holds the SDK transport's raw connection, closed by force
@@ -76,10 +79,17 @@ type Session struct {
 	life context.Context    // ends when the session is forced down or closed
 	kill context.CancelCauseFunc
 
-	http     bool          // the session speaks HTTP (streamable or SSE): statuses are recorded
-	pingless atomic.Bool   // latched: the server answered ping with method-not-found
-	closing  atomic.Bool   // Close was called
-	watched  chan struct{} // closed when watch returns
+	http     bool                        // the session speaks HTTP (streamable or SSE): statuses are recorded
+	pingless atomic.Bool                 // latched: the server answered ping with method-not-found
+	listed   atomic.Pointer[[]*mcp.Tool] // the first page of tools, as ListTools last listed it
+	closing  atomic.Bool                 // Close was called
+	watched  chan struct{}               // closed once the connection's end has been handled (see endConn, watch)
+
+	// The end of a connection that endConn observes: ends moves from
+	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
+	// if the connection ended by itself first.
+	ends   atomic.Int32
+	endErr error
 
 	closeOnce sync.Once
 	closed    chan struct{} // closed when teardown finished; closeErr is set then
@@ -93,20 +103,135 @@ type Session struct {
 // lifeTransport hands the session's life, not the dial context, to the SDK
 // transport's Connect (the SSE transport keeps using that context for its
 // event stream), and keeps the connection it returns, so that a forced close
-// can close it directly. It does not wrap the connection: the streamable HTTP
-// connection relies on an unexported interface of the SDK that a wrapper
-// would hide.
+// can close it directly. With ends set it wraps the connection in an endConn;
+// it must not wrap the streamable HTTP connection, which the SDK drives through
+// an unexported interface that a wrapper would hide.
 type lifeTransport struct {
 	inner mcp.Transport
 	life  context.Context
 	conn  mcp.Connection
+	ends  *Session // the session whose end an endConn reports; nil: no wrapper
 }
 
 // Connect implements mcp.Transport.
 func (t *lifeTransport) Connect(context.Context) (mcp.Connection, error) {
 	c, err := t.inner.Connect(t.life)
+	if err == nil && t.ends != nil {
+		c = &endConn{Connection: c, s: t.ends}
+	}
 	t.conn = c
 	return c, err
+}
+
+// Where a session's end is observed.
+const (
+	endDialing int32 = iota // Dial has not returned yet
+	endUp                   // Dial succeeded: an end is reported
+	endGone                 // the connection ended before Dial succeeded
+)
+
+// endConn sees the end of a connection that the SDK drives only through the
+// exported mcp.Connection interface (stdio, in-memory and SSE), without a
+// goroutine of its own: the SDK's jsonrpc2 connection closes its connection
+// once it stops for good (a read failed, a write failed, or Close was
+// called), and a close that is not ours is the end of the connection. The
+// error reported is the one ClientSession.Wait would return: the read error
+// unless it is io.EOF, else the write error unless it is io.EOF, else what
+// closing the connection returned (a stdio child's exit status), else io.EOF.
+type endConn struct {
+	mcp.Connection
+	s       *Session
+	readErr atomic.Pointer[error] // the first read error
+	// writeErr is the first write error that breaks the connection (as the
+	// SDK's jsonrpc2 has it: not one of a canceled context).
+	writeErr atomic.Pointer[error]
+	closed   atomic.Bool
+}
+
+// Read implements mcp.Connection.
+func (c *endConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if err != nil {
+		first := err // only a failed read allocates
+		c.readErr.CompareAndSwap(nil, &first)
+	}
+	return msg, err
+}
+
+// Write implements mcp.Connection.
+func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	err := c.Connection.Write(ctx, msg)
+	if err != nil && ctx.Err() == nil {
+		first := err
+		c.writeErr.CompareAndSwap(nil, &first)
+	}
+	return err
+}
+
+// Close implements mcp.Connection. The SDK calls it with its connection's lock
+// held, so the end is reported on a goroutine of its own.
+func (c *endConn) Close() error {
+	err := c.Connection.Close()
+	if !c.closed.CompareAndSwap(false, true) {
+		return err
+	}
+	s := c.s
+	if s.closing.Load() {
+		close(s.watched) // our own close: no end to report
+		return err
+	}
+	end := err
+	if p := c.writeErr.Load(); p != nil && !errors.Is(*p, io.EOF) {
+		end = *p
+	}
+	if p := c.readErr.Load(); p != nil && !errors.Is(*p, io.EOF) {
+		end = *p
+	}
+	if end == nil {
+		end = io.EOF
+	}
+	s.endErr = end // read by up only after the swap below succeeds
+	if s.ends.CompareAndSwap(endDialing, endGone) {
+		return err // Dial reports it if it succeeds after all, or drops it
+	}
+	go s.ended(end)
+	return err
+}
+
+// up marks the session dialed: an end that endConn saw during Dial is
+// reported now.
+func (s *Session) up() {
+	if !s.ends.CompareAndSwap(endDialing, endUp) {
+		go s.ended(s.endErr)
+	}
+}
+
+// discardLogger is the logger of sessions given none.
+var discardLogger = slog.New(slog.DiscardHandler)
+
+// logAt logs msg at level, with the session's server and transport, if the logger
+// takes records of that level. (The attributes are added to each record rather than
+// to a logger made for the session with With, which would cost every session a few
+// hundred bytes for records that are rare.)
+func (s *Session) logAt(level slog.Level, msg string, args ...any) {
+	ctx := context.Background()
+	if !s.log.Enabled(ctx, level) {
+		return
+	}
+	s.log.Log(ctx, level, msg, append([]any{"server", s.name, "transport", s.kind}, args...)...)
+}
+
+// ended reports the end of the connection to OnEnd, unless Close came first.
+func (s *Session) ended(err error) {
+	defer close(s.watched)
+	if s.closing.Load() {
+		return
+	}
+	err = s.wrap(OpEnd, "", err, nil)
+	s.logAt(slog.LevelWarn, "connection ended", "error", err)
+	if s.onEnd != nil {
+		s.onEnd(err)
+	}
 }
 
 // Dial connects to the server cfg describes and initializes a session.
@@ -130,9 +255,9 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		http:    cfg.httpConfig() != nil,
 	}
 	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
+		s.log = discardLogger
 	}
-	s.log = s.log.With("server", cfg.Name, "transport", cfg.Kind())
+	s.kind = cfg.Kind()
 
 	// The session's life: detached from ctx (keeping its values), but ended
 	// with it until Dial returns.
@@ -153,7 +278,7 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		s.kill(errDialFailed)
 		s.abandon(cs)
 		err = s.wrap(OpDial, "", err, status)
-		s.log.Warn("dial failed", "error", err)
+		s.logAt(slog.LevelWarn, "dial failed", "error", err)
 		return nil, err
 	}
 	s.cs = cs
@@ -165,28 +290,23 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		// rejects it, -32602): probe with tools/list from the start.
 		s.pingless.Store(true)
 	}
-	// The watcher: the only exported end-of-connection signal that works on
-	// every transport is ClientSession.Wait (the streamable HTTP connection
-	// cannot be wrapped to see its read error, see lifeTransport). It ends when
-	// the connection ends, which Close guarantees within forceGrace of its ctx.
-	go s.watch()
-	s.log.Debug("connected", "config", s.desc, "protocol", s.ProtocolVersion(), "session", cs.ID())
+	if s.lt.ends != nil {
+		s.up() // the endConn reports the end
+	} else {
+		// The watcher: the streamable HTTP connection cannot be wrapped to see
+		// its end (see lifeTransport); its only exported end-of-connection
+		// signal is ClientSession.Wait. It ends when the connection ends, which
+		// Close guarantees within forceGrace of its ctx.
+		go s.watch()
+	}
+	s.logAt(slog.LevelDebug, "connected", "config", s.desc, "protocol", s.ProtocolVersion(), "session", cs.ID())
 	return s, nil
 }
 
 // connect builds the SDK transport for cfg and connects a client over it.
 func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.ClientSession, error) {
-	impl := opts.Client
-	if impl == nil {
-		d := DefaultClient
-		impl = &d
-	}
-	copts := &mcp.ClientOptions{}
-	if f := opts.OnToolsChanged; f != nil {
-		copts.ToolListChangedHandler = func(context.Context, *mcp.ToolListChangedRequest) { f() }
-	}
-	client := mcp.NewClient(impl, copts)
-	client.AddSendingMiddleware(uncachedToolLists)
+	s.onTools = opts.OnToolsChanged
+	s.client = acquireClient(opts.Client, s.onTools != nil)
 
 	var inner mcp.Transport
 	var sopts *mcp.ClientSessionOptions
@@ -221,28 +341,52 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		inner = ct
 	}
 	s.lt = &lifeTransport{inner: inner, life: s.life}
-	return client.Connect(ctx, s.lt, sopts)
+	if cfg.Kind() != KindHTTP {
+		s.lt.ends = s
+	}
+	cs, err := s.client.c.Connect(ctx, s.lt, sopts)
+	if err == nil {
+		s.client.bind(cs, s)
+	}
+	return cs, err
 }
 
 // uncachedToolLists is a sending middleware that zeroes the TTL of every
 // tools/list result before the SDK caches it, so that ListTools always
 // reaches the server (on protocol 2026-07-28 the SDK would otherwise answer
 // from its cache while a server-given TTL lasts).
+//
+// The answer to a probe's tools/list (its context carries probeKey) proves the
+// server alive, and is dropped: the SDK caches the first page of tools as the
+// session last listed it instead, which the session's user holds already. (The
+// SDK caches every tools/list result on 2026-07-28 and looks tools up in its
+// cache for each call; it would otherwise hold a second copy of the tool list
+// from the first probe on.)
 func uncachedToolLists(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		res, err := next(ctx, method, req)
 		if r, ok := res.(*mcp.ListToolsResult); ok && r != nil {
 			r.TTLMs = 0
+			if listed, ok := ctx.Value(probeKey{}).(*[]*mcp.Tool); ok && listed != nil {
+				r.Tools = *listed
+			}
 		}
 		return res, err
 	}
 }
+
+// probeKey keys the context value that marks a probe's tools/list: the
+// session's tools as last listed (see uncachedToolLists).
+type probeKey struct{}
 
 // abandon closes what a failed Dial opened. The session's life has ended, so
 // nothing here waits for a server's good will.
 func (s *Session) abandon(cs *mcp.ClientSession) {
 	if cs != nil {
 		_ = cs.Close()
+	}
+	if s.client != nil {
+		s.client.release(cs)
 	}
 	if s.lt != nil && s.lt.conn != nil {
 		_ = s.lt.conn.Close()
@@ -269,7 +413,7 @@ func (s *Session) watch() {
 		err = io.EOF
 	}
 	err = s.wrap(OpEnd, "", err, nil)
-	s.log.Warn("connection ended", "error", err)
+	s.logAt(slog.LevelWarn, "connection ended", "error", err)
 	if s.onEnd != nil {
 		s.onEnd(err)
 	}
@@ -305,6 +449,10 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 		if err != nil {
 			return nil, s.wrap(OpListTools, "", err, status)
 		}
+		if cursor == "" {
+			first := res.Tools
+			s.listed.Store(&first)
+		}
 		tools = append(tools, res.Tools...)
 		cursor = res.NextCursor
 		if cursor == "" {
@@ -335,10 +483,11 @@ func (s *Session) Probe(ctx context.Context) error {
 			return s.wrap(OpProbe, "", err, status)
 		}
 		if s.pingless.CompareAndSwap(false, true) {
-			s.log.Info("the server does not implement ping: probing with tools/list from now on")
+			s.logAt(slog.LevelInfo, "the server does not implement ping: probing with tools/list from now on")
 		}
 	}
 	pctx, status := s.withStatus(ctx)
+	pctx = context.WithValue(pctx, probeKey{}, s.listed.Load())
 	if _, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{}); err != nil {
 		return s.wrap(OpProbe, "", err, status)
 	}
@@ -379,7 +528,7 @@ func (s *Session) Close(ctx context.Context) error {
 	case <-s.closed:
 		return s.closeErr
 	case <-t.C:
-		s.log.Error("teardown did not finish after a forced close")
+		s.logAt(slog.LevelError, "teardown did not finish after a forced close")
 		return s.wrap(OpClose, "", errors.Join(fmt.Errorf("%w: %w", ErrForcedClose, cause), errCloseStuck), nil)
 	}
 }
@@ -388,6 +537,7 @@ func (s *Session) Close(ctx context.Context) error {
 // first Close, and ends once everything is closed (bounded once forced).
 func (s *Session) teardown() {
 	err := s.cs.Close()
+	s.client.release(s.cs)
 	if s.proc != nil {
 		// cs.Close waited for the child, unless the SDK's connection had
 		// already been closed by a read error: reaped either way soon.
@@ -423,9 +573,9 @@ func (s *Session) teardown() {
 	}
 	if err != nil {
 		s.closeErr = s.wrap(OpClose, "", err, nil)
-		s.log.Info("closed", "error", s.closeErr)
+		s.logAt(slog.LevelInfo, "closed", "error", s.closeErr)
 	} else {
-		s.log.Debug("closed")
+		s.logAt(slog.LevelDebug, "closed")
 	}
 	close(s.closed)
 }
@@ -436,7 +586,7 @@ func (s *Session) force(cause error) {
 		s.mu.Lock()
 		s.forced = cause
 		s.mu.Unlock()
-		s.log.Warn("forcing close", "cause", cause)
+		s.logAt(slog.LevelWarn, "forcing close", "cause", cause)
 		// Aborts every HTTP request, ends the SSE stream, and makes the stdio
 		// shutdown kill instead of waiting.
 		s.kill(fmt.Errorf("%w: %w", ErrForcedClose, cause))
@@ -487,19 +637,20 @@ func (s *Session) String() string { return s.desc }
 // withStatus returns ctx with a place for the HTTP status of the request made under
 // it, for an HTTP session; other sessions have no status to record, and skip the
 // allocation.
-func (s *Session) withStatus(ctx context.Context) (context.Context, *atomic.Int32) {
+func (s *Session) withStatus(ctx context.Context) (context.Context, *answers) {
 	if !s.http {
 		return ctx, nil
 	}
 	return withStatus(ctx)
 }
 
-// wrap returns err as an *Error of op, with the HTTP status status recorded,
-// if any.
-func (s *Session) wrap(op, tool string, err error, status *atomic.Int32) error {
+// wrap returns err as an *Error of op, with what the HTTP answers said, if
+// any.
+func (s *Session) wrap(op, tool string, err error, status *answers) error {
 	e := &Error{Server: s.name, Op: op, Tool: tool, Err: err, red: s.red}
 	if status != nil {
-		e.HTTPStatus = int(status.Load())
+		e.HTTPStatus = int(status.status.Load())
+		e.Sent = status.sent.Load()
 	}
 	return e
 }

@@ -17,9 +17,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Args returns the mcptestserver flags that ask for opts (Name, the switches
-// and ToolsTTL; Crash and Grandchild cannot be passed). With no HTTP flag the
-// binary serves stdio.
+// Args returns the mcptestserver flags that ask for opts (Name, the switches,
+// ToolsTTL, ExitStatus, Journal and Control; Crash and Grandchild cannot be
+// passed). With no HTTP flag the binary serves stdio.
 func Args(opts Options) []string {
 	var args []string
 	if opts.Name != "" {
@@ -36,6 +36,8 @@ func Args(opts Options) []string {
 		{opts.Stateless, "-stateless"},
 		{opts.SSE, "-sse"},
 		{opts.SpawnGrandchild, "-grandchild"},
+		{opts.BurstTool, "-burst-tool"},
+		{opts.GarbageOnSignal, "-garbage-on-usr1"},
 	} {
 		if f.on {
 			args = append(args, f.flag)
@@ -46,6 +48,12 @@ func Args(opts Options) []string {
 	}
 	if opts.ExitStatus != 0 {
 		args = append(args, "-exit-status", strconv.Itoa(opts.ExitStatus))
+	}
+	if opts.Journal != "" {
+		args = append(args, "-journal", opts.Journal)
+	}
+	if opts.Control != "" {
+		args = append(args, "-control", opts.Control)
 	}
 	return args
 }

@@ -24,6 +24,11 @@
 //   - stats {}: returns a JSON object counting, per method, the requests and
 //     notifications this server has received (all sessions), including this
 //     call. It lets a test see what reached the server on any transport.
+//   - journal {id, ms} (only with Options.Journal): appends id to the journal
+//     file, holds ms milliseconds, returns id. Not idempotent.
+//   - tools_changed_burst {n} (only with Options.BurstTool): changes the tool
+//     list and sends notifications/tools/list_changed n times; returns how
+//     many were sent.
 package testserver
 
 import (
@@ -78,6 +83,22 @@ type Options struct {
 	// Grandchild is the pid the grandchild tool returns; the binary sets it
 	// when it spawns one.
 	Grandchild int
+
+	// Journal, if set, is a file to which the tool journal (registered only
+	// then) appends the id of each call it runs, one line each, so that a
+	// test can count across restarts how many times a call ran (see
+	// ReadJournal).
+	Journal string
+	// Control, if set, is a control file the server reads before handling
+	// each request: faults switched on while their word is in the file, off
+	// when it is removed (see Control and WriteControl).
+	Control string
+	// BurstTool registers the tool tools_changed_burst {n}, which makes the
+	// server send notifications/tools/list_changed n times in a row.
+	BurstTool bool
+	// GarbageOnSignal (stdio binary) writes a line that is not JSON to
+	// stdout each time the process receives SIGUSR1: garbage mid-session.
+	GarbageOnSignal bool
 }
 
 // Name is the default implementation name of the test server.
@@ -98,6 +119,7 @@ type server struct {
 	counts   map[string]int
 	counters map[*mcp.ServerSession]int
 	extra    bool
+	fault    faultState // the switches of faults.go
 }
 
 func newServer(opts Options, release <-chan struct{}) *mcp.Server {
@@ -143,37 +165,11 @@ func newServer(opts Options, release <-chan struct{}) *mcp.Server {
 		Name:        "slow",
 		Description: "Sleeps ms milliseconds, then returns.",
 		Annotations: &mcp.ToolAnnotations{IdempotentHint: true, DestructiveHint: new(bool)},
-	}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct {
-		Ms int `json:"ms"`
-	}) (*mcp.CallToolResult, any, error) {
-		t := time.NewTimer(time.Duration(in.Ms) * time.Millisecond)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return text("slept"), nil, nil
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-st.release:
-			return nil, nil, errors.New("released")
-		}
-	})
+	}, st.sleep("slept"))
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "hold",
 		Description: "Sleeps ms milliseconds, then returns; not idempotent, so never retried.",
-	}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct {
-		Ms int `json:"ms"`
-	}) (*mcp.CallToolResult, any, error) {
-		t := time.NewTimer(time.Duration(in.Ms) * time.Millisecond)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return text("held"), nil, nil
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-st.release:
-			return nil, nil, errors.New("released")
-		}
-	})
+	}, st.sleep("held"))
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        "pid",
 		Description: "Returns the server's process id.",
@@ -239,6 +235,7 @@ func newServer(opts Options, release <-chan struct{}) *mcp.Server {
 		}
 		return text(string(b)), nil, nil
 	})
+	st.addFaultTools(s)
 	return s
 }
 
@@ -256,7 +253,32 @@ func (st *server) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			st.hang(ctx)
 			return nil, errors.New("initialize abandoned")
 		}
+		if err := st.controlled(ctx, method); err != nil {
+			return nil, err
+		}
 		return next(ctx, method, req)
+	}
+}
+
+// sleepArgs are the arguments of the tools that wait.
+type sleepArgs struct {
+	Ms int `json:"ms"`
+}
+
+// sleep returns the handler of a tool that waits ms milliseconds, then answers with
+// answer; it ends early when the call is canceled or the server is released.
+func (st *server) sleep(answer string) func(context.Context, *mcp.CallToolRequest, sleepArgs) (*mcp.CallToolResult, any, error) {
+	return func(ctx context.Context, _ *mcp.CallToolRequest, in sleepArgs) (*mcp.CallToolResult, any, error) {
+		t := time.NewTimer(time.Duration(in.Ms) * time.Millisecond)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return text(answer), nil, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-st.release:
+			return nil, nil, errors.New("released")
+		}
 	}
 }
 

@@ -7,6 +7,9 @@
 //	mcptestserver [-refuse-ping] [-hang-initialize] [-hang-close] [-garbage] [-grandchild] [-tools-ttl d]
 //	mcptestserver -http 127.0.0.1:0 [-stateless | -sse] [-refuse-ping] [-hang-initialize] [-hang-close]
 //
+// Either form also takes -journal FILE, -control FILE and -burst-tool; stdio
+// also -garbage-on-usr1 (see package testserver's Options).
+//
 // With -http it prints its endpoint URL on a line of stdout once listening.
 // Its crash tool exits at once with status 3.
 package main
@@ -39,6 +42,10 @@ func main() {
 	flag.BoolVar(&opts.Stateless, "stateless", false, "HTTP: stateless streamable HTTP (protocol 2026-07-28)")
 	flag.BoolVar(&opts.SSE, "sse", false, "HTTP: legacy SSE transport")
 	flag.DurationVar(&opts.ToolsTTL, "tools-ttl", 0, "ttlMs cache hint of tools/list results")
+	flag.StringVar(&opts.Journal, "journal", "", "register the journal tool, appending to this file")
+	flag.StringVar(&opts.Control, "control", "", "read faults from this control file before each request (and, for garbage, at start)")
+	flag.BoolVar(&opts.BurstTool, "burst-tool", false, "register the tools_changed_burst tool")
+	flag.BoolVar(&opts.GarbageOnSignal, "garbage-on-usr1", false, "stdio: write a line of garbage to stdout on each SIGUSR1")
 	addr := flag.String("http", "", "serve HTTP on this address (e.g. 127.0.0.1:0) instead of stdio")
 	flag.BoolVar(&opts.SpawnGrandchild, "grandchild", false, "start a child process, in this process group, that sleeps forever holding stdout")
 	sleep := flag.Bool("sleep", false, "sleep forever (what the grandchild runs)")
@@ -89,10 +96,21 @@ func serveStdio(opts testserver.Options) error {
 	if opts.HangClose {
 		signal.Ignore(syscall.SIGTERM, os.Interrupt)
 	}
-	if opts.Garbage {
+	if opts.Garbage || testserver.ReadControl(opts.Control).Has(testserver.ControlGarbage) {
 		if _, err := os.Stdout.WriteString("this is not JSON-RPC\n"); err != nil {
 			return err
 		}
+	}
+	if opts.GarbageOnSignal {
+		usr1 := make(chan os.Signal, 1)
+		signal.Notify(usr1, syscall.SIGUSR1)
+		go func() {
+			for range usr1 {
+				// One write: the SDK writes each message in one write too,
+				// so the line lands between two messages.
+				_, _ = os.Stdout.WriteString("garbage mid-session: this is not JSON-RPC\n")
+			}
+		}()
 	}
 	err := testserver.New(opts).Run(context.Background(), &mcp.StdioTransport{})
 	if opts.HangClose {

@@ -1,0 +1,697 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The transports of the matrix.
+const (
+	kindStdio = "stdio"
+	kindHTTP  = "http"
+	kindSSE   = "sse"
+)
+
+// policies are the default policies scaled down to short real durations, so
+// that a fault plays out in a second or two (as the root package's
+// fastPolicies, with a shorter connect timeout).
+func policies() *machine.Policies {
+	p := mcpfsm.DefaultSpec().Defaults()
+	p.ConnectTimeout = 2 * time.Second
+	p.ProbeTimeout = 300 * time.Millisecond
+	p.TeardownTimeout = 500 * time.Millisecond
+	p.KeepaliveInterval = 300 * time.Millisecond
+	p.BackoffBase = 50 * time.Millisecond
+	p.BackoffMax = 500 * time.Millisecond
+	p.BreakerThreshold = 3
+	p.BreakerCooldown = 400 * time.Millisecond
+	p.BreakerCooldownMax = 2 * time.Second
+	return &p
+}
+
+// Bounds the rows assert. They are generous on purpose: the measured times go
+// to the table; a row fails only when something is far off.
+const (
+	callTimeout   = 2 * time.Second        // each call of the load
+	callLoadEvery = 100 * time.Millisecond // a new call this often
+	lateSlack     = time.Second            // how far past its deadline a call may return (a loaded machine)
+	recoverWithin = 20 * time.Second       // after the fault ends
+	settleLeaks   = 10 * time.Second       // for a row's goroutines, fds and children to go
+	forceGrace    = 2 * time.Second        // transport's bound on a forced close
+)
+
+// A row is one fault on one transport.
+type row struct {
+	fault string // the fault's name in the table
+	kind  string // stdio, http or sse
+	// setup starts the row's server and returns the config to connect to it.
+	setup func(r *run) transport.Config
+	// atStart: the fault is on before the connection opens, and inject runs
+	// at once (it is what keeps the first connect from succeeding).
+	atStart bool
+	// inject makes the fault happen. It sets r.start when the fault begins
+	// (see run.mark) and r.end when the server is usable again, and may wait
+	// for either.
+	inject func(r *run)
+	// detect lists the causes with which the fault may be detected (the first
+	// transition after r.start with a cause that is a failure); nil means that
+	// nothing may fail at all (the fault must be tolerated), unless planned.
+	detect []states.Cause
+	// sees, if set, is a cause some failure during the fault must have (the
+	// fault itself was classified so, whatever noticed first).
+	sees states.Cause
+	// planned: the fault is a teardown we asked for: nothing counts, and a
+	// new session comes up.
+	planned bool
+	// check makes the row's own assertions once the connection has recovered
+	// and the load has stopped (the connection is still open).
+	check func(r *run)
+	// policies, if set, adjusts the row's policies.
+	policies func(p *machine.Policies)
+}
+
+func (w *row) id() string { return w.fault + "/" + w.kind }
+
+// A run is one row being played.
+type run struct {
+	t      *testing.T
+	row    *row
+	id     string
+	marker string // in the arguments of the row's server processes
+	pol    *machine.Policies
+
+	journal, controlFile string
+	ports                []int // the row's listening ports
+	kids                 *childWatch
+
+	conn      *mcpfsm.Conn
+	proc      *procServer // the row's HTTP subprocess, if any
+	srv       *inproc     // the row's in-process HTTP server, if any
+	opened    time.Time
+	start     time.Time // the fault began
+	end       time.Time // the server was usable again
+	closeTook time.Duration
+	notes     []string // row-specific measurements, for the table
+
+	mu       sync.Mutex
+	trs      []machine.Transition
+	toolSets []time.Time // when OnTools was called
+	calls    []*call
+	after    []*call // the calls of serves
+	failures []string
+
+	loadStop chan struct{}
+	loadWG   sync.WaitGroup
+}
+
+// A call is one call of the load.
+type call struct {
+	tool, id        string
+	start, deadline time.Time
+	end             time.Time
+	text            string
+	err             error
+}
+
+var markers struct {
+	sync.Mutex
+	n int
+}
+
+func newMarker() string {
+	markers.Lock()
+	defer markers.Unlock()
+	markers.n++
+	return fmt.Sprintf("faultrow-%d-%d", time.Now().UnixNano()%1e6, markers.n)
+}
+
+// play runs the row.
+func (w *row) play(t *testing.T) {
+	r := &run{t: t, row: w, id: w.id(), marker: newMarker(), pol: policies()}
+	if w.policies != nil {
+		w.policies(r.pol)
+	}
+	labelRow(r.id)
+	dir := t.TempDir()
+	r.journal = filepath.Join(dir, "journal")
+	r.controlFile = filepath.Join(dir, "control")
+	r.kids = watchChildren(r.marker)
+	// Registered first, so it runs last: after the connection, the load and
+	// the servers are stopped.
+	t.Cleanup(r.finish)
+
+	cfg := w.setup(r)
+	r.open(cfg)
+	r.startLoad()
+	if w.atStart {
+		w.inject(r)
+	} else {
+		r.await("ready", 20*time.Second, func() bool { return r.conn.State().HasSession() })
+		r.await("a first probe", 20*time.Second, func() bool { return r.count(states.Probing, states.Ready) > 0 })
+		time.Sleep(200 * time.Millisecond) // calls before the fault
+		w.inject(r)
+	}
+	if r.start.IsZero() || r.end.IsZero() {
+		r.fatalf("the fault did not mark its start and end")
+	}
+
+	// Detection and recovery.
+	det := r.detection()
+	switch {
+	case w.planned || w.detect != nil:
+		r.await("recovery", recoverWithin+time.Until(r.end), func() bool { _, ok := r.recovery(); return ok })
+		det = r.detection()
+		if det == nil {
+			r.fatalf("the fault was not detected\n%s", r.timeline())
+		}
+	default:
+		r.await("ready", recoverWithin, func() bool { return r.conn.State().HasSession() })
+	}
+
+	// The connection serves: a read-only and a non-idempotent call.
+	r.serves("echo")
+	r.serves("journal")
+	time.Sleep(300 * time.Millisecond)
+	r.stopLoad()
+
+	// What the fault must have done.
+	switch {
+	case w.planned:
+		// The teardown asked for spends nothing and goes straight to connecting.
+		for _, tr := range r.transitions() {
+			if tr.At.Before(r.start) || tr.From != states.TearingDown {
+				continue
+			}
+			if tr.Cause.Counts() || tr.To != states.Connecting {
+				r.errorf("the planned teardown counted as a failure: %v\n%s", tr, r.timeline())
+			}
+			break
+		}
+	case w.detect != nil:
+		if !slices.Contains(w.detect, det.Cause) {
+			r.errorf("detected as %v, want one of %v\n%s", det, w.detect, r.timeline())
+		}
+		// The bound: a probe comes within the keepalive interval and fails
+		// within the probe timeout; a fault on from the start fails the first
+		// connect within the connect timeout. A second of slack on top.
+		bound := r.pol.KeepaliveInterval + r.pol.ProbeTimeout + time.Second
+		if w.atStart {
+			bound = r.pol.ConnectTimeout + time.Second
+		}
+		if took := det.At.Sub(r.start); took > bound {
+			r.errorf("detected after %v, want at most %v\n%s", took, bound, r.timeline())
+		}
+		if w.sees != states.CauseNone && !r.saw(w.sees) {
+			r.errorf("no failure during the fault was classified %s\n%s", w.sees, r.timeline())
+		}
+	default:
+		for _, tr := range r.transitions() {
+			if tr.Cause.Counts() || tr.To == states.TearingDown || tr.To == states.BackingOff {
+				r.errorf("a tolerable fault broke the connection: %v\n%s", tr, r.timeline())
+				break
+			}
+		}
+		// Calls may miss their own deadline on a loaded machine; nothing else.
+		r.mu.Lock()
+		for _, c := range r.calls {
+			var ce *mcpfsm.CallError
+			if c.err != nil && !(errors.As(c.err, &ce) && ce.Cause == states.CauseCanceled) {
+				r.errorf("call %s failed under a tolerable fault: %v", c.id, c.err)
+			}
+		}
+		r.mu.Unlock()
+	}
+	r.checkCalls()
+	if w.check != nil {
+		w.check(r)
+	}
+
+	closing := time.Now()
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := r.conn.Close(cctx); err != nil {
+		r.errorf("Close: %v", err)
+	}
+	r.closeTook = time.Since(closing)
+	if bound := r.pol.TeardownTimeout + forceGrace + time.Second; r.closeTook > bound {
+		r.errorf("Close took %v, want at most %v", r.closeTook, bound)
+	}
+}
+
+// serves checks that the connection answers a call once it has recovered.
+// The call is made again while it fails (the breaker may be open, or the
+// session going down, from a probe a loaded machine answered late), with a
+// new id each time, for up to 10s; each id is checked with the load's calls.
+func (r *run) serves(tool string) {
+	r.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		c := &call{tool: tool, id: fmt.Sprintf("%s#after-%s-%d", r.id, tool, i), start: time.Now(), deadline: deadline}
+		args := map[string]any{"id": c.id}
+		if tool == "echo" {
+			args = map[string]any{"text": c.id}
+		}
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		res, err := r.conn.CallTool(ctx, tool, args)
+		cancel()
+		c.end, c.err, c.text = time.Now(), err, text(res)
+		r.mu.Lock()
+		r.after = append(r.after, c)
+		r.mu.Unlock()
+		if err == nil {
+			if c.text != c.id {
+				r.errorf("%s after recovery answered %q", tool, c.text)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			r.errorf("%s after recovery: %v\n%s", tool, err, r.timeline())
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// inflight starts a non-idempotent call that holds for ms and returns once the
+// server has begun it (journaled its id); the channel gets the call's error.
+func (r *run) inflight(ms int) <-chan error {
+	r.t.Helper()
+	id := r.id + "#inflight"
+	done := make(chan error, 1)
+	r.loadWG.Add(1) // stopLoad waits for it too
+	go func() {
+		defer r.loadWG.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_, err := r.conn.CallTool(ctx, "journal", map[string]any{"id": id, "ms": ms})
+		done <- err
+	}()
+	r.await("the call in flight to reach the server", 10*time.Second, func() bool { return r.journalRuns()[id] > 0 })
+	return done
+}
+
+// mayHaveRun checks the error of the call inflight started: the connection
+// broke under it, so it may have run, and it did, once.
+func (r *run) mayHaveRun(done <-chan error) {
+	r.t.Helper()
+	err := <-done
+	var ce *mcpfsm.CallError
+	if !errors.As(err, &ce) || !errors.Is(err, mcpfsm.ErrMayHaveRun) || ce.Retried {
+		r.errorf("the call in flight when the fault struck got %v, want a *mcpfsm.CallError wrapping ErrMayHaveRun, not retried", err)
+	}
+	if n := r.journalRuns()[r.id+"#inflight"]; n != 1 {
+		r.errorf("the call in flight ran %d times", n)
+	}
+}
+
+// open opens the row's connection, recording its transitions.
+func (r *run) open(cfg transport.Config) {
+	var err error
+	r.opened = time.Now()
+	r.conn, err = mcpfsm.Open(cfg, mcpfsm.Options{
+		Policies: r.pol,
+		Logger:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Rand:     rand.New(rand.NewPCG(7, 7)),
+		History:  1024,
+		Observer: func(tr machine.Transition) {
+			r.mu.Lock()
+			r.trs = append(r.trs, tr)
+			r.mu.Unlock()
+		},
+		OnTools: func([]*mcp.Tool) {
+			r.mu.Lock()
+			r.toolSets = append(r.toolSets, time.Now())
+			r.mu.Unlock()
+		},
+	})
+	if err != nil {
+		r.fatalf("Open: %v", err)
+	}
+	r.t.Cleanup(func() { // if the row stopped early
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = r.conn.Close(ctx)
+	})
+}
+
+// mark records that the fault begins now.
+func (r *run) mark() { r.start = time.Now() }
+
+// onStop registers a function that stops one of the row's servers.
+func (r *run) onStop(f func()) { r.t.Cleanup(f) }
+
+func (r *run) errorf(format string, args ...any) {
+	r.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.failures = append(r.failures, msg)
+	r.mu.Unlock()
+	r.t.Error(msg)
+}
+
+func (r *run) fatalf(format string, args ...any) {
+	r.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.failures = append(r.failures, msg)
+	r.mu.Unlock()
+	r.t.Fatal(msg)
+}
+
+// note adds a measurement to the row's result.
+func (r *run) note(format string, args ...any) {
+	r.mu.Lock()
+	r.notes = append(r.notes, fmt.Sprintf(format, args...))
+	r.mu.Unlock()
+}
+
+// await waits until ok holds, failing the row after within.
+func (r *run) await(what string, within time.Duration, ok func() bool) {
+	r.t.Helper()
+	if !settle(within, ok) {
+		r.fatalf("waiting for %s: not within %v (state %s)\n%s", what, within, r.conn.State(), r.timeline())
+	}
+}
+
+func (r *run) transitions() []machine.Transition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.trs)
+}
+
+// count returns how many transitions went from one state to another.
+func (r *run) count(from, to states.State) int {
+	n := 0
+	for _, tr := range r.transitions() {
+		if tr.From == from && tr.To == to {
+			n++
+		}
+	}
+	return n
+}
+
+// saw reports whether a transition from the fault's start to a second after
+// its end had the cause c.
+func (r *run) saw(c states.Cause) bool {
+	for _, tr := range r.transitions() {
+		if !tr.At.Before(r.start) && tr.At.Before(r.end.Add(time.Second)) && tr.Cause == c {
+			return true
+		}
+	}
+	return false
+}
+
+// countSince counts the transitions from one state to another from t on.
+func (r *run) countSince(t time.Time, from, to states.State) int {
+	n := 0
+	for _, tr := range r.transitions() {
+		if !tr.At.Before(t) && tr.From == from && tr.To == to {
+			n++
+		}
+	}
+	return n
+}
+
+// failure reports whether a transition's cause is a failure of the
+// connection, counted or not (lost, timeout, expired, auth, protocol).
+func failure(c states.Cause) bool {
+	return c != states.CauseNone && c != states.CauseArtifact && c != states.CauseCanceled && c != states.CauseServer
+}
+
+// detection returns the transition that detected the fault: the first one
+// from r.start on whose cause is a failure, or, for a planned fault, the first
+// into tearing-down. Nil if there is none yet.
+func (r *run) detection() *machine.Transition {
+	if r.start.IsZero() {
+		return nil
+	}
+	for _, tr := range r.transitions() {
+		if tr.At.Before(r.start) {
+			continue
+		}
+		if r.row.planned && tr.To == states.TearingDown || !r.row.planned && failure(tr.Cause) {
+			return &tr
+		}
+	}
+	return nil
+}
+
+// recovery returns the transition that recovered from the fault: once the
+// fault has ended and been detected, the first sign of a working new session
+// (a session up after the detection, then up or probed healthy from the end of
+// the fault on).
+func (r *run) recovery() (machine.Transition, bool) {
+	det := r.detection()
+	if det == nil || r.end.IsZero() {
+		return machine.Transition{}, false
+	}
+	from := det.At
+	if r.end.After(from) {
+		from = r.end
+	}
+	renewed := false
+	for _, tr := range r.transitions() {
+		if tr.At.Before(det.At) || tr.To != states.Ready {
+			continue
+		}
+		renewed = renewed || tr.Trigger == "connected"
+		if renewed && !tr.At.Before(from) {
+			return tr, true
+		}
+	}
+	return machine.Transition{}, false
+}
+
+// timeline renders the transitions for failure messages, from the opening.
+func (r *run) timeline() string {
+	var b strings.Builder
+	mark := func(name string, at time.Time) {
+		if !at.IsZero() {
+			fmt.Fprintf(&b, "  %8s ---- %s\n", at.Sub(r.opened).Round(time.Millisecond), name)
+		}
+	}
+	trs := r.transitions()
+	marks := []struct {
+		name string
+		at   time.Time
+	}{{"fault begins", r.start}, {"fault ends", r.end}}
+	for _, tr := range trs {
+		for i := range marks {
+			if !marks[i].at.IsZero() && marks[i].at.Before(tr.At) {
+				mark(marks[i].name, marks[i].at)
+				marks[i].at = time.Time{}
+			}
+		}
+		fmt.Fprintf(&b, "  %8s %v failures=%d\n", tr.At.Sub(r.opened).Round(time.Millisecond), tr, tr.Failures)
+	}
+	for _, m := range marks {
+		mark(m.name, m.at)
+	}
+	return b.String()
+}
+
+// startLoad starts calling the server every callLoadEvery, each call on its
+// own goroutine with a deadline of callTimeout, in turn: echo (read-only),
+// journal (not idempotent), journal holding 250ms (so that calls are in
+// flight when the fault strikes).
+func (r *run) startLoad() {
+	r.loadStop = make(chan struct{})
+	r.loadWG.Add(1)
+	go func() {
+		defer r.loadWG.Done()
+		tick := time.NewTicker(callLoadEvery)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			r.loadWG.Add(1)
+			go r.call(i)
+			select {
+			case <-r.loadStop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	r.t.Cleanup(r.stopLoad)
+}
+
+// stopLoad stops the load and waits for every call.
+func (r *run) stopLoad() {
+	select {
+	case <-r.loadStop:
+	default:
+		close(r.loadStop)
+	}
+	r.loadWG.Wait()
+}
+
+func (r *run) call(i int) {
+	defer r.loadWG.Done()
+	c := &call{id: r.id + "#" + strconv.Itoa(i), start: time.Now()}
+	c.deadline = c.start.Add(callTimeout)
+	ctx, cancel := context.WithDeadline(context.Background(), c.deadline)
+	defer cancel()
+	var args map[string]any
+	switch i % 3 {
+	case 0:
+		c.tool, args = "echo", map[string]any{"text": c.id}
+	case 1:
+		c.tool, args = "journal", map[string]any{"id": c.id}
+	case 2:
+		c.tool, args = "journal", map[string]any{"id": c.id, "ms": 250}
+	}
+	res, err := r.conn.CallTool(ctx, c.tool, args)
+	c.end, c.err, c.text = time.Now(), err, text(res)
+	r.mu.Lock()
+	r.calls = append(r.calls, c)
+	r.mu.Unlock()
+}
+
+// text returns the text of a tool's answer, or says what else it was.
+func text(res *mcp.CallToolResult) string {
+	if res == nil {
+		return "(no result)"
+	}
+	var texts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			texts = append(texts, tc.Text)
+		}
+	}
+	if res.IsError || len(texts) != 1 || len(res.Content) != 1 {
+		return fmt.Sprintf("(tool error %v: %q)", res.IsError, texts)
+	}
+	return texts[0]
+}
+
+// checkCalls checks the contract on every call of the load: it returned by its
+// deadline, with its answer or a *mcpfsm.CallError; a non-idempotent call ran
+// at most once, exactly once if it was answered, and not at all if its error
+// says it cannot have run.
+func (r *run) checkCalls() {
+	runs := r.journalRuns()
+	r.mu.Lock()
+	calls := slices.Clone(r.calls)
+	after := slices.Clone(r.after)
+	r.mu.Unlock()
+	if len(calls) < 3 {
+		r.errorf("only %d calls were made", len(calls))
+	}
+	for _, c := range append(calls, after...) {
+		if late := c.end.Sub(c.deadline); late > lateSlack {
+			r.errorf("call %s returned %v after its deadline: %v", c.id, late, c.err)
+		}
+		var ce *mcpfsm.CallError
+		if c.err != nil && !errors.As(c.err, &ce) {
+			r.errorf("call %s: an error that is not a *mcpfsm.CallError: %T %v", c.id, c.err, c.err)
+			continue
+		}
+		if c.err == nil && c.text != c.id {
+			r.errorf("call %s answered %q", c.id, c.text)
+		}
+		if c.tool != "journal" {
+			continue
+		}
+		n := runs[c.id]
+		switch {
+		case n > 1:
+			r.errorf("non-idempotent call %s ran %d times (error: %v)", c.id, n, c.err)
+		case c.err == nil && n != 1:
+			r.errorf("call %s was answered but ran %d times", c.id, n)
+		case c.err != nil && n != 0 && !errors.Is(c.err, mcpfsm.ErrMayHaveRun) && ce.Cause != states.CauseCanceled:
+			r.errorf("call %s ran, yet its error does not say it may have: %v", c.id, c.err)
+		}
+	}
+}
+
+// tally counts the calls answered and lost.
+func (r *run) tally() (answered, lost int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.calls {
+		if c.err == nil {
+			answered++
+		} else {
+			lost++
+		}
+	}
+	return answered, lost
+}
+
+// callsCell renders the calls answered and lost, with why they were lost.
+func (r *run) callsCell() string {
+	answered, lost := r.tally()
+	why := map[string]int{}
+	r.mu.Lock()
+	for _, c := range r.calls {
+		var ce *mcpfsm.CallError
+		switch {
+		case c.err == nil:
+		case errors.Is(c.err, mcpfsm.ErrBreakerOpen):
+			why["breaker open"]++
+		case errors.Is(c.err, mcpfsm.ErrNotReady):
+			why["not ready by deadline"]++
+		case errors.Is(c.err, mcpfsm.ErrMayHaveRun):
+			why["may have run"]++
+		case errors.As(c.err, &ce) && ce.Cause == states.CauseCanceled:
+			why["deadline in flight"]++
+		case errors.As(c.err, &ce):
+			why[ce.Cause.String()]++
+		default:
+			why["untyped"]++
+		}
+	}
+	r.mu.Unlock()
+	s := fmt.Sprintf("%d / %d", answered, lost)
+	if len(why) > 0 {
+		var parts []string
+		for k, n := range why {
+			parts = append(parts, fmt.Sprintf("%d %s", n, k))
+		}
+		slices.Sort(parts)
+		s += " (" + strings.Join(parts, ", ") + ")"
+	}
+	return s
+}
+
+// finish stops what is left of the row, checks that nothing of it remains,
+// and records its result. It runs last among the row's cleanups.
+func (r *run) finish() {
+	unlabel() // this goroutine is the row's too
+	_, pipes := r.kids.end()
+	var leaks []string
+	ok := settle(settleLeaks, func() bool {
+		leaks = leaks[:0]
+		if n, stacks := labeled(r.id); n > 0 {
+			leaks = append(leaks, fmt.Sprintf("%d goroutines (%s)", n, strings.Join(goroutineTop(stacks), ", ")))
+		}
+		if fds := leakedFDs(r.ports, pipes); len(fds) > 0 {
+			leaks = append(leaks, fmt.Sprintf("%d fds (%s)", len(fds), strings.Join(fds, ", ")))
+		}
+		if kids := marked(r.marker); len(kids) > 0 {
+			leaks = append(leaks, fmt.Sprintf("%d child processes %v", len(kids), kids))
+		}
+		return len(leaks) == 0
+	})
+	if !ok {
+		_, stacks := labeled(r.id)
+		r.errorf("leaks after the row: %s\n%s", strings.Join(leaks, "; "), stacks)
+	}
+	record(r, leaks)
+}

@@ -1,0 +1,578 @@
+package faults
+
+import (
+	"context"
+	"flag"
+	"slices"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
+)
+
+// defaultParallel is how many rows run at once unless -test.parallel says
+// otherwise: the rows spend their time waiting, not computing.
+const defaultParallel = 4
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		if err := flag.Set("test.parallel", strconv.Itoa(defaultParallel)); err != nil {
+			panic(err)
+		}
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// TestMatrix plays every row of the fault matrix, in parallel, and checks the
+// whole process before and after. With -update it rewrites the matrix
+// section of docs/reliability.md from what this run measured.
+func TestMatrix(t *testing.T) {
+	testserver.Build(t) // before the baseline: it runs the go command
+	all := rows()
+	before := measure()
+	began := time.Now()
+	t.Run("rows", func(t *testing.T) {
+		for _, w := range all {
+			t.Run(w.id(), func(t *testing.T) {
+				t.Parallel()
+				w.play(t)
+			})
+		}
+	})
+	took := time.Since(began)
+
+	var after baseline
+	if !settle(settleLeaks, func() bool {
+		after = measure()
+		return after.goroutines <= before.goroutines && after.fds <= before.fds && after.children <= before.children
+	}) {
+		t.Errorf("the process leaked: before the rows %+v, after %+v\nchildren: %v\nfds: %v", before, after, testutil.Children(), testutil.OpenFiles())
+	}
+
+	section := renderMatrix(all, took, before, after)
+	t.Logf("the matrix:\n%s", section)
+	if !*update {
+		return
+	}
+	results.Lock()
+	ran := len(results.m)
+	results.Unlock()
+	if ran != len(all) {
+		t.Fatalf("-update publishes a run of the whole matrix: %d of %d rows ran", ran, len(all))
+	}
+	if err := publish(section); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMatrixPublished checks that docs/reliability.md shows a table from a
+// run of the whole matrix as it is now (every row, no other), in which every
+// row passed. (The numbers in it are from that run; they change from run to
+// run and are not checked here.)
+func TestMatrixPublished(t *testing.T) {
+	ids, failing, err := publishedRows()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, w := range rows() {
+		want = append(want, w.id())
+	}
+	if diff := cmp.Diff(want, ids); diff != "" {
+		t.Errorf("the published matrix is not the matrix's rows (-want +published); regenerate it with `go test -race -count=1 ./faults -run TestMatrix -update`:\n%s", diff)
+	}
+	for _, f := range failing {
+		t.Errorf("published as failing: %s", f)
+	}
+}
+
+// The tunings of the faults.
+const (
+	downFor      = 500 * time.Millisecond  // a killed HTTP server stays down
+	freezeFor    = 1200 * time.Millisecond // longer than detection plus a teardown
+	latencyFor   = 1500 * time.Millisecond // several probes
+	latencyBelow = 300 * time.Millisecond  // under tolerantProbe
+	latencyAbove = 600 * time.Millisecond  // twice the probe timeout
+	// tolerantProbe is the probe timeout of the rows whose fault must be
+	// tolerated: with 300ms, a loaded machine answers some probes too late
+	// by itself, and a burst's notifications hold the probe's answer up
+	// (1000 take about 0.2s to read under the race detector unloaded, over a
+	// second loaded).
+	tolerantProbe = 2 * time.Second
+	resetFor      = 600 * time.Millisecond  // two probe intervals
+	statusFor     = time.Second             // a burst of HTTP errors
+	toleratedFor  = 1500 * time.Millisecond // watch a tolerable fault this long
+	burstSize     = 1000                    // tools/list_changed notifications
+)
+
+// rows returns the matrix, fault by fault.
+func rows() []*row {
+	var all []*row
+	kinds := []string{kindStdio, kindHTTP, kindSSE}
+	network := []string{kindHTTP, kindSSE}
+	add := func(kinds []string, make func(kind string) *row) {
+		for _, k := range kinds {
+			all = append(all, make(k))
+		}
+	}
+	add(kinds, killRow)
+	add(kinds, freezeRow)
+	add(kinds, restartRow)
+	add(kinds, func(k string) *row { return latencyRow(k, false) })
+	add(kinds, func(k string) *row { return latencyRow(k, true) })
+	add(network, resetRow)
+	for _, code := range []int{500, 502, 503, 429} {
+		add(network, func(k string) *row { return statusRow(k, code) })
+	}
+	add(kinds, hangInitializeRow)
+	add(kinds, hangCloseRow)
+	add(kinds, refusePingRow)
+	add([]string{kindStdio}, func(string) *row { return garbageAtStartRow() })
+	add([]string{kindStdio}, func(string) *row { return garbageMidSessionRow() })
+	add(kinds, burstRow)
+	return all
+}
+
+// serve starts the row's server with opts (plus the journal and control
+// file): the stdio binary, or the in-process HTTP server behind the proxy.
+func (r *run) serve(kind string, opts testserver.Options) transport.Config {
+	opts.Journal, opts.Control = r.journal, r.controlFile
+	switch kind {
+	case kindStdio:
+		return r.stdioConfig(opts)
+	case kindSSE:
+		opts.SSE = true
+	}
+	r.srv = r.startInproc(opts)
+	return r.srv.config(kind)
+}
+
+// serveProc starts the row's server as an HTTP subprocess (or the stdio
+// binary, for stdio), for faults that kill or restart the server process.
+func (r *run) serveProc(kind string, opts testserver.Options) transport.Config {
+	opts.Journal, opts.Control = r.journal, r.controlFile
+	switch kind {
+	case kindStdio:
+		return r.stdioConfig(opts)
+	case kindSSE:
+		opts.SSE = true
+	}
+	r.proc = r.startProc(opts)
+	return r.proc.config(kind)
+}
+
+// killRow: the server process is killed with SIGKILL. A stdio server is
+// respawned by the connection; an HTTP server is started again by the test
+// after downFor, on the same port.
+func killRow(kind string) *row {
+	var killed int
+	return &row{
+		fault: "kill", kind: kind,
+		setup: func(r *run) transport.Config { return r.serveProc(kind, testserver.Options{}) },
+		inject: func(r *run) {
+			held := r.inflight(5000)
+			if kind == kindStdio {
+				killed = r.child()
+				r.mark()
+				_ = syscall.Kill(killed, syscall.SIGKILL)
+				r.end = r.start
+				r.mayHaveRun(held)
+				return
+			}
+			r.mark()
+			<-r.proc.signal(syscall.SIGKILL)
+			r.mayHaveRun(held)
+			time.Sleep(downFor)
+			r.proc.start()
+			r.end = time.Now()
+		},
+		detect: detectDead(kind),
+		sees:   states.CauseLost,
+		check: func(r *run) {
+			if kind == kindStdio {
+				if pid := r.child(); pid == killed {
+					r.errorf("the killed child %d still serves", pid)
+				}
+				r.note("respawned")
+			}
+		},
+	}
+}
+
+// detectDead returns the causes with which a dead server or connection may be
+// detected: lost; over HTTP also a probe's timeout (a probe sent on a pooled
+// connection the peer dropped silently, or a probe a loaded machine did not
+// answer in time before anything else noticed).
+func detectDead(kind string) []states.Cause {
+	if kind == kindStdio {
+		return []states.Cause{states.CauseLost}
+	}
+	return []states.Cause{states.CauseLost, states.CauseTimeout}
+}
+
+// freezeRow: the server stops answering without closing anything. stdio:
+// SIGSTOP for freezeFor, then SIGCONT if it still exists (the connection has
+// killed it by then: a fresh child serves). HTTP: the proxy stops forwarding
+// (toxiproxy's timeout toxic, both ways) for freezeFor; its removal closes the
+// frozen connections.
+func freezeRow(kind string) *row {
+	return &row{
+		fault: "freeze", kind: kind,
+		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{}) },
+		inject: func(r *run) {
+			if kind == kindStdio {
+				pid := r.child()
+				if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+					r.fatalf("SIGSTOP: %v", err)
+				}
+				r.mark()
+				r.end = r.start // a fresh child is usable at once
+				time.Sleep(freezeFor)
+				if r.signalChild(pid, syscall.SIGCONT) {
+					r.note("the frozen child was still alive at SIGCONT")
+				} else {
+					r.note("frozen child killed by the forced teardown")
+				}
+				return
+			}
+			r.srv.toxic("timeout", `{"timeout":0}`)
+			r.mark()
+			time.Sleep(freezeFor)
+			r.srv.untoxic()
+			r.end = time.Now()
+		},
+		detect: []states.Cause{states.CauseTimeout},
+	}
+}
+
+// restartRow: the server process exits on SIGTERM and a new one takes its
+// place, knowing none of the old sessions. stdio: the connection spawns the
+// new one. HTTP: the test starts the new process at once, on the same port.
+func restartRow(kind string) *row {
+	w := &row{
+		fault: "restart", kind: kind,
+		setup: func(r *run) transport.Config { return r.serveProc(kind, testserver.Options{}) },
+		inject: func(r *run) {
+			if kind == kindStdio {
+				pid := r.child()
+				r.mark()
+				_ = syscall.Kill(pid, syscall.SIGTERM)
+				r.end = r.start
+				return
+			}
+			r.mark()
+			r.proc.signal(syscall.SIGTERM) // it shuts down gracefully, for up to 1s
+			r.proc.start()                 // as soon as the port is free
+			r.end = time.Now()
+		},
+		detect: detectDead(kind),
+	}
+	if kind == kindHTTP {
+		// A request with the old session's ID gets 404 (expired); one that
+		// races the restart may find nothing listening (lost).
+		w.detect = append(w.detect, states.CauseExpired)
+	}
+	return w
+}
+
+// latencyRow: every answer is delayed for latencyFor, by more than the probe
+// timeout or by less. HTTP: toxiproxy's latency toxic on what the server
+// sends. stdio: the server waits before handling each request (the control
+// file).
+func latencyRow(kind string, above bool) *row {
+	fault, lat := "latency-below", latencyBelow
+	if above {
+		fault, lat = "latency-above", latencyAbove
+	}
+	var lifting time.Time // when the latency began to be removed
+	w := &row{
+		fault: fault, kind: kind,
+		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{}) },
+		inject: func(r *run) {
+			if kind == kindStdio {
+				r.control(testserver.ControlLatency + "=" + lat.String())
+			} else {
+				r.srv.latency(lat)
+			}
+			r.mark()
+			time.Sleep(latencyFor)
+			lifting = time.Now() // removing the toxic delivers what it holds at once
+			if kind == kindStdio {
+				r.control()
+			} else {
+				r.srv.untoxic()
+			}
+			r.end = time.Now()
+		},
+	}
+	if above {
+		w.detect = []states.Cause{states.CauseTimeout}
+		return w
+	}
+	w.policies = tolerant
+	w.check = func(r *run) {
+		// The latency was there: calls made during it took at least as long.
+		r.mu.Lock()
+		var fastest time.Duration
+		n := 0
+		for _, c := range r.calls {
+			if c.err == nil && c.start.After(r.start) && c.end.Before(lifting) && c.tool == "echo" {
+				if d := c.end.Sub(c.start); n == 0 || d < fastest {
+					fastest = d
+				}
+				n++
+			}
+		}
+		r.mu.Unlock()
+		if n == 0 || fastest < lat*9/10 {
+			r.errorf("%d echo calls during the latency, the fastest in %v: the latency was not applied", n, fastest)
+		}
+		if probes := r.countSince(r.start, states.Probing, states.Ready); probes < 2 {
+			r.errorf("%d probes passed during the latency, want at least 2\n%s", probes, r.timeline())
+		}
+		r.note("fastest call %s under the latency", duration(fastest))
+	}
+	return w
+}
+
+// resetRow: the proxy resets the connections (toxiproxy's reset_peer toxic,
+// both ways) for resetFor: a connection is cut as soon as data crosses it,
+// with a TCP RST for connections opened meanwhile.
+func resetRow(kind string) *row {
+	return &row{
+		fault: "reset", kind: kind,
+		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{}) },
+		inject: func(r *run) {
+			r.srv.toxic("reset_peer", `{"timeout":0}`)
+			r.mark()
+			time.Sleep(resetFor)
+			r.srv.untoxic()
+			r.end = time.Now()
+		},
+		detect: detectDead(kind),
+		sees:   states.CauseLost,
+	}
+}
+
+// statusRow: for statusFor, every POST gets the HTTP status code (no body)
+// without reaching the MCP server.
+func statusRow(kind string, code int) *row {
+	return &row{
+		fault: "http-" + strconv.Itoa(code), kind: kind,
+		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{}) },
+		inject: func(r *run) {
+			r.srv.h.SetStatus(code)
+			r.mark()
+			time.Sleep(statusFor)
+			r.srv.h.SetStatus(0)
+			r.end = time.Now()
+		},
+		detect: detectDead(kind),
+		sees:   states.CauseLost,
+	}
+}
+
+// hangInitializeRow: the server never answers initialize until the first
+// connect has failed; the connection is opened while it hangs.
+func hangInitializeRow(kind string) *row {
+	return &row{
+		fault: "hang-initialize", kind: kind, atStart: true,
+		setup: func(r *run) transport.Config {
+			r.control(testserver.ControlHangInitialize)
+			return r.serve(kind, testserver.Options{})
+		},
+		inject: func(r *run) {
+			r.start = r.opened
+			r.await("a failed connect", r.pol.ConnectTimeout+10*time.Second, func() bool {
+				return r.count(states.Connecting, states.BackingOff)+r.count(states.Connecting, states.BreakerOpen) > 0
+			})
+			r.control()
+			r.end = time.Now()
+		},
+		detect: []states.Cause{states.CauseTimeout},
+	}
+}
+
+// hangCloseRow: the server never lets a session close (stdio: it ignores
+// stdin EOF and SIGTERM; streamable HTTP: DELETE is never answered; SSE has
+// no close message to hang on), and the connection is asked to reconnect.
+func hangCloseRow(kind string) *row {
+	return &row{
+		fault: "hang-close", kind: kind, planned: true,
+		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{HangClose: true}) },
+		inject: func(r *run) {
+			r.mark()
+			r.end = r.start
+			r.conn.Reconnect()
+		},
+		check: func(r *run) {
+			var began, ended time.Time
+			var torn string
+			for _, tr := range r.transitions() {
+				if tr.At.Before(r.start) {
+					continue
+				}
+				if tr.To == states.TearingDown && began.IsZero() {
+					began = tr.At
+				}
+				if tr.From == states.TearingDown && !began.IsZero() {
+					ended = tr.At
+					torn = tr.String()
+					break
+				}
+			}
+			took := ended.Sub(began)
+			r.note("teardown %s", duration(took))
+			if kind == kindSSE {
+				return
+			}
+			// Forced at the teardown timeout, not later than forceGrace after.
+			if took < r.pol.TeardownTimeout*9/10 || took > r.pol.TeardownTimeout+forceGrace {
+				r.errorf("the teardown of a server that never closes took %v, want the teardown timeout %v: %s", took, r.pol.TeardownTimeout, torn)
+			}
+		},
+	}
+}
+
+// refusePingRow: the server answers ping with method-not-found; it is
+// watched for toleratedFor.
+func refusePingRow(kind string) *row {
+	var before map[string]int
+	return &row{
+		fault: "refuse-ping", kind: kind, policies: tolerant,
+		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{RefusePing: true}) },
+		inject: func(r *run) {
+			before = r.serverCounts()
+			r.mark()
+			time.Sleep(toleratedFor)
+			r.end = time.Now()
+		},
+		check: func(r *run) {
+			after := r.serverCounts()
+			probes := r.countSince(r.start, states.Probing, states.Ready)
+			if probes < 3 {
+				r.errorf("%d probes passed, want at least 3\n%s", probes, r.timeline())
+			}
+			// The probe falls back to tools/list and stays there: no ping
+			// reaches the server after the first refusal.
+			if pings := after["ping"] - before["ping"]; pings != 0 {
+				r.errorf("%d pings reached the server during the watch", pings)
+			}
+			if lists := after["tools/list"] - before["tools/list"]; lists < probes {
+				r.errorf("%d probes passed but the server saw %d tools/list", probes, lists)
+			}
+			r.note("%d probes by tools/list; pings received in all: %d", probes, after["ping"])
+		},
+	}
+}
+
+// tolerant gives a row whose fault must be tolerated a roomier probe timeout.
+func tolerant(p *machine.Policies) { p.ProbeTimeout = tolerantProbe }
+
+// serverCounts returns what the row's server has received, by method.
+func (r *run) serverCounts() map[string]int {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := r.conn.CallTool(ctx, "stats", nil)
+	if err != nil {
+		r.fatalf("stats: %v", err)
+	}
+	counts, err := testserver.Stats(res)
+	if err != nil {
+		r.fatalf("stats: %v", err)
+	}
+	return counts
+}
+
+// garbageAtStartRow: every server spawned writes a line of garbage to stdout
+// before anything else, until the first connect has failed.
+func garbageAtStartRow() *row {
+	return &row{
+		fault: "garbage-at-start", kind: kindStdio, atStart: true,
+		setup: func(r *run) transport.Config {
+			r.control(testserver.ControlGarbage)
+			return r.serve(kindStdio, testserver.Options{})
+		},
+		inject: func(r *run) {
+			r.start = r.opened
+			r.await("a failed connect", r.pol.ConnectTimeout+10*time.Second, func() bool {
+				return r.count(states.Connecting, states.BackingOff)+r.count(states.Connecting, states.BreakerOpen) > 0
+			})
+			r.control()
+			r.end = time.Now()
+		},
+		detect: []states.Cause{states.CauseLost, states.CauseProtocol},
+	}
+}
+
+// garbageMidSessionRow: the server writes a line of garbage to stdout in the
+// middle of a session (SIGUSR1 makes it).
+func garbageMidSessionRow() *row {
+	return &row{
+		fault: "garbage-mid-session", kind: kindStdio,
+		setup: func(r *run) transport.Config {
+			return r.serve(kindStdio, testserver.Options{GarbageOnSignal: true})
+		},
+		inject: func(r *run) {
+			pid := r.child()
+			held := r.inflight(5000)
+			r.mark()
+			_ = syscall.Kill(pid, syscall.SIGUSR1)
+			r.end = r.start
+			r.mayHaveRun(held)
+		},
+		detect: []states.Cause{states.CauseLost, states.CauseProtocol},
+	}
+}
+
+// burstRow: the server sends burstSize tools/list_changed notifications in a
+// row (and its tool list changes once).
+func burstRow(kind string) *row {
+	return &row{
+		fault: "list-changed-burst", kind: kind, policies: tolerant,
+		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{BurstTool: true}) },
+		inject: func(r *run) {
+			r.mark()
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res, err := r.conn.CallTool(ctx, "tools_changed_burst", map[string]any{"n": burstSize})
+			// The server's last send returns once the client has read all but
+			// what the stream buffers.
+			r.note("sent in %s", duration(time.Since(r.start)))
+			if err != nil || text(res) != strconv.Itoa(burstSize) {
+				r.fatalf("tools_changed_burst = %q, %v; want %d sent\n%s", text(res), err, burstSize, r.timeline())
+			}
+			r.await("the new tool list", 10*time.Second, func() bool {
+				return slices.ContainsFunc(r.conn.Tools(), func(t *mcp.Tool) bool { return t.Name == "extra" })
+			})
+			time.Sleep(300 * time.Millisecond) // re-lists still running end
+			r.end = time.Now()
+		},
+		check: func(r *run) {
+			r.mu.Lock()
+			relists := 0
+			for _, at := range r.toolSets {
+				if at.After(r.start) {
+					relists++
+				}
+			}
+			r.mu.Unlock()
+			if relists < 1 || relists > burstSize/10 {
+				r.errorf("%d notifications cost %d re-lists; want them coalesced", burstSize, relists)
+			}
+			r.note("%d notifications, %d re-lists", burstSize, relists)
+		},
+	}
+}

@@ -1,0 +1,97 @@
+package transport
+
+import (
+	"context"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Sessions share their mcp.Client: a Client costs about 2.4 KB and holds nothing of a
+// session's own but the list of its sessions, so that thousands of connections need
+// not each keep one. Sessions that send the same implementation (the same
+// *mcp.Implementation, or DefaultClient) and that do or do not listen for tool-list
+// changes share one Client, which lives as long as one of them does.
+var clients struct {
+	mu sync.Mutex
+	m  map[clientKey]*sharedClient
+}
+
+type clientKey struct {
+	impl  *mcp.Implementation // nil for DefaultClient
+	tools bool                // its sessions listen for tool-list changes
+}
+
+// A sharedClient is a Client and the sessions using it.
+type sharedClient struct {
+	key      clientKey
+	c        *mcp.Client
+	refs     int                             // sessions holding it, under clients.mu
+	sessions map[*mcp.ClientSession]*Session // those listening for tool-list changes, under clients.mu
+}
+
+// acquireClient returns the Client for sessions of impl (DefaultClient if nil) that
+// listen for tool-list changes or not. The session must release it.
+func acquireClient(impl *mcp.Implementation, tools bool) *sharedClient {
+	key := clientKey{impl, tools}
+	clients.mu.Lock()
+	defer clients.mu.Unlock()
+	sc := clients.m[key]
+	if sc == nil {
+		sc = &sharedClient{key: key}
+		if impl == nil {
+			d := DefaultClient
+			impl = &d
+		}
+		copts := &mcp.ClientOptions{}
+		if tools {
+			sc.sessions = map[*mcp.ClientSession]*Session{}
+			copts.ToolListChangedHandler = sc.toolsChanged
+		}
+		sc.c = mcp.NewClient(impl, copts)
+		sc.c.AddSendingMiddleware(uncachedToolLists)
+		if clients.m == nil {
+			clients.m = map[clientKey]*sharedClient{}
+		}
+		clients.m[key] = sc
+	}
+	sc.refs++
+	return sc
+}
+
+// bind makes s the session that cs's tool-list changes are reported to. A
+// notification that arrives before bind (while the session initializes) is not
+// reported: the session's first ListTools comes after it.
+func (sc *sharedClient) bind(cs *mcp.ClientSession, s *Session) {
+	if sc.sessions == nil {
+		return
+	}
+	clients.mu.Lock()
+	sc.sessions[cs] = s
+	clients.mu.Unlock()
+}
+
+// release drops a session's hold on the Client, and forgets cs (nil if the session
+// never connected).
+func (sc *sharedClient) release(cs *mcp.ClientSession) {
+	clients.mu.Lock()
+	defer clients.mu.Unlock()
+	if cs != nil && sc.sessions != nil {
+		delete(sc.sessions, cs)
+	}
+	if sc.refs--; sc.refs == 0 {
+		delete(clients.m, sc.key)
+	}
+}
+
+// toolsChanged is the shared Client's ToolListChangedHandler: it reports the change
+// to the session it came on.
+func (sc *sharedClient) toolsChanged(_ context.Context, req *mcp.ToolListChangedRequest) {
+	cs, _ := req.GetSession().(*mcp.ClientSession)
+	clients.mu.Lock()
+	s := sc.sessions[cs]
+	clients.mu.Unlock()
+	if s != nil && s.onTools != nil {
+		s.onTools()
+	}
+}
