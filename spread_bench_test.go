@@ -4,15 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"maps"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 )
@@ -55,58 +52,16 @@ const (
 //     timers that fell due meanwhile fire together.
 //
 // One op is the whole experiment; run it with -benchtime=1x.
-//
-// It also reports stationary-peak/uniform: peak/uniform as it would be if a session's
-// first probe were drawn as stationaryFirst draws it, rather than uniformly within
-// one interval (a proposal for package effects' keepalive delay).
+
 func BenchmarkProbeSpread(b *testing.B) {
 	for b.Loop() {
 		sched, n := scheduledSpread(b, DefaultSpec(), *idleMachinesFlag)
-		fixed, _ := scheduledSpread(b, stationarySpec(b), *idleMachinesFlag)
 		wall, _ := probeSpread(b, *idleMachinesFlag)
 		b.ReportMetric(sched, "peak/uniform")
-		b.ReportMetric(fixed, "stationary-peak/uniform")
 		b.ReportMetric(wall, "wall-peak/uniform")
 		b.ReportMetric(float64(n), "probes")
 		b.ReportMetric(0, "ns/op")
 	}
-}
-
-// stationarySpec is the default lifecycle with the keepalive delay's first probe
-// drawn by stationaryFirst.
-func stationarySpec(b *testing.B) *machine.Spec {
-	reg := effects.Registry()
-	reg.Delays = maps.Clone(reg.Delays)
-	d := reg.Delays["keepalive"]
-	next := d.Next
-	d.Next = func(v *machine.Vars, p *machine.Policies, r *rand.Rand) (time.Duration, bool) {
-		if v.Probed || p.KeepaliveInterval <= 0 {
-			return next(v, p, r)
-		}
-		return stationaryFirst(p.KeepaliveInterval, p.KeepaliveJitter, r), true
-	}
-	reg.Delays["keepalive"] = d
-	spec, err := machine.LoadSpec("transitions.yaml", DefaultSpecYAML(), reg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return spec
-}
-
-// stationaryFirst draws the time to a session's first probe from the stationary
-// (residual-life) distribution of the later intervals, which the keepalive delay draws
-// uniformly over [I(1-j), I]: density 1/μ up to I(1-j), then falling linearly to 0 at
-// I, where μ = I(1-j/2) is the mean interval. Sessions opened together then probe from
-// the start at the steady rate. Drawn uniformly within one interval, as now, the first
-// probes of the last tenth of the interval meet the second probes of the sessions that
-// probed first in its first tenth: twice the steady rate for a moment.
-func stationaryFirst(every time.Duration, j float64, r *rand.Rand) time.Duration {
-	i := float64(every)
-	flat := i * (1 - j)
-	if r.Float64()*i*(1-j/2) < flat {
-		return time.Duration(1 + r.Float64()*flat)
-	}
-	return max(1, time.Duration(i-j*i*math.Sqrt(r.Float64())))
 }
 
 // spreadWorld is a simulated server that answers at once; it records the instants of

@@ -1,6 +1,7 @@
 package effects
 
 import (
+	"math"
 	"math/rand/v2"
 	"time"
 
@@ -12,7 +13,7 @@ import (
 var delays = map[string]machine.Delay{
 	"keepalive": {
 		Doc: "Time until the next probe: keepalive_interval shortened by up to keepalive_jitter of it, so a frozen server is found within interval + probe_timeout. " +
-			"A session's first probe comes at a uniformly random point within one interval, so that connections opened together do not probe in lockstep. 0 disables probing.",
+			"A session's first probe comes after a delay drawn from the steady state of that schedule, so that connections opened together probe at the steady rate from the start rather than in lockstep. 0 disables probing.",
 		Policy: "keepalive_interval",
 		Next:   keepalive,
 	},
@@ -35,9 +36,24 @@ func keepalive(v *machine.Vars, p *machine.Policies, r *rand.Rand) (time.Duratio
 		return 0, false
 	}
 	if !v.Probed {
-		return time.Duration(1 + r.Int64N(int64(every))), true
+		return firstProbe(every, p.KeepaliveJitter, r), true
 	}
 	return every - time.Duration(p.KeepaliveJitter*r.Float64()*float64(every)), true
+}
+
+// firstProbe draws the time to a session's first probe from the steady state of the
+// later ones: the residual life of intervals drawn uniformly over [I(1-j), I], whose
+// density is 1/μ up to I(1-j) and then falls linearly to 0 at I, where μ = I(1-j/2) is
+// the mean interval. Sessions opened together then probe at the steady rate from the
+// start. (Drawn uniformly within one interval, the first probes of its last tenth would
+// meet the second probes of the sessions that probed first: twice the steady rate.)
+func firstProbe(every time.Duration, j float64, r *rand.Rand) time.Duration {
+	i := float64(every)
+	flat := i * (1 - j)
+	if r.Float64()*i*(1-j/2) < flat {
+		return time.Duration(1 + r.Float64()*flat)
+	}
+	return max(1, time.Duration(i-j*i*math.Sqrt(r.Float64())))
 }
 
 func backoff(v *machine.Vars, p *machine.Policies, r *rand.Rand) (time.Duration, bool) {

@@ -35,12 +35,13 @@
 // # Probe
 //
 // [Session.Probe] puts a request on the wire on every transport and protocol
-// version: ping, or, for a server that answers ping with method-not-found
-// (latched for the session) and on protocol 2026-07-28 (where ping does not
-// exist), the first page of tools/list. The session's client never caches
-// tools/list results, so that request reaches the server even when the server
-// gives them a TTL (the SDK would otherwise answer from its cache on
-// 2026-07-28).
+// version: ping, the cheapest (the SDK's server answers it on 2026-07-28 over
+// stdio and in memory too), or, for a server that refuses ping with
+// method-not-found or invalid-params (the SDK's stateless HTTP server on
+// 2026-07-28), the first page of tools/list, at once and for the rest of the
+// session. The session's client never caches tools/list results, so that
+// request reaches the server even when the server gives them a TTL (the SDK
+// would otherwise answer from its cache on 2026-07-28).
 //
 // # Errors
 //
@@ -147,7 +148,7 @@
 //     _meta field "io.modelcontextprotocol/protocolVersion": rejected by
 //     transport: Bad Request` (first code -32602): it reaches the HTTP handler,
 //     never the MCP server. The SDK's ListTools answers from its cache while
-//     the server's ttlMs lasts. Probe sends tools/list instead, uncached.
+//     the server's ttlMs lasts. Probe falls back to tools/list, uncached.
 //   - Close: nil, no DELETE.
 //
 // SSE:

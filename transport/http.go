@@ -61,13 +61,18 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		stop()
 		cancel(nil)
 	}
-	r := req.Clone(ctx)
-	if req.URL.Host == rt.host {
+	// A RoundTripper must not change the request it is given: the headers are set on
+	// a deep copy, and without headers to set a shallow one carries the new context.
+	var r *http.Request
+	if len(rt.headers) > 0 && req.URL.Host == rt.host {
+		r = req.Clone(ctx)
 		for k, v := range rt.headers {
 			if !sdkHeaders[http.CanonicalHeaderKey(k)] {
 				r.Header.Set(k, v)
 			}
 		}
+	} else {
+		r = req.WithContext(ctx)
 	}
 	rec, _ := req.Context().Value(statusKey{}).(*answers)
 	post := rec != nil && req.Method == http.MethodPost

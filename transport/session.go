@@ -51,10 +51,6 @@ var errClosed = errors.New("session closed")
 // errDialFailed is the cause of a session's life ending when Dial fails.
 var errDialFailed = errors.New("dial failed")
 
-// newProtocol is the first protocol version in which ping does not exist and
-// list results may be cached by the SDK.
-const newProtocol = "2026-07-28"
-
 // lastSSEProtocol is the last protocol version with an HTTP+SSE binding.
 const lastSSEProtocol = "2025-11-25"
 
@@ -80,7 +76,7 @@ type Session struct {
 	kill context.CancelCauseFunc
 
 	http     bool                        // the session speaks HTTP (streamable or SSE): statuses are recorded
-	pingless atomic.Bool                 // latched: the server answered ping with method-not-found
+	pingless atomic.Bool                 // latched: the server refused ping (method-not-found or invalid-params)
 	listed   atomic.Pointer[[]*mcp.Tool] // the first page of tools, as ListTools last listed it
 	closing  atomic.Bool                 // Close was called
 	watched  chan struct{}               // closed once the connection's end has been handled (see endConn, watch)
@@ -228,7 +224,7 @@ func (s *Session) ended(err error) {
 		return
 	}
 	err = s.wrap(OpEnd, "", err, nil)
-	s.logAt(slog.LevelWarn, "connection ended", "error", err)
+	s.logAt(slog.LevelDebug, "connection ended", "error", err) // the machine reports it, classified
 	if s.onEnd != nil {
 		s.onEnd(err)
 	}
@@ -278,17 +274,12 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		s.kill(errDialFailed)
 		s.abandon(cs)
 		err = s.wrap(OpDial, "", err, status)
-		s.logAt(slog.LevelWarn, "dial failed", "error", err)
+		s.logAt(slog.LevelDebug, "dial failed", "error", err) // the machine reports it, classified
 		return nil, err
 	}
 	s.cs = cs
 	if s.proc != nil {
 		s.proc.ready.Store(true)
-	}
-	if s.ProtocolVersion() >= newProtocol {
-		// ping is not part of this protocol (over HTTP the SDK's server
-		// rejects it, -32602): probe with tools/list from the start.
-		s.pingless.Store(true)
 	}
 	if s.lt.ends != nil {
 		s.up() // the endConn reports the end
@@ -413,7 +404,7 @@ func (s *Session) watch() {
 		err = io.EOF
 	}
 	err = s.wrap(OpEnd, "", err, nil)
-	s.logAt(slog.LevelWarn, "connection ended", "error", err)
+	s.logAt(slog.LevelDebug, "connection ended", "error", err) // the machine reports it, classified
 	if s.onEnd != nil {
 		s.onEnd(err)
 	}
@@ -467,11 +458,12 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 
 // Probe sends a request that reaches the server and waits for its answer.
 //
-// It sends ping. A server that answers ping with method-not-found (-32601)
-// is alive but ping-less: Probe then lists the first page of tools instead,
-// and keeps doing so for the rest of the session. On protocol 2026-07-28,
-// where ping does not exist, Probe lists tools from the start (never from the
-// SDK's cache). An error is an *Error with Op OpProbe.
+// It sends ping, the cheapest request. A server that answers ping with
+// method-not-found (-32601), or with invalid-params (-32602, as the SDK's
+// stateless HTTP server does on protocol 2026-07-28, where ping needs a _meta
+// the SDK's client does not send), is alive but will not be pinged: Probe then
+// lists the first page of tools instead (never from the SDK's cache), at once
+// and for the rest of the session. An error is an *Error with Op OpProbe.
 func (s *Session) Probe(ctx context.Context) error {
 	if !s.pingless.Load() {
 		pctx, status := s.withStatus(ctx)
@@ -479,11 +471,11 @@ func (s *Session) Probe(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if !isMethodNotFound(err) {
+		if !pingRefused(err) {
 			return s.wrap(OpProbe, "", err, status)
 		}
 		if s.pingless.CompareAndSwap(false, true) {
-			s.logAt(slog.LevelInfo, "the server does not implement ping: probing with tools/list from now on")
+			s.logAt(slog.LevelInfo, "the server refuses ping: probing with tools/list from now on")
 		}
 	}
 	pctx, status := s.withStatus(ctx)
@@ -499,6 +491,13 @@ func (s *Session) Probe(ctx context.Context) error {
 func isMethodNotFound(err error) bool {
 	var je *jsonrpc.Error
 	return errors.As(err, &je) && je.Code == jsonrpc.CodeMethodNotFound
+}
+
+// pingRefused reports whether err is a server's refusal of ping itself (method not
+// found, or invalid params), as opposed to a failure to reach it.
+func pingRefused(err error) bool {
+	var je *jsonrpc.Error
+	return errors.As(err, &je) && (je.Code == jsonrpc.CodeMethodNotFound || je.Code == jsonrpc.CodeInvalidParams)
 }
 
 // Close closes the session: gracefully until ctx ends (stdio: close the

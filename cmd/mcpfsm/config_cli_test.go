@@ -183,7 +183,7 @@ func TestRunExampleConfig(t *testing.T) {
 
 func TestSimulate(t *testing.T) {
 	out, errOut, code := runCLI(t, "simulate", "--summary", "frozen-idle")
-	if code != 0 || !strings.Contains(out, "time to detect:     28.659s") || !strings.Contains(out, "connect attempts:") {
+	if code != 0 || !strings.Contains(out, "time to detect:     25.241s") || !strings.Contains(out, "connect attempts:") {
 		t.Errorf("simulate frozen-idle: exit %d, stderr %q\n%s", code, errOut, out)
 	}
 	again, _, _ := runCLI(t, "simulate", "--summary", "frozen-idle")
