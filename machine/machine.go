@@ -242,7 +242,7 @@ func (m *Machine) Watch(buf int) (ch <-chan Transition, stop func(), dropped fun
 	m.watchMu.Lock()
 	select {
 	case <-m.done:
-		close(w.ch)
+		w.close()
 	default:
 		m.setWatchers(append(m.loadWatchers(), w))
 	}
@@ -254,7 +254,7 @@ func (m *Machine) Watch(buf int) (ch <-chan Transition, stop func(), dropped fun
 		for i, x := range old {
 			if x == w {
 				m.setWatchers(append(old[:i:i], old[i+1:]...))
-				close(w.ch)
+				w.close()
 			}
 		}
 	}
@@ -270,9 +270,38 @@ func (m *Machine) loadWatchers() []*watcher {
 
 func (m *Machine) setWatchers(ws []*watcher) { m.watchers.Store(&ws) }
 
+// watcher is one Watch subscription. The owner sends while the watcher's stop may run
+// on another goroutine, so sending and closing share a per-watcher lock: uncontended,
+// and taken only when someone watches.
 type watcher struct {
+	mu      sync.Mutex
+	closed  bool
 	ch      chan Transition
 	dropped atomic.Int64
+}
+
+// send offers tr without waiting; a full watcher counts it as dropped, a stopped one
+// ignores it.
+func (w *watcher) send(tr *Transition) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	select {
+	case w.ch <- *tr:
+	default:
+		w.dropped.Add(1)
+	}
+}
+
+func (w *watcher) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.closed = true
+		close(w.ch)
+	}
 }
 
 // run is the owner goroutine: one select over the mailbox and the timer, as etcd/raft's
@@ -421,11 +450,7 @@ func (m *Machine) publish(tr *Transition, t trig) {
 	}
 	if ws := m.watchers.Load(); ws != nil {
 		for _, w := range *ws {
-			select {
-			case w.ch <- *tr:
-			default:
-				w.dropped.Add(1)
-			}
+			w.send(tr)
 		}
 	}
 	if m.changed.Load() != nil {
@@ -480,7 +505,7 @@ func (m *Machine) exit() {
 	m.eff.stop()
 	m.watchMu.Lock()
 	for _, w := range m.loadWatchers() {
-		close(w.ch)
+		w.close()
 	}
 	m.setWatchers(nil)
 	m.watchMu.Unlock()
