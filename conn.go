@@ -100,8 +100,8 @@ func (c *Conn) Tools() []*mcp.Tool {
 func (c *Conn) Reconnect() { c.m.Reconnect() }
 
 // Close closes the connection for good (see machine.Machine.Close): it returns once
-// the session is closed (bounded by the teardown timeout) and the owner goroutine has
-// exited, or with ctx's error.
+// the session is closed (bounded by the teardown timeout) and the machine's owner has
+// exited for good, or with ctx's error.
 func (c *Conn) Close(ctx context.Context) error { return c.m.Close(ctx) }
 
 // WaitReady waits until the connection has a session that calls may use. It returns

@@ -230,14 +230,22 @@ func TestScenario_BreakerHalfOpenRecovers(t *testing.T) {
 }
 
 // TestScenario_OwnerGoroutineOpensAndCloses: every open and close of a session runs on
-// the owner goroutine, the one that publishes transitions; 64 goroutines call at once;
-// the stateful counter keeps counting across calls and probes, so there was one
-// persistent session and not one per call.
+// the owner, within the same activation that published the transition leading to it
+// (the owner is a role that one goroutine at a time holds; an idle machine holds none),
+// and never on a caller's goroutine; 64 goroutines call at once; the stateful counter
+// keeps counting across calls and probes, so there was one persistent session and not
+// one per call.
 func TestScenario_OwnerGoroutineOpensAndCloses(t *testing.T) {
 	h := testserver.StartHTTP(t, testserver.Options{})
 	var mu sync.Mutex
-	owner := map[int]bool{} // goroutines that published transitions
-	var opens, closes []int
+	type mark struct {
+		what string // "transition", "open" or "close"
+		g    int
+	}
+	var marks []mark          // in the order they happened
+	callerG := map[int]bool{} // the test's goroutine and the callers'
+	callerG[goid()] = true
+	note := func(what string) { mu.Lock(); marks = append(marks, mark{what, goid()}); mu.Unlock() }
 	// Probes must pass under the load of 64 callers on a small machine: a probe
 	// timeout of fastPolicies' 300ms would (rightly) recycle the session mid-test.
 	pol := fastPolicies()
@@ -246,13 +254,11 @@ func TestScenario_OwnerGoroutineOpensAndCloses(t *testing.T) {
 	c = open(t, httpConfig(h), pol, func(o *Options) {
 		observe := o.Observer
 		o.Observer = func(tr machine.Transition) {
-			mu.Lock()
-			owner[goid()] = true
-			mu.Unlock()
+			note("transition")
 			observe(tr)
 		}
-		o.onOpen = func(*effects.Session) { mu.Lock(); opens = append(opens, goid()); mu.Unlock() }
-		o.onClose = func(*effects.Session) { mu.Lock(); closes = append(closes, goid()); mu.Unlock() }
+		o.onOpen = func(*effects.Session) { note("open") }
+		o.onClose = func(*effects.Session) { note("close") }
 	})
 	c.waitState(states.Ready, 20*time.Second)
 	const callers, each = 64, 20
@@ -262,6 +268,9 @@ func TestScenario_OwnerGoroutineOpensAndCloses(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			mu.Lock()
+			callerG[goid()] = true
+			mu.Unlock()
 			for range each {
 				text, err := c.callText(context.Background(), "counter", nil)
 				if err != nil {
@@ -297,16 +306,27 @@ func TestScenario_OwnerGoroutineOpensAndCloses(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(owner) != 1 {
-		t.Fatalf("transitions published from %d goroutines", len(owner))
-	}
-	if len(opens) != 2 || len(closes) != 2 {
-		t.Errorf("%d opens and %d closes, want 2 and 2", len(opens), len(closes))
-	}
-	for _, g := range append(opens, closes...) {
-		if !owner[g] {
-			t.Errorf("a session was opened or closed on goroutine %d, not the owner", g)
+	opens, closes, last := 0, 0, -1
+	for i, m := range marks {
+		if callerG[m.g] {
+			t.Errorf("mark %d: a %s ran on a caller's goroutine %d", i, m.what, m.g)
 		}
+		switch m.what {
+		case "transition":
+			last = m.g
+			continue
+		case "open":
+			opens++
+		case "close":
+			closes++
+		}
+		if m.g != last {
+			t.Errorf("mark %d: a session %s ran on goroutine %d, but the transition before it was published on %d: not the owner's activation",
+				i, m.what, m.g, last)
+		}
+	}
+	if opens != 2 || closes != 2 {
+		t.Errorf("%d opens and %d closes, want 2 and 2", opens, closes)
 	}
 }
 

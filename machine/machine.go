@@ -56,9 +56,13 @@ type Options struct {
 	Observer func(Transition)
 }
 
-// A Machine is the lifecycle of one connection. One goroutine, its owner, started by
-// New, fires every trigger into the spec's stateless machine and runs every effect;
-// other goroutines only post events to it. Its methods are safe for concurrent use.
+// A Machine is the lifecycle of one connection. Its owner alone fires triggers into
+// the spec's stateless machine, runs effects and arms timers; other goroutines only post
+// events to it. The owner is a role that one goroutine at a time holds: a post or a due
+// timer that finds no owner active becomes or starts one, and the owner gives the role
+// up when it has nothing left to do, so that an idle machine (ready and waiting for its
+// keepalive, or backing off) holds no goroutine. Every activation sees all that the one
+// before it did. Its methods are safe for concurrent use.
 type Machine struct {
 	name string
 	spec *Spec
@@ -66,11 +70,12 @@ type Machine struct {
 	log  *slog.Logger
 	obs  func(Transition)
 
-	// Owned by the owner goroutine.
+	// Owned by whichever goroutine holds the owner role (see mailbox).
 	core         *core
-	timer        *time.Timer // the current state's next timed edge
+	timer        *time.Timer // the current state's next timed edge; runs onTimer
 	timerAt      time.Time   // what timer is set to; zero when stopped
 	closeApplied bool
+	entered      bool // the initial state has been entered
 
 	mbox    mailbox
 	eff     effectCtx
@@ -86,12 +91,13 @@ type Machine struct {
 	watchers atomic.Pointer[[]*watcher] // copy on write; read without the lock
 }
 
-// New builds a machine in the spec's initial state and starts its owner goroutine,
-// which runs until the machine reaches its final state (see Close).
+// New builds a machine and starts its owner, which enters the spec's initial state and
+// then acts whenever an event is posted or a timer is due, until the machine reaches its
+// final state (see Close).
 func New(spec *Spec, opts Options) *Machine {
 	m := &Machine{
 		name: opts.Name, spec: spec, inv: opts.Invoker, log: opts.Logger, obs: opts.Observer,
-		mbox: newMailbox(), done: make(chan struct{}),
+		mbox: mailbox{running: true}, done: make(chan struct{}),
 		hist: history{limit: opts.History, spec: spec},
 		pol:  spec.defaults,
 	}
@@ -111,9 +117,9 @@ func New(spec *Spec, opts Options) *Machine {
 	m.core = newCore(spec, &m.pol, rng)
 	m.state.Store(uint32(spec.initial))
 	m.eff.init(time.Now(), &m.closing)
-	m.timer = time.NewTimer(time.Hour)
+	m.timer = time.AfterFunc(time.Hour, m.onTimer)
 	m.timer.Stop()
-	go m.run()
+	go m.run() // enters the initial state; the mailbox was made with the role taken
 	return m
 }
 
@@ -126,12 +132,27 @@ func (m *Machine) Spec() *Spec { return m.spec }
 // State returns the machine's current state.
 func (m *Machine) State() states.State { return states.State(m.state.Load()) }
 
-// Done is closed when the owner goroutine has exited.
+// Done is closed when the machine has reached its final state and its owner has
+// exited for good.
 func (m *Machine) Done() <-chan struct{} { return m.done }
 
-// Post hands an event to the owner goroutine and returns at once. It reports false if
-// the machine has already closed.
-func (m *Machine) Post(ev Event) bool { return m.mbox.post(ev) }
+// Post hands an event to the owner and returns at once, starting an owner goroutine if
+// none is active. It reports false if the machine has already closed.
+func (m *Machine) Post(ev Event) bool {
+	ok, start := m.mbox.post(ev)
+	if start {
+		go m.run()
+	}
+	return ok
+}
+
+// onTimer runs on the timer's own goroutine when the current state's timed edge is
+// due; if no owner is active, that goroutine becomes the owner.
+func (m *Machine) onTimer() {
+	if m.mbox.fire() {
+		m.run()
+	}
+}
 
 // Start asks an idle machine to connect.
 func (m *Machine) Start() { m.Post(Event{Trigger: states.Start}) }
@@ -144,7 +165,7 @@ func (m *Machine) Reconnect() { m.Post(Event{Trigger: states.Recycle}) }
 // any, and close is applied ahead of anything else queued and before any further
 // effect starts, so that the session is torn down (bounded by the teardown timeout)
 // and the machine reaches its final state. It
-// returns nil once the owner goroutine has exited, or ctx's error if ctx ends first (the
+// returns nil once the owner has exited for good, or ctx's error if ctx ends first (the
 // machine still closes). It is idempotent and safe from any goroutine except the owner's
 // (an Observer must not call it).
 func (m *Machine) Close(ctx context.Context) error {
@@ -304,33 +325,39 @@ func (w *watcher) close() {
 	}
 }
 
-// run is the owner goroutine: one select over the mailbox and the timer, as etcd/raft's
-// node.run is one select over its channels.
+// run acts as the owner: it applies what the mailbox holds, runs the effects that
+// follow, arms the timer, and gives the role up when nothing is left, so that an idle
+// machine holds no goroutine. Each pass takes everything posted and the timer's firing
+// together, as etcd/raft's node.run takes whatever its one select offers.
 func (m *Machine) run() {
-	defer m.exit()
-	m.follow(m.core.enter(time.Now()), time.Now())
+	if !m.entered {
+		m.entered = true
+		m.follow(m.core.enter(time.Now()), time.Now())
+	}
 	var batch []Event
 	for !m.core.state.Final() {
 		m.settle()
-		select {
-		case <-m.mbox.wake:
-			batch = m.mbox.take(batch)
-			now := time.Now()
-			for i := range batch {
-				if m.core.state.Final() {
-					m.release(batch[i:])
-					break
-				}
-				now = m.handle(&batch[i], now)
-			}
-		case <-m.timer.C:
-			m.timerAt = time.Time{}
-			now := time.Now()
+		var due, release bool
+		batch, due, release = m.mbox.take(batch)
+		if release {
+			return // another goroutine may be the owner from here on
+		}
+		now := time.Now()
+		if due {
+			m.timerAt = time.Time{} // fired (or about to be re-armed by settle)
 			if t, ok := m.core.due(now); ok {
-				m.step(t, &Event{}, false, now)
+				now = m.step(t, &Event{}, false, now)
 			}
 		}
+		for i := range batch {
+			if m.core.state.Final() {
+				m.release(batch[i:])
+				break
+			}
+			now = m.handle(&batch[i], now)
+		}
 	}
+	m.exit()
 }
 
 // handle applies one posted event.
