@@ -54,6 +54,9 @@ type managed struct {
 // NewManager opens a connection to every server of cfg. Connecting happens in the
 // background; calls wait for their server to be ready.
 func NewManager(cfg *Config, opts ManagerOptions) (*Manager, error) {
+	if err := checkNames(cfg); err != nil {
+		return nil, err
+	}
 	m := &Manager{opts: opts, conns: map[string]*managed{}}
 	for _, s := range cfg.Servers {
 		mc, err := m.open(s)
@@ -67,12 +70,47 @@ func NewManager(cfg *Config, opts ManagerOptions) (*Manager, error) {
 	return m, nil
 }
 
-func (m *Manager) open(s ServerConfig) (*managed, error) {
-	opts := Options{Spec: s.Spec, Client: m.opts.Client, Logger: m.opts.Logger, History: m.opts.History}
-	if s.Policies != (machine.Policies{}) { // a ServerConfig built in Go may leave them to the spec
-		pol := s.Policies
-		opts.Policies = &pol
+// checkNames refuses a config that names no server or one server twice, as a config
+// built in Go may (LoadConfig's map keys cannot): two connections under one name would
+// leave the first out of reach, never closed.
+func checkNames(cfg *Config) error {
+	seen := make(map[string]bool, len(cfg.Servers))
+	for i, s := range cfg.Servers {
+		switch {
+		case !serverName.MatchString(s.Name):
+			return fmt.Errorf("mcpfsm: server %d: name %q: use letters, digits, - and _", i+1, s.Name)
+		case seen[s.Name]:
+			return fmt.Errorf("mcpfsm: server %q is named twice", s.Name)
+		}
+		seen[s.Name] = true
 	}
+	return nil
+}
+
+// policies returns the policies s is to run with: its own, or its spec's defaults when
+// it leaves them zero (as a ServerConfig built in Go may).
+func policies(s ServerConfig) machine.Policies {
+	if s.Policies != (machine.Policies{}) {
+		return s.Policies
+	}
+	if s.Spec != nil {
+		return s.Spec.Defaults()
+	}
+	return DefaultSpec().Defaults()
+}
+
+// specChanged reports whether s runs another lifecycle than old: another file, other
+// contents, or (for configs built in Go, which have no text) another Spec.
+func specChanged(old, s ServerConfig) bool {
+	if old.SpecFile != s.SpecFile || !bytes.Equal(old.specText, s.specText) {
+		return true
+	}
+	return old.specText == nil && old.Spec != s.Spec
+}
+
+func (m *Manager) open(s ServerConfig) (*managed, error) {
+	pol := policies(s)
+	opts := Options{Spec: s.Spec, Client: m.opts.Client, Logger: m.opts.Logger, History: m.opts.History, Policies: &pol}
 	if obs := m.opts.Observer; obs != nil {
 		opts.Observer = func(tr machine.Transition) { obs(s.Name, tr) }
 	}
@@ -183,6 +221,9 @@ func (r ReloadResult) String() string {
 // whose lifecycle spec changed gets a new connection; one whose policies alone changed
 // adopts them and keeps its session; the others are not touched.
 func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error) {
+	if err := checkNames(cfg); err != nil {
+		return ReloadResult{}, err
+	}
 	m.mu.Lock()
 	var res ReloadResult
 	var closing []*Conn
@@ -202,7 +243,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 			}
 			next[s.Name] = mc
 			res.Added = append(res.Added, s.Name)
-		case old.cfg.SpecFile != s.SpecFile || !bytes.Equal(old.cfg.specText, s.specText):
+		case specChanged(old.cfg, s):
 			mc, err := m.open(s)
 			if err != nil {
 				errs = append(errs, err)
@@ -219,13 +260,13 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 				continue
 			}
 			old.conn.fx.SetConfig(s.Transport)
-			old.conn.m.SetPolicies(s.Policies)
+			old.conn.m.SetPolicies(policies(s))
 			old.conn.Reconnect()
 			old.cfg = s
 			next[s.Name] = old
 			res.Reconnected = append(res.Reconnected, s.Name)
-		case old.cfg.Policies != s.Policies:
-			old.conn.m.SetPolicies(s.Policies)
+		case policies(old.cfg) != policies(s):
+			old.conn.m.SetPolicies(policies(s))
 			old.cfg = s
 			next[s.Name] = old
 			res.Retuned = append(res.Retuned, s.Name)

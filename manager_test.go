@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -219,5 +221,77 @@ servers:
 	}
 	if got := text(m.Call(ctx, "new.echo", map[string]any{"text": "hi"})); got != "hi" {
 		t.Errorf("new.echo = %q", got)
+	}
+}
+
+// memServer is an in-memory server config, as an embedder builds one in Go.
+func memServer(name string) mcpfsm.ServerConfig {
+	return mcpfsm.ServerConfig{Name: name, Transport: transport.Config{
+		Name: name, InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{Name: name})},
+	}}
+}
+
+// TestManagerGoBuiltConfig: a Config built in Go leaves Policies zero ("the spec's
+// defaults") and sets Spec directly. Reload must keep the defaults across a transport
+// change (it once installed all-zero policies, sending the connection straight to
+// breaker-open), must see a changed Spec (it once compared only the spec's file and
+// text, which a Go-built config does not have), and, like NewManager, must refuse a
+// server named twice (the first connection would be left open, out of reach).
+func TestManagerGoBuiltConfig(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	m := newManager(t, &mcpfsm.Config{Servers: []mcpfsm.ServerConfig{memServer("a")}}, &events{})
+	if err := m.Conn("a").WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := mcpfsm.DefaultSpec().Defaults()
+	if got := m.Conn("a").Machine().Policies(); got != want {
+		t.Fatalf("policies before reload:\n%s", cmp.Diff(want, got))
+	}
+
+	moved := memServer("a") // another server: a transport change
+	res, err := m.Reload(ctx, &mcpfsm.Config{Servers: []mcpfsm.ServerConfig{moved}})
+	if err != nil || len(res.Reconnected) != 1 {
+		t.Fatalf("reload of a transport change: %s, %v", res, err)
+	}
+	c := m.Conn("a")
+	if err := c.Machine().Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Machine().Policies(); got != want {
+		t.Errorf("policies after reloading a transport change (-want +got):\n%s", cmp.Diff(want, got))
+	}
+	if _, err := c.CallTool(ctx, "echo", map[string]any{"text": "x"}); err != nil {
+		t.Errorf("call after reload: %v (state %s)", err, c.State())
+	}
+
+	other, err := mcpfsm.LoadSpec("other.yaml", []byte(strings.Replace(string(mcpfsm.DefaultSpecYAML()), "default: 10s", "default: 11s", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved.Spec = other
+	if res, err := m.Reload(ctx, &mcpfsm.Config{Servers: []mcpfsm.ServerConfig{moved}}); err != nil || len(res.Reconnected) != 1 {
+		t.Fatalf("reload of a spec change: %s, %v", res, err)
+	}
+	if m.Conn("a").Machine().Spec() != other {
+		t.Error("after reloading a new Spec, the connection still runs the old one")
+	}
+	if got := m.Conn("a").Machine().Policies(); got != other.Defaults() {
+		t.Errorf("policies after a spec change (-want +got):\n%s", cmp.Diff(other.Defaults(), got))
+	}
+
+	twice := &mcpfsm.Config{Servers: []mcpfsm.ServerConfig{memServer("b"), memServer("b")}}
+	if _, err := m.Reload(ctx, twice); err == nil || !strings.Contains(err.Error(), `server "b" is named twice`) {
+		t.Errorf("Reload of a server named twice: err = %v", err)
+	}
+	if m.Conn("a") == nil || m.Conn("b") != nil {
+		t.Error("a refused Reload changed the servers")
+	}
+	if _, err := mcpfsm.NewManager(twice, mcpfsm.ManagerOptions{}); err == nil || !strings.Contains(err.Error(), `server "b" is named twice`) {
+		t.Errorf("NewManager of a server named twice: err = %v", err)
+	}
+	unnamed := &mcpfsm.Config{Servers: []mcpfsm.ServerConfig{memServer("")}}
+	if _, err := mcpfsm.NewManager(unnamed, mcpfsm.ManagerOptions{}); err == nil || !strings.Contains(err.Error(), `server 1: name ""`) {
+		t.Errorf("NewManager of an unnamed server: err = %v", err)
 	}
 }
