@@ -128,10 +128,11 @@ func (c *Conn) WaitReady(ctx context.Context) error {
 func (c *Conn) CallTool(ctx context.Context, name string, args any) (*mcp.CallToolResult, error) {
 	params := &mcp.CallToolParams{Name: name, Arguments: args}
 	var failed *effects.Session // the session a first attempt failed on
+	var first *CallError        // and how it failed
 	for {
 		s, err := c.acquire(ctx, failed)
 		if err != nil {
-			return nil, c.callError(name, err, failed != nil)
+			return nil, c.noSession(name, err, first)
 		}
 		res, err := s.S.CallTool(ctx, params)
 		ownClose := s.OwnClose()
@@ -145,15 +146,16 @@ func (c *Conn) CallTool(ctx context.Context, name string, args any) (*mcp.CallTo
 		}
 		cause := effects.Classify(err, ownClose)
 		c.fx.Report(s, cause, err)
+		if mayHaveRun(cause, err) {
+			err = fmt.Errorf("%w: %w", ErrMayHaveRun, err)
+		}
+		ce := &CallError{Server: c.name, Tool: name, State: c.m.State(), Cause: cause, Retried: failed != nil, Err: err}
 		retry := failed == nil && (cause.Counts() || cause == states.CauseArtifact) &&
 			(notRun(cause, err) || idempotent(s.Tool(name)))
 		if !retry {
-			if mayHaveRun(cause, err) {
-				err = fmt.Errorf("%w: %w", ErrMayHaveRun, err)
-			}
-			return nil, &CallError{Server: c.name, Tool: name, State: c.m.State(), Cause: cause, Retried: failed != nil, Err: err}
+			return nil, ce
 		}
-		failed = s
+		failed, first = s, ce
 	}
 }
 
@@ -162,10 +164,11 @@ func (c *Conn) CallTool(ctx context.Context, name string, args any) (*mcp.CallTo
 // first one breaks. An error is a *CallError.
 func (c *Conn) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 	var failed *effects.Session
+	var first *CallError
 	for {
 		s, err := c.acquire(ctx, failed)
 		if err != nil {
-			return nil, c.callError("", err, failed != nil)
+			return nil, c.noSession("", err, first)
 		}
 		tools, err := s.S.ListTools(ctx)
 		ownClose := s.OwnClose()
@@ -178,10 +181,11 @@ func (c *Conn) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 			cause = effects.Classify(err, ownClose)
 			c.fx.Report(s, cause, err)
 		}
+		ce := &CallError{Server: c.name, State: c.m.State(), Cause: cause, Retried: failed != nil, Err: err}
 		if failed != nil || !(cause.Counts() || cause == states.CauseArtifact) {
-			return nil, &CallError{Server: c.name, State: c.m.State(), Cause: cause, Retried: failed != nil, Err: err}
+			return nil, ce
 		}
-		failed = s
+		failed, first = s, ce
 	}
 }
 
@@ -217,12 +221,20 @@ func (c *Conn) acquire(ctx context.Context, avoid *effects.Session) (*effects.Se
 	}
 }
 
-func (c *Conn) callError(tool string, err error, retried bool) error {
+// noSession is the error of a call that found no session to run on: err says why. When
+// a first attempt had failed and this was to be the retry, the call ran once, not
+// twice: the error is the first attempt's, with why it was not retried.
+func (c *Conn) noSession(tool string, err error, first *CallError) error {
+	if first != nil {
+		first.State = c.m.State()
+		first.Err = fmt.Errorf("%w (not retried: %w)", first.Err, err)
+		return first
+	}
 	cause := states.CauseNone
 	if errors.Is(err, ErrNotReady) {
 		cause = states.CauseCanceled
 	}
-	return &CallError{Server: c.name, Tool: tool, State: c.m.State(), Cause: cause, Retried: retried, Err: err}
+	return &CallError{Server: c.name, Tool: tool, State: c.m.State(), Cause: cause, Err: err}
 }
 
 // idempotent reports whether running the tool twice is safe, by its annotations.
