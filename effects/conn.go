@@ -30,7 +30,6 @@ type Conn struct {
 	nextID uint64              // the id of the next session; owner goroutine only
 
 	current atomic.Pointer[Session]
-	relists sync.WaitGroup // tools/list_changed re-lists in flight
 }
 
 // ConnOptions configure a Conn.
@@ -39,10 +38,11 @@ type ConnOptions struct {
 	Client *mcp.Implementation
 	// Logger receives the sessions' own events.
 	Logger *slog.Logger
-	// OnTools is called with the new tool list after a session comes up and after
-	// each re-list that tools/list_changed notifications set off (bursts coalesce
-	// into one re-list at a time). It runs on a goroutine of its own and must not
-	// block for long.
+	// OnTools is called with the new tool list after a session comes up (on the
+	// owner, as connect ends) and after each re-list that tools/list_changed
+	// notifications set off (bursts coalesce into one re-list at a time; on the
+	// re-list's goroutine). It must not block for long: the first call holds up
+	// ready, and Close cannot interrupt it.
 	OnTools func([]*mcp.Tool)
 	// OnOpen and OnClose, if set, are called on the owner goroutine just after a
 	// session opens and just before it is closed. Tests use them to check who opens
@@ -80,13 +80,24 @@ type Session struct {
 	S     transport.Client
 	Start time.Time
 
-	tools     atomic.Pointer[[]*mcp.Tool]
-	reported  atomic.Bool  // a failure of this session has been reported to the machine
-	inflight  atomic.Int64 // calls in flight on it
-	draining  atomic.Bool  // no new call may start on it
-	drained   chan struct{}
-	dirty     atomic.Bool // tools/list_changed arrived; a re-list is due
-	relisting atomic.Bool
+	tools    atomic.Pointer[[]*mcp.Tool]
+	reported atomic.Bool  // a failure of this session has been reported to the machine
+	inflight atomic.Int64 // calls in flight on it
+	draining atomic.Bool  // no new call may start on it
+	drained  chan struct{}
+	relist   relister
+}
+
+// relister is a session's re-listing of its tools after tools/list_changed. Re-lists
+// start only while the session is open for them: from the end of connect (whose own
+// listing comes first) to the start of its close, which then waits for them. A
+// notification before connect has listed just marks the list dirty.
+type relister struct {
+	mu      sync.Mutex
+	open    bool // re-lists may start
+	running bool // a re-list goroutine is running
+	dirty   bool // a notification came since the last listing began
+	wg      sync.WaitGroup
 }
 
 // Tools returns the session's tool list, as last listed.
@@ -218,6 +229,10 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	if c.opts.OnTools != nil {
 		c.opts.OnTools(tools)
 	}
+	s.relist.mu.Lock()
+	s.relist.open = true
+	c.relistLocked(s) // for a change that came while connecting
+	s.relist.mu.Unlock()
 	return machine.Event{Trigger: states.Connected, Session: s.ID}
 }
 
@@ -289,38 +304,63 @@ func (c *Conn) closeNow(ctx context.Context, s *Session) error {
 	if c.opts.OnClose != nil {
 		c.opts.OnClose(s)
 	}
+	s.relist.mu.Lock()
+	s.relist.open = false // no re-list starts from here on
+	s.relist.mu.Unlock()
 	err := s.S.Close(ctx)
-	c.relists.Wait()
+	s.relist.wg.Wait()
 	return err
 }
 
 // toolsChanged coalesces tools/list_changed notifications: one re-list at a time, and
 // one more after it if any arrived meanwhile.
 func (c *Conn) toolsChanged(s *Session) {
-	s.dirty.Store(true)
-	if !s.relisting.CompareAndSwap(false, true) {
-		return
+	s.relist.mu.Lock()
+	defer s.relist.mu.Unlock()
+	s.relist.dirty = true
+	c.relistLocked(s)
+}
+
+// relistLocked starts a re-list if one is due, the session is open for it and none is
+// running. s.relist.mu is held.
+func (c *Conn) relistLocked(s *Session) {
+	r := &s.relist
+	if r.dirty && r.open && !r.running {
+		r.running = true
+		r.wg.Add(1)
+		go c.relistLoop(s)
 	}
-	c.relists.Add(1)
-	go func() {
-		defer c.relists.Done()
-		for s.dirty.Swap(false) {
-			ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
-			tools, err := s.S.ListTools(ctx)
-			cancel()
-			if err != nil {
-				break // the session is failing; its watcher or a probe will tell
-			}
-			s.tools.Store(&tools)
-			if c.opts.OnTools != nil && c.current.Load() == s {
-				c.opts.OnTools(tools)
-			}
+}
+
+// relistLoop lists s's tools until no notification came during the last listing.
+func (c *Conn) relistLoop(s *Session) {
+	r := &s.relist
+	defer r.wg.Done()
+	for {
+		r.mu.Lock()
+		if !r.dirty || !r.open {
+			r.running = false
+			r.mu.Unlock()
+			return
 		}
-		s.relisting.Store(false)
-		if s.dirty.Load() && !s.S.Closing() {
-			c.toolsChanged(s) // a notification slipped in after the last re-list
+		r.dirty = false
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
+		tools, err := s.S.ListTools(ctx)
+		cancel()
+		if err != nil {
+			// The session is failing; its watcher or a probe will tell. A later
+			// notification may try again.
+			r.mu.Lock()
+			r.running = false
+			r.mu.Unlock()
+			return
 		}
-	}()
+		s.tools.Store(&tools)
+		if c.opts.OnTools != nil && c.current.Load() == s {
+			c.opts.OnTools(tools)
+		}
+	}
 }
 
 // relistTimeout bounds a re-list after tools/list_changed.
