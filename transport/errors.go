@@ -109,6 +109,24 @@ func newRedactor(c Config) *redactor {
 	if h := c.httpConfig(); h != nil {
 		for _, v := range h.Headers {
 			add(v)
+			// A server may quote the credentials alone ("invalid token T" of
+			// "Bearer T"), or, for basic auth, decoded: each word after the
+			// scheme is a secret too.
+			words := strings.Fields(v)
+			if len(words) > 1 {
+				add(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), words[0])))
+				for _, w := range words[1:] {
+					add(w)
+					if strings.EqualFold(words[0], "basic") {
+						if dec, err := base64.StdEncoding.DecodeString(w); err == nil {
+							user, pass, _ := strings.Cut(string(dec), ":")
+							add(string(dec))
+							add(user)
+							add(pass)
+						}
+					}
+				}
+			}
 		}
 		if u, err := url.Parse(h.URL); err == nil {
 			if safe := safeURL(h.URL); safe != h.URL {

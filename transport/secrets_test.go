@@ -151,12 +151,19 @@ func TestSecretsNeverPrinted(t *testing.T) {
 	})
 	t.Run("server quotes the header", func(t *testing.T) {
 		// A server that answers every request with a JSON-RPC error quoting
-		// the Authorization header it got.
+		// the Authorization header it got, its credentials alone (a token
+		// once leaked so), and those decoded from base64.
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, _ = io.Copy(io.Discard, r.Body)
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusBadRequest)
-			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"bad credentials %s"}}`, r.Header.Get("Authorization"))
+			auth := r.Header.Get("Authorization")
+			_, cred, _ := strings.Cut(auth, " ")
+			decoded, err := base64.StdEncoding.DecodeString(cred)
+			if err != nil {
+				decoded = nil // not base64: a bearer token
+			}
+			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"bad credentials %s; token %s; decoded %s"}}`, auth, cred, decoded)
 		}))
 		defer srv.Close()
 		bearer := secretHTTP(srv.URL)
@@ -166,7 +173,7 @@ func TestSecretsNeverPrinted(t *testing.T) {
 			_, err := Dial(callCtx(t), Config{Name: "echoing", HTTP: h}, opts)
 			out.add(t, "dial a server quoting the header", err, false)
 			// The configured header wins over the URL's userinfo.
-			if want := []string{"bad credentials REDACTED:", "bad credentials Basic REDACTED"}[i]; !strings.Contains(err.Error(), want) {
+			if want := []string{"bad credentials REDACTED; token REDACTED; decoded :", "bad credentials Basic REDACTED; token REDACTED; decoded REDACTED:"}[i]; !strings.Contains(err.Error(), want) {
 				t.Errorf("%v does not contain %q", err, want)
 			}
 			basicValue := base64.StdEncoding.EncodeToString([]byte("userSECRETmarker:passSECRETmarker"))
