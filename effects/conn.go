@@ -207,7 +207,7 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	ts, err := c.opts.Dial(ctx, *c.cfg.Load(), transport.Options{
 		Client:         c.opts.Client,
 		Logger:         c.opts.Logger,
-		OnEnd:          func(err error) { c.Report(s, Classify(err, false), err) },
+		OnEnd:          func(err error) { c.Report(s, endCause(err), err) },
 		OnToolsChanged: func() { c.toolsChanged(s) },
 	})
 	if err != nil {
@@ -260,6 +260,17 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 }
 
 var errNoSession = errors.New("no session")
+
+// endCause classifies the error a session ended with by itself. Whatever it says, the
+// session is gone: an end that classifies as no failure that counts (a server or
+// protocol error, a clean exit) is still the transport lost, or the machine would wait
+// for a probe or a call to find out.
+func endCause(err error) states.Cause {
+	if c := Classify(err, false); c.Counts() {
+		return c
+	}
+	return states.CauseLost
+}
 
 // teardown closes the current session. A planned teardown first lets the calls in
 // flight finish (for up to half of teardown_timeout) while new calls wait for the next

@@ -2,6 +2,7 @@ package effects
 
 import (
 	"context"
+	"io"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -58,5 +60,43 @@ func TestToolsChangedWhileConnecting(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("the tool added while connecting never showed up in a listing")
 		}
+	}
+}
+
+// TestSessionEndIsAlwaysReported: a session that ends by itself is gone whatever its
+// error says. An end whose error classified as no counting failure (here a server's
+// JSON-RPC error, or none at all) was once not reported, leaving the machine ready on
+// a dead session until a probe or a call found out.
+func TestSessionEndIsAlwaysReported(t *testing.T) {
+	for _, endErr := range []error{
+		&transport.Error{Server: "s", Op: transport.OpEnd, Err: &jsonrpc.Error{Code: -32603, Message: "internal"}},
+		&transport.Error{Server: "s", Op: transport.OpEnd},
+		io.EOF,
+	} {
+		var onEnd func(error)
+		dial := func(ctx context.Context, cfg transport.Config, opts transport.Options) (transport.Client, error) {
+			onEnd = opts.OnEnd
+			return transport.DialClient(ctx, cfg, opts)
+		}
+		c := NewConn(transport.Config{Name: "ends", InMemory: &transport.InMemory{Server: mcp.NewServer(&mcp.Implementation{Name: "s"}, nil)}},
+			ConnOptions{Dial: dial})
+		posted := make(chan machine.Event, 1)
+		c.Bind(func(ev machine.Event) { posted <- ev })
+		pol := machine.Policies{TeardownTimeout: time.Second}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if ev := c.Invoke(ctx, machine.Invocation{Effect: "connect", Policies: &pol}); ev.Trigger != states.Connected {
+			t.Fatalf("connect: %v", ev.Err)
+		}
+		onEnd(endErr)
+		select {
+		case ev := <-posted:
+			if ev.Trigger != states.Lost || !ev.Cause.Counts() {
+				t.Errorf("end with %v: posted %v (%s), want lost with a counting cause", endErr, ev.Trigger, ev.Cause)
+			}
+		default:
+			t.Errorf("end with %v: nothing reported", endErr)
+		}
+		c.Invoke(ctx, machine.Invocation{Effect: "teardown", Policies: &pol})
+		cancel()
 	}
 }
