@@ -27,7 +27,7 @@ type ManagerOptions struct {
 	// naming its server; slog.Default() when nil.
 	Logger *slog.Logger
 	// Observer is called with every transition of every server, on that server's
-	// owner goroutine: one stream for all. It must return quickly.
+	// owner: one stream for all. It must return quickly.
 	Observer func(server string, tr machine.Transition)
 	// OnTools is called with a server's tool list each time it is listed.
 	OnTools func(server string, tools []*mcp.Tool)

@@ -6,7 +6,7 @@ import (
 	"github.com/mcpfsm/mcpfsm/machine"
 )
 
-// actions keep the machine's books. They run on the owner goroutine as it takes a
+// actions keep the machine's books. They run on the owner as it takes a
 // transition, and never block. Failures are not counted here: the machine counts an
 // event whose cause counts as it applies it, whatever the spec says.
 var actions = map[string]machine.Action{

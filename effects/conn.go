@@ -19,7 +19,7 @@ import (
 // is the machine.Invoker of that connection's machine, and it holds the connection's
 // current session, which calls read without going through the machine.
 //
-// connect, probe and teardown run on the machine's owner goroutine, so every session
+// connect, probe and teardown run on the machine's owner, so every session
 // is opened and closed there. Other goroutines (the session's end watcher, calls that
 // find the session broken) only report to the machine, through Post.
 type Conn struct {
@@ -27,7 +27,7 @@ type Conn struct {
 	opts ConnOptions
 
 	post   func(machine.Event) // delivers an event to the machine; set by Bind
-	nextID uint64              // the id of the next session; owner goroutine only
+	nextID uint64              // the id of the next session; owner only
 
 	current atomic.Pointer[Session]
 }
@@ -44,7 +44,7 @@ type ConnOptions struct {
 	// re-list's goroutine). It must not block for long: the first call holds up
 	// ready, and Close cannot interrupt it.
 	OnTools func([]*mcp.Tool)
-	// OnOpen and OnClose, if set, are called on the owner goroutine just after a
+	// OnOpen and OnClose, if set, are called on the owner just after a
 	// session opens and just before it is closed. Tests use them to check who opens
 	// and closes sessions.
 	OnOpen, OnClose func(*Session)

@@ -56,7 +56,7 @@ func (t Transition) String() string {
 // core is the lifecycle of one connection with no goroutines and no clock: it applies
 // one event at a time at a given instant and reports what follows (a transition, an
 // invoked effect to run, the deadline of the next timed transition). A Machine drives it
-// from its owner goroutine with real time; a simulation drives it with virtual time.
+// from its owner with real time; a simulation drives it with virtual time.
 type core struct {
 	spec    *Spec
 	ctx     context.Context // carries the core to stateless's callbacks

@@ -12,7 +12,7 @@ import (
 )
 
 // An Invoker runs the blocking effects a spec invokes (connect, probe, teardown) for
-// one connection. The machine calls it only from its owner goroutine, one effect at a
+// one connection. The machine calls it only from its owner, one effect at a
 // time, under a context that ends at the effect's timeout policy or when Close
 // interrupts it (context.Cause tells which: ErrEffectTimeout or ErrClosed). It returns
 // the effect's outcome: an Event whose Trigger is one of the effect's declared outcomes.
@@ -50,7 +50,7 @@ type Options struct {
 	// History is how many transitions History keeps; DefaultHistory when 0, none when
 	// negative.
 	History int
-	// Observer, if set, is called on the owner goroutine with every transition, in
+	// Observer, if set, is called on the owner with every transition, in
 	// order, before anything else sees it. It must return quickly and must not call
 	// the machine's blocking methods (Close, Sync, Wait).
 	Observer func(Transition)
@@ -63,6 +63,11 @@ type Options struct {
 // up when it has nothing left to do, so that an idle machine (ready and waiting for its
 // keepalive, or backing off) holds no goroutine. Every activation sees all that the one
 // before it did. Its methods are safe for concurrent use.
+//
+// Because a post may start the owner on the poster's side, a machine made inside a
+// testing/synctest bubble must be used only from inside that bubble, and one made
+// outside only from outside it: an owner started in a bubble would arm the machine's
+// timers on the bubble's clock.
 type Machine struct {
 	name string
 	spec *Spec
@@ -330,6 +335,16 @@ func (w *watcher) close() {
 // machine holds no goroutine. Each pass takes everything posted and the timer's firing
 // together, as etcd/raft's node.run takes whatever its one select offers.
 func (m *Machine) run() {
+	released := false
+	defer func() {
+		// Reaching the final state, or an effect or Observer that ended the
+		// goroutine (runtime.Goexit: a test's t.Fatal in a fake) rather than
+		// returning: either way nobody will act as the owner again, so the
+		// machine closes rather than leave Close and Sync waiting.
+		if !released {
+			m.exit()
+		}
+	}()
 	if !m.entered {
 		m.entered = true
 		m.follow(m.core.enter(time.Now()), time.Now())
@@ -340,6 +355,7 @@ func (m *Machine) run() {
 		var due, release bool
 		batch, due, release = m.mbox.take(batch)
 		if release {
+			released = true
 			return // another goroutine may be the owner from here on
 		}
 		now := time.Now()
@@ -357,7 +373,6 @@ func (m *Machine) run() {
 			now = m.handle(&batch[i], now)
 		}
 	}
-	m.exit()
 }
 
 // handle applies one posted event.
@@ -530,14 +545,16 @@ func (m *Machine) exit() {
 	m.release(m.mbox.close())
 	m.timer.Stop()
 	m.eff.stop()
+	if ch := m.changed.Swap(nil); ch != nil {
+		close(*ch)
+	}
+	// done is closed under watchMu, so that a Watch either comes before (and is
+	// closed here) or sees done (and closes its own).
 	m.watchMu.Lock()
+	defer m.watchMu.Unlock()
 	for _, w := range m.loadWatchers() {
 		w.close()
 	}
 	m.setWatchers(nil)
-	m.watchMu.Unlock()
-	if ch := m.changed.Swap(nil); ch != nil {
-		close(*ch)
-	}
 	close(m.done)
 }

@@ -137,3 +137,31 @@ func waitFor(t *testing.T, ok func() bool, within time.Duration) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// goexitServer's first connect ends its goroutine with runtime.Goexit, as t.FailNow
+// (t.Fatal, require.*) does when a fake Invoker calls it.
+type goexitServer struct{ n atomic.Int32 }
+
+func (s *goexitServer) Invoke(ctx context.Context, inv machine.Invocation) machine.Event {
+	if inv.Effect == "connect" && s.n.Add(1) == 1 {
+		runtime.Goexit()
+	}
+	if inv.Effect == "connect" {
+		return machine.Event{Trigger: states.Connected, Session: 1}
+	}
+	return machine.Event{Trigger: states.TornDown}
+}
+
+// TestOwnerGoexitStillCloses: an owner whose goroutine ends in an effect (t.Fatal in a
+// fake) closes the machine rather than keep the role forever, so Close returns (found
+// by a second reader: the owner-as-a-role change had lost the deferred exit).
+func TestOwnerGoexitStillCloses(t *testing.T) {
+	m := machine.New(loadDefault(t), machine.Options{Name: t.Name(), Invoker: &goexitServer{}, Logger: quiet})
+	m.Start()
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := m.Close(ctx); err != nil {
+		t.Fatalf("Close after the owner's goroutine ended: %v (state %s)", err, m.State())
+	}
+}

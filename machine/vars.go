@@ -8,7 +8,7 @@ import (
 )
 
 // Vars is a machine's extended state: what its guards read and its actions write,
-// beside the state itself. Only the owner goroutine touches it.
+// beside the state itself. Only the owner touches it.
 type Vars struct {
 	// Failures counts failures of the connection (causes that count: lost, timeout,
 	// expired) since it was last seen healthy. It trips the breaker.
@@ -48,7 +48,7 @@ type Guard struct {
 	Test func(v *Vars, p *Policies) bool
 }
 
-// An Action is a named instant effect: bookkeeping on Vars, run on the owner goroutine
+// An Action is a named instant effect: bookkeeping on Vars, run on the owner
 // as the machine enters or leaves a state or takes a transition. It must not block.
 type Action struct {
 	Doc string

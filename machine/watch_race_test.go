@@ -2,6 +2,7 @@ package machine_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,4 +58,45 @@ func TestWatchStopWhileTransitioning(t *testing.T) {
 		}
 	}
 	t.Logf("%d watches stopped while reconnecting", watches)
+}
+
+// TestWatchAsMachineExits: a Watch made as the machine exits is closed too. Exit once
+// closed the watchers and then, outside watchMu, done: a Watch in between was added
+// after the others were closed, and its channel was never closed (found by a second
+// reader).
+func TestWatchAsMachineExits(t *testing.T) {
+	spec := loadDefault(t)
+	for i := 0; i < 500; i++ {
+		m := machine.New(spec, machine.Options{Name: t.Name(), Invoker: &instantServer{}, Logger: quiet})
+		var wg sync.WaitGroup
+		var chs []<-chan machine.Transition
+		var mu sync.Mutex
+		for range 4 {
+			wg.Go(func() {
+				for {
+					ch, _, _ := m.Watch(0)
+					mu.Lock()
+					chs = append(chs, ch)
+					mu.Unlock()
+					select {
+					case <-m.Done():
+						return
+					default:
+					}
+				}
+			})
+		}
+		_ = m.Close(context.Background())
+		wg.Wait()
+		for _, ch := range chs {
+			select {
+			case _, ok := <-ch:
+				if ok {
+					continue
+				}
+			case <-time.After(time.Second):
+				t.Fatalf("iteration %d: a watch made as the machine exited is never closed", i)
+			}
+		}
+	}
 }

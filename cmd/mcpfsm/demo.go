@@ -82,7 +82,7 @@ func (d *demo) printf(format string, args ...any) {
 	fmt.Fprintf(d.out, format, args...)
 }
 
-// observe prints a transition as it happens; it runs on the connection's owner goroutine.
+// observe prints a transition as it happens; it runs on the connection's owner.
 func (d *demo) observe(tr machine.Transition) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

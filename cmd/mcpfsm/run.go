@@ -126,7 +126,7 @@ func toEvent(server string, tr machine.Transition) event {
 	return ev
 }
 
-// eventPrinter prints transitions as they come, from every server's owner goroutine.
+// eventPrinter prints transitions as they come, from every server's owner.
 type eventPrinter struct {
 	mu    sync.Mutex
 	w     io.Writer
