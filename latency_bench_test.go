@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/internal/stats"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
@@ -99,15 +100,6 @@ func waitState(b *testing.B, c *Conn, want states.State, within time.Duration) {
 	}
 }
 
-// median returns the median of xs, which it sorts.
-func median(xs []float64) float64 {
-	slices.Sort(xs)
-	if len(xs) == 0 {
-		return 0
-	}
-	return xs[len(xs)/2]
-}
-
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // BenchmarkDetection: a server freezes (it accepts requests and answers nothing) just
@@ -143,7 +135,7 @@ func BenchmarkDetection(b *testing.B) {
 		h.Thaw()
 		c.Close(context.Background())
 	}
-	b.ReportMetric(median(detect), "detect-ms")
+	b.ReportMetric(stats.Median(detect), "detect-ms")
 	b.ReportMetric(ms(bound), "bound-ms")
 	b.ReportMetric(worst, "detect/bound")
 	b.ReportMetric(0, "ns/op")
@@ -201,8 +193,8 @@ func BenchmarkRecovery(b *testing.B) {
 		}
 		c.Close(context.Background())
 	}
-	b.ReportMetric(median(recovery), "recovery-ms")
-	b.ReportMetric(median(ratios), "recovery/bound")
+	b.ReportMetric(stats.Median(recovery), "recovery-ms")
+	b.ReportMetric(stats.Median(ratios), "recovery/bound")
 	b.ReportMetric(worst, "worst-recovery/bound")
 	b.ReportMetric(float64(retries), "retries")
 	b.ReportMetric(0, "ns/op")
@@ -272,8 +264,8 @@ func BenchmarkRecycle(b *testing.B) {
 	}
 	stop()
 	wg.Wait()
-	b.ReportMetric(median(costs), "recycle-ms")
-	b.ReportMetric(median(ratios), "recycle/connect")
+	b.ReportMetric(stats.Median(costs), "recycle-ms")
+	b.ReportMetric(stats.Median(ratios), "recycle/connect")
 	b.ReportMetric(worst, "worst-recycle/connect")
 	b.ReportMetric(float64(failed.Load()), "failed-calls")
 	b.ReportMetric(float64(calls.Load()), "calls")

@@ -4,13 +4,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"math"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/internal/stats"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -53,8 +52,8 @@ func BenchmarkCallToolPaired(b *testing.B) {
 		if testing.Verbose() {
 			b.Logf("ratios: %.3f", ratios)
 		}
-		lo, hi := medianCI(ratios)
-		b.ReportMetric(median(ratios), "machine/sdk")
+		lo, hi := stats.MedianCI(ratios)
+		b.ReportMetric(stats.Median(ratios), "machine/sdk")
 		b.ReportMetric(lo, "ci-lo")
 		b.ReportMetric(hi, "ci-hi")
 		b.ReportMetric(0, "ns/op")
@@ -84,21 +83,6 @@ func BenchmarkCallToolPaired(b *testing.B) {
 		}
 		run(b, cs, c, 1, 100*time.Millisecond)
 	})
-}
-
-// medianCI returns a 95% confidence interval of the median of xs, from their order
-// statistics.
-func medianCI(xs []float64) (lo, hi float64) {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := float64(len(s))
-	if n == 0 {
-		return 0, 0
-	}
-	half := 1.96 * math.Sqrt(n) / 2
-	i := max(0, int(math.Floor(n/2-half)))
-	j := min(len(s)-1, int(math.Ceil(n/2+half))-1)
-	return s[i], s[j]
 }
 
 // timePhase runs call from callers goroutines for about d, and returns the time per

@@ -1,7 +1,6 @@
 package faults_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
@@ -249,8 +249,8 @@ func secretPolicies() *machine.Policies {
 type leakOutputs struct {
 	mu        sync.Mutex
 	texts     []string // "what: text"
-	text      syncBuffer
-	json      syncBuffer
+	text      testutil.SyncBuffer
+	json      testutil.SyncBuffer
 	rawQuotes map[string]int // raw SDK errors (inside a *transport.Error) that quoted each secret
 }
 
@@ -553,21 +553,3 @@ func (h *rawHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 }
 
 func (h *rawHandler) WithGroup(string) slog.Handler { return h }
-
-// syncBuffer is a bytes.Buffer safe for several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}

@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -11,9 +10,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -21,27 +20,9 @@ import (
 // Marker secrets: every output this package produces is searched for them.
 var markers = []string{"envSECRETmarker", "hdrSECRETmarker", "userSECRETmarker", "passSECRETmarker", "querySECRETmarker"}
 
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // outputs gathers every text the package produced in a test.
 type outputs struct {
-	logs  syncBuffer
+	logs  testutil.SyncBuffer
 	texts []string
 }
 

@@ -29,17 +29,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/mcpfsm/mcpfsm/internal/stats"
 )
 
 var (
@@ -119,7 +119,7 @@ func run() error {
 			}
 			http = append(http, res["BenchmarkRoundTripOverhead/session"]["ns/op"]-res["BenchmarkRoundTripOverhead/direct"]["ns/op"])
 		}
-		overhead, httpOverhead = max(0, median(conn)), max(0, median(http))
+		overhead, httpOverhead = max(0, stats.Median(conn)), max(0, stats.Median(http))
 	}
 
 	var rows []row
@@ -263,15 +263,15 @@ func runPair(p pair, root, mach *binary, overhead float64) (row, error) {
 		base, ours = append(base, b), append(ours, o)
 		baseAllocs, ourAllocs = append(baseAllocs, ns[p.base]["allocs/op"]), append(ourAllocs, ns["machine"]["allocs/op"])
 	}
-	ratio := median(ratios)
-	lo, hi := medianCI(ratios)
+	ratio := stats.Median(ratios)
+	lo, hi := stats.MedianCI(ratios)
 	r := row{
 		figure:   p.figure,
 		goal:     fmt.Sprintf("≤ %.2f", p.goal),
 		measured: fmt.Sprintf("%.3f", ratio),
 		detail: fmt.Sprintf("%d rounds, median, 95%% CI %.3f–%.3f; machine %s, %.0f allocs/op",
-			len(ratios), lo, hi, duration(median(ours)), median(ourAllocs)),
-		peer: fmt.Sprintf("%s %s, %.0f allocs/op", p.peer, duration(median(base)), median(baseAllocs)),
+			len(ratios), lo, hi, duration(stats.Median(ours)), stats.Median(ourAllocs)),
+		peer: fmt.Sprintf("%s %s, %.0f allocs/op", p.peer, duration(stats.Median(base)), stats.Median(baseAllocs)),
 	}
 	r.judge(ratio, lo, hi, p.goal)
 	if p.paired == "" {
@@ -288,25 +288,10 @@ func runPair(p pair, root, mach *binary, overhead float64) (row, error) {
 	m := res["BenchmarkCallToolPaired/"+p.paired]
 	r.measured = fmt.Sprintf("%.3f", m["machine/sdk"])
 	r.detail = fmt.Sprintf("interleaved, median of %d phase pairs, 95%% CI %.3f–%.3f; exact-named benchmarks, %s; overhead isolated: %.0f ns/call = %.2f%%",
-		*pairsN, m["ci-lo"], m["ci-hi"], r.detail, overhead, 100*overhead/median(base))
+		*pairsN, m["ci-lo"], m["ci-hi"], r.detail, overhead, 100*overhead/stats.Median(base))
 	r.judge(m["machine/sdk"], m["ci-lo"], m["ci-hi"], p.goal)
-	r.isolated = 1 + overhead/median(base)
+	r.isolated = 1 + overhead/stats.Median(base)
 	return r, nil
-}
-
-// medianCI returns a 95% confidence interval of the median of xs, from their order
-// statistics.
-func medianCI(xs []float64) (lo, hi float64) {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	n := float64(len(s))
-	if n == 0 {
-		return 0, 0
-	}
-	half := 1.96 * math.Sqrt(n) / 2
-	i := max(0, int(math.Floor(n/2-half)))
-	j := min(len(s)-1, int(math.Ceil(n/2+half))-1)
-	return s[i], s[j]
 }
 
 // A single is a benchmark run once, whose metrics make rows.
@@ -432,18 +417,6 @@ func machineClass() string {
 		}
 	}
 	return fmt.Sprintf("%s, %d CPUs (GOMAXPROCS %d), %s/%s", model, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.GOOS, runtime.GOARCH)
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 func duration(ns float64) string {

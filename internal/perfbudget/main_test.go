@@ -22,20 +22,3 @@ PASS
 		t.Errorf("parse (-want +got):\n%s", diff)
 	}
 }
-
-func TestMedian(t *testing.T) {
-	if got := median([]float64{3, 1, 2}); got != 2 {
-		t.Errorf("median = %v", got)
-	}
-	if got := median([]float64{4, 1, 2, 3}); got != 2.5 {
-		t.Errorf("median = %v", got)
-	}
-	xs := make([]float64, 60)
-	for i := range xs {
-		xs[i] = float64(60 - i)
-	}
-	lo, hi := medianCI(xs)
-	if !(lo < median(xs) && median(xs) < hi) || lo < 20 || hi > 41 {
-		t.Errorf("medianCI = %v, %v around %v", lo, hi, median(xs))
-	}
-}

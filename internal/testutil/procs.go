@@ -1,6 +1,6 @@
-// Package testutil holds what the project's tests share across packages: this
-// process's child processes and open files, read from /proc (Linux), for the leak
-// checks that follow fault tests.
+// Package testutil holds what the project's tests share across packages: a buffer for
+// logs written from many goroutines, and this process's child processes and open
+// files, read from /proc (Linux), for the leak checks that follow fault tests.
 package testutil
 
 import (
