@@ -172,6 +172,19 @@ func isStale(err error) bool {
 		(errors.Is(err, io.EOF) || strings.Contains(err.Error(), "server closed idle connection"))
 }
 
+// frozenCallFact: a call to a server that froze fails at the call's own deadline,
+// with the bare context error; the session then closes (see closeFrozen).
+func frozenCallFact(t *testing.T, h *testserver.HTTPServer, s *Session, name string) {
+	t.Helper()
+	h.Freeze()
+	_, err := echo(shortCtx(t), s, "x")
+	checkFact(t, "deadline", err, fact{
+		msg:  prefix(name, `call tool "echo"`) + `context deadline exceeded`,
+		bare: context.DeadlineExceeded,
+	})
+	closeFrozen(t, s)
+}
+
 // closeFrozen closes a session whose HTTP server is frozen after a call
 // timed out. The SDK sends a cancellation notice for that call on a goroutine
 // (bounded by 5s); if it has begun, the graceful close waits for it and is
@@ -346,13 +359,7 @@ func TestFactsStreamableHTTP(t *testing.T) {
 	t.Run("frozen server", func(t *testing.T) {
 		h := testserver.StartHTTP(t, testserver.Options{})
 		s := dial(t, httpConfig(h), Options{})
-		h.Freeze()
-		_, err := echo(shortCtx(t), s, "x")
-		checkFact(t, "deadline", err, fact{
-			msg:  prefix(name, `call tool "echo"`) + `context deadline exceeded`,
-			bare: context.DeadlineExceeded,
-		})
-		closeFrozen(t, s)
+		frozenCallFact(t, h, s, name)
 	})
 	t.Run("ping refused", func(t *testing.T) {
 		h := testserver.StartHTTP(t, testserver.Options{RefusePing: true})
@@ -474,13 +481,7 @@ func TestFactsStatelessHTTP(t *testing.T) {
 	})
 	t.Run("frozen server", func(t *testing.T) {
 		h, s, _ := start(t, testserver.Options{})
-		h.Freeze()
-		_, err := echo(shortCtx(t), s, "x")
-		checkFact(t, "deadline", err, fact{
-			msg:  prefix(name, `call tool "echo"`) + `context deadline exceeded`,
-			bare: context.DeadlineExceeded,
-		})
-		closeFrozen(t, s)
+		frozenCallFact(t, h, s, name)
 	})
 	t.Run("close", func(t *testing.T) {
 		h, s, _ := start(t, testserver.Options{HangClose: true})
@@ -562,13 +563,7 @@ func TestFactsSSE(t *testing.T) {
 	})
 	t.Run("frozen server", func(t *testing.T) {
 		h, s, _ := start(t, testserver.Options{})
-		h.Freeze()
-		_, err := echo(shortCtx(t), s, "x")
-		checkFact(t, "deadline", err, fact{
-			msg:  prefix(name, `call tool "echo"`) + `context deadline exceeded`,
-			bare: context.DeadlineExceeded,
-		})
-		closeFrozen(t, s)
+		frozenCallFact(t, h, s, name)
 	})
 	t.Run("ping refused", func(t *testing.T) {
 		_, s, _ := start(t, testserver.Options{RefusePing: true})

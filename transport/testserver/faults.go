@@ -188,22 +188,6 @@ func (st *server) journal(id string) error {
 	return errors.Join(werr, f.Close())
 }
 
-// toggleExtra adds the tool extra, or removes it, as change_tools does.
-func (st *server) toggleExtra(s *mcp.Server) {
-	st.mu.Lock()
-	st.extra = !st.extra
-	add := st.extra
-	st.mu.Unlock()
-	if add {
-		mcp.AddTool(s, &mcp.Tool{Name: "extra", Description: "Does nothing."},
-			func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-				return text("extra"), nil, nil
-			})
-		return
-	}
-	s.RemoveTools("extra")
-}
-
 // burstMiddleware sends a pending burst: the first tools/list_changed
 // notification after the burst tool ran goes out n times.
 func (st *server) burstMiddleware(next mcp.MethodHandler) mcp.MethodHandler {

@@ -200,18 +200,9 @@ func newServer(opts Options, release <-chan struct{}) *mcp.Server {
 		Name:        "change_tools",
 		Description: "Adds or removes the tool extra, so that the tool list changes.",
 	}, func(_ context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-		st.mu.Lock()
-		st.extra = !st.extra
-		add := st.extra
-		st.mu.Unlock()
-		if add {
-			mcp.AddTool(s, &mcp.Tool{Name: "extra", Description: "Does nothing."},
-				func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
-					return text("extra"), nil, nil
-				})
+		if st.toggleExtra(s) {
 			return text("added extra"), nil, nil
 		}
-		s.RemoveTools("extra")
 		return text("removed extra"), nil, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{
@@ -308,4 +299,21 @@ func Stats(res *mcp.CallToolResult) (map[string]int, error) {
 		return nil, err
 	}
 	return m, nil
+}
+
+// toggleExtra adds the tool extra, or removes it, and reports whether it added it.
+func (st *server) toggleExtra(s *mcp.Server) (added bool) {
+	st.mu.Lock()
+	st.extra = !st.extra
+	added = st.extra
+	st.mu.Unlock()
+	if added {
+		mcp.AddTool(s, &mcp.Tool{Name: "extra", Description: "Does nothing."},
+			func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+				return text("extra"), nil, nil
+			})
+	} else {
+		s.RemoveTools("extra")
+	}
+	return added
 }
