@@ -95,8 +95,10 @@ func (c *Conn) Tools() []*mcp.Tool {
 	return nil
 }
 
-// Reconnect asks for a planned reconnect: the session is replaced without spending
-// retry budget, and calls made meanwhile wait for the new one.
+// Reconnect asks for a planned reconnect: a new session is opened while the current one
+// serves calls, calls move to it once it is up, and the old one is closed once the calls
+// in flight on it have finished. It spends no retry budget. If the new session cannot be
+// opened, the old one serves on and the failure counts.
 func (c *Conn) Reconnect() { c.m.Reconnect() }
 
 // Close closes the connection for good (see machine.Machine.Close): it returns once

@@ -215,11 +215,13 @@ func (r ReloadResult) String() string {
 	return strings.Join(parts, "; ")
 }
 
-// Reload adopts a changed config without a restart. A server that is gone is closed
-// (Reload waits for that until ctx ends); a new one is opened; a server whose transport
-// changed is reconnected (a planned reconnect: calls wait for the new session); one
-// whose lifecycle spec changed gets a new connection; one whose policies alone changed
-// adopts them and keeps its session; the others are not touched.
+// Reload adopts a changed config without a restart. A server that is gone is closed; a
+// new one is opened; a server whose transport changed is reconnected to the new one (a
+// planned reconnect: a new session is opened, calls move to it, and the old session is
+// closed once its calls have finished; if the new session cannot be opened, the old one
+// serves on and Reload says why); one whose lifecycle spec changed gets a new
+// connection; one whose policies alone changed adopts them and keeps its session; the
+// others are not touched. Reload waits for the closes and reconnects until ctx ends.
 func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error) {
 	if err := checkNames(cfg); err != nil {
 		return ReloadResult{}, err
@@ -227,6 +229,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 	m.mu.Lock()
 	var res ReloadResult
 	var closing []*Conn
+	var moving []move
 	next := map[string]*managed{}
 	var order []string
 	var errs []error
@@ -261,6 +264,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 			}
 			old.conn.fx.SetConfig(s.Transport)
 			old.conn.m.SetPolicies(policies(s))
+			moving = append(moving, move{old.conn, lastSeq(old.conn.m)})
 			old.conn.Reconnect()
 			old.cfg = s
 			next[s.Name] = old
@@ -283,8 +287,47 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 	}
 	m.conns, m.order = next, order
 	m.mu.Unlock()
-	errs = append(errs, closeAll(ctx, closing))
+	errs = append(errs, closeAll(ctx, closing), waitMoved(ctx, moving))
 	return res, errors.Join(errs...)
+}
+
+// A move is a reconnect Reload asked for: the connection, and the last transition it
+// had taken before.
+type move struct {
+	c     *Conn
+	since uint64
+}
+
+func lastSeq(m *machine.Machine) uint64 {
+	if h := m.History(); len(h) > 0 {
+		return h[len(h)-1].Seq
+	}
+	return 0
+}
+
+// waitMoved waits until the reconnects Reload asked for have been carried out, and
+// says which failed and why: a new session that could not be opened (the old one
+// serves on), or a connection that was between sessions and failed to connect again.
+func waitMoved(ctx context.Context, moves []move) error {
+	conns := make([]*Conn, len(moves))
+	since := map[*Conn]uint64{}
+	for i, mv := range moves {
+		conns[i], since[mv.c] = mv.c, mv.since
+	}
+	return forEach(conns, "reconnecting", func(c *Conn) error {
+		if err := c.m.Sync(ctx); err != nil {
+			return err
+		}
+		for _, tr := range c.m.History() {
+			switch {
+			case tr.Seq <= since[c]:
+			case tr.From == states.Replacing && tr.To == states.Ready,
+				tr.To == states.BackingOff, tr.To == states.BreakerOpen:
+				return fmt.Errorf("the new config did not connect (%s): %w", tr.To, tr.Err)
+			}
+		}
+		return nil
+	})
 }
 
 // Close closes every connection, at once, and returns when all have closed or ctx has
@@ -301,16 +344,20 @@ func (m *Manager) Close(ctx context.Context) error {
 }
 
 func closeAll(ctx context.Context, conns []*Conn) error {
+	return forEach(conns, "closing", func(c *Conn) error { return c.Close(ctx) })
+}
+
+// forEach runs fn on every connection at once, and joins their errors, each saying what
+// was being done to which server.
+func forEach(conns []*Conn, doing string, fn func(*Conn) error) error {
 	errs := make([]error, len(conns))
 	var wg sync.WaitGroup
 	for i, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := c.Close(ctx); err != nil {
-				errs[i] = fmt.Errorf("closing %s: %w", c.Name(), err)
+		wg.Go(func() {
+			if err := fn(c); err != nil {
+				errs[i] = fmt.Errorf("%s %s: %w", doing, c.Name(), err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)

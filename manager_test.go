@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -293,5 +294,28 @@ func TestManagerGoBuiltConfig(t *testing.T) {
 	unnamed := &mcpfsm.Config{Servers: []mcpfsm.ServerConfig{memServer("")}}
 	if _, err := mcpfsm.NewManager(unnamed, mcpfsm.ManagerOptions{}); err == nil || !strings.Contains(err.Error(), `server 1: name ""`) {
 		t.Errorf("NewManager of an unnamed server: err = %v", err)
+	}
+}
+
+// TestManagerReloadToDeadServerKeepsSession: a reload that moves a server to an address
+// where nothing answers says so, and the old session serves on.
+func TestManagerReloadToDeadServerKeepsSession(t *testing.T) {
+	one := testserver.StartHTTP(t, testserver.Options{Name: "one"})
+	dead := testserver.StartHTTP(t, testserver.Options{Name: "dead"})
+	dead.Stop()
+	m := newManager(t, managerConfig(t, fmt.Sprintf("version: 1\nservers:\n  moves: {url: %s}\n", one.URL())), &events{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	text := texter(t)
+	text(m.CallTool(ctx, "moves", "counter", nil))
+	res, err := m.Reload(ctx, managerConfig(t, fmt.Sprintf("version: 1\nservers:\n  moves: {url: %s}\n", dead.URL())))
+	if err == nil || !strings.Contains(err.Error(), "reconnecting moves: the new config did not connect (ready)") || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("Reload error = %v, want one that says the move failed and why", err)
+	}
+	if got := res.String(); got != "reconnected moves" {
+		t.Errorf("reload = %q", got)
+	}
+	if got := text(m.CallTool(ctx, "moves", "counter", nil)); got != "2" {
+		t.Errorf("after a failed move the counter says %s, want 2 (the old session)", got)
 	}
 }

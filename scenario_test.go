@@ -24,8 +24,9 @@ import (
 // a real subprocess over stdio, or real HTTP on loopback.
 
 // TestScenario_PlannedReconnectSpendsNoBudget: 20 planned recycles in a row, each
-// teardown returning an error (the stdio server exits with status 3 whenever its stdin
-// closes); the machine never backs off or gives up, and the failure count stays 0.
+// closing the replaced session with an error (the stdio server exits with status 3
+// whenever its stdin closes); the machine never backs off or gives up, and the failure
+// count stays 0.
 func TestScenario_PlannedReconnectSpendsNoBudget(t *testing.T) {
 	c := open(t, stdioConfig(t, testserver.Options{ExitStatus: 3}), nil, nil)
 	c.waitState(states.Ready, 20*time.Second)
@@ -44,22 +45,23 @@ func TestScenario_PlannedReconnectSpendsNoBudget(t *testing.T) {
 		if tr.Failures != 0 || tr.To == states.BackingOff || tr.To == states.BreakerOpen {
 			t.Fatalf("a planned recycle spent budget: %v\n%s", tr, c.timeline())
 		}
-		if tr.Trigger == "torn_down" && tr.Err != nil {
+		if tr.Trigger == states.Retired.String() && tr.Err != nil {
 			teardownErrors++
 			if tr.Cause != states.CauseArtifact {
-				t.Errorf("teardown error classified %s: %v", tr.Cause, tr.Err)
+				t.Errorf("close error classified %s: %v", tr.Cause, tr.Err)
 			}
 		}
 	}
-	if n := c.count(states.TearingDown, states.Connecting); n != 20 || teardownErrors != 20 {
+	if n := c.count(states.Retiring, states.Ready); n != 20 || teardownErrors != 20 {
 		t.Errorf("%d planned reconnects, %d teardown errors; want 20 and 20\n%s", n, teardownErrors, c.timeline())
 	}
 }
 
-// TestScenario_JoinedTeardownErrorCounts: a teardown error joined with a real transport
-// failure is counted. The session's Close returns its own (artifact) error joined with a
-// connection-refused error taken from a real call to a stopped server, as a cleanup
-// path that meets a dead server would.
+// TestScenario_JoinedTeardownErrorCounts: the error of a planned close joined with a
+// real transport failure is counted. The session's Close returns its own (artifact)
+// error joined with a connection-refused error taken from a real call to a stopped
+// server, as a cleanup path that meets a dead server would; a planned reconnect closes
+// the replaced session so.
 func TestScenario_JoinedTeardownErrorCounts(t *testing.T) {
 	h := testserver.StartHTTP(t, testserver.Options{})
 	hs := dialForTest(t, httpConfig(h))
@@ -84,19 +86,14 @@ func TestScenario_JoinedTeardownErrorCounts(t *testing.T) {
 	})
 	c.waitState(states.Ready, 20*time.Second)
 	c.Reconnect()
-	c.waitState(states.BackingOff, 20*time.Second)
-	var teardown *struct{}
+	c.waitFor(func(states.State) bool { return c.count(states.Retiring, states.Ready) > 0 }, 20*time.Second)
 	for _, tr := range c.transitions() {
-		if tr.From == states.TearingDown {
-			if tr.To != states.BackingOff || tr.Failures != 1 || tr.Cause != states.CauseLost {
-				t.Errorf("teardown = %v (failures %d), want lost, counted, into backing-off", tr, tr.Failures)
+		if tr.From == states.Retiring {
+			if tr.Failures != 1 || tr.Cause != states.CauseLost || !errors.Is(tr.Err, syscall.ECONNREFUSED) {
+				t.Errorf("close of the replaced session = %v (failures %d), want lost, counted", tr, tr.Failures)
 			}
-			teardown = &struct{}{}
 			break
 		}
-	}
-	if teardown == nil {
-		t.Fatalf("no teardown:\n%s", c.timeline())
 	}
 }
 
@@ -300,7 +297,7 @@ func TestScenario_OwnerGoroutineOpensAndCloses(t *testing.T) {
 		t.Errorf("after probes the counter says %s, want %d", text, callers*each+1)
 	}
 	c.Reconnect()
-	c.waitFor(func(states.State) bool { return c.count(states.Connecting, states.Ready) >= 2 }, 20*time.Second)
+	c.waitFor(func(states.State) bool { return c.count(states.Retiring, states.Ready) >= 1 }, 20*time.Second)
 	if err := c.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ import (
 // is the machine.Invoker of that connection's machine, and it holds the connection's
 // current session, which calls read without going through the machine.
 //
-// connect, probe and teardown run on the machine's owner, so every session
+// connect, probe, retire and teardown run on the machine's owner, so every session
 // is opened and closed there. Other goroutines (the session's end watcher, calls that
 // find the session broken) only report to the machine, through Post.
 type Conn struct {
@@ -30,6 +30,7 @@ type Conn struct {
 	nextID uint64              // the id of the next session; owner only
 
 	current atomic.Pointer[Session]
+	retired *Session // a session connect replaced, until retire closes it; owner only
 }
 
 // ConnOptions configure a Conn.
@@ -172,6 +173,8 @@ func (c *Conn) Invoke(ctx context.Context, inv machine.Invocation) machine.Event
 		return c.probe(ctx, inv)
 	case "teardown":
 		return c.teardown(ctx, inv)
+	case "retire":
+		return c.retire(ctx, inv)
 	}
 	panic("effects: no code for the invoked effect " + inv.Effect)
 }
@@ -225,7 +228,13 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 		return machine.Event{Trigger: states.ConnectFailed, Cause: cause, Err: err}
 	}
 	s.tools.Store(&tools)
-	c.current.Store(s)
+	if old := c.current.Swap(s); old != nil {
+		// Make before break: calls move to the new session now; the old one
+		// finishes those in flight and is closed by retire (or teardown).
+		old.draining.Store(true)
+		c.closeRetired(ctx) // one that a spec without retire left open
+		c.retired = old
+	}
 	if c.opts.OnTools != nil {
 		c.opts.OnTools(tools)
 	}
@@ -272,29 +281,25 @@ func endCause(err error) states.Cause {
 	return states.CauseLost
 }
 
-// teardown closes the current session. A planned teardown first lets the calls in
-// flight finish (for up to half of teardown_timeout) while new calls wait for the next
-// session. Its error counts only if the teardown was planned and the error holds a
-// real failure: after a failure, the failure was counted when it was found.
-func (c *Conn) teardown(ctx context.Context, inv machine.Invocation) machine.Event {
-	s := c.current.Swap(nil)
+// retire closes the session connect replaced, once the calls in flight on it have
+// finished (for up to half of teardown_timeout). Like a planned teardown's, its error
+// counts only if it holds a real failure.
+func (c *Conn) retire(ctx context.Context, inv machine.Invocation) machine.Event {
+	s := c.retired
+	c.retired = nil
 	if s == nil {
-		return machine.Event{Trigger: states.TornDown}
+		return machine.Event{Trigger: states.Retired}
 	}
-	s.draining.Store(true)
-	if inv.Vars.Planned {
-		drain, cancel := context.WithTimeout(ctx, inv.Policies.TeardownTimeout/2)
-		for s.inflight.Load() > 0 && drain.Err() == nil {
-			select {
-			case <-s.drained:
-			case <-drain.Done():
-			}
-		}
-		cancel()
-	}
-	err := c.closeNow(ctx, s)
+	drain(ctx, s, inv.Policies.TeardownTimeout/2)
+	cause, err := closeOutcome(ctx, inv, c.closeNow(ctx, s))
+	return machine.Event{Trigger: states.Retired, Cause: cause, Err: err}
+}
+
+// closeOutcome classifies the error of our own close of a session: noise of the close
+// itself is an artifact, and what else it ran into counts as it would anywhere.
+func closeOutcome(ctx context.Context, inv machine.Invocation, err error) (states.Cause, error) {
 	if err == nil {
-		return machine.Event{Trigger: states.TornDown}
+		return states.CauseNone, nil
 	}
 	cause, reason := classifyEffect(ctx, inv, err, true)
 	if errors.Is(context.Cause(ctx), machine.ErrEffectTimeout) {
@@ -303,7 +308,46 @@ func (c *Conn) teardown(ctx context.Context, inv machine.Invocation) machine.Eve
 		// else the close ran into still counts.
 		cause = Classify(err, true)
 	}
-	err = reason
+	return cause, reason
+}
+
+// closeRetired closes the session connect replaced at once, if retire has not.
+func (c *Conn) closeRetired(ctx context.Context) {
+	if s := c.retired; s != nil {
+		c.retired = nil
+		_ = c.closeNow(ctx, s)
+	}
+}
+
+// drain waits, for up to d or until ctx ends, for the calls in flight on s to finish.
+// s is draining: no new call starts on it.
+func drain(ctx context.Context, s *Session, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for s.inflight.Load() > 0 && ctx.Err() == nil {
+		select {
+		case <-s.drained:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// teardown closes the current session, and the session it replaced if that one has not
+// been retired (Close came first). A planned teardown first lets the calls in flight
+// finish (for up to half of teardown_timeout) while new calls wait for the next
+// session. Its error counts only if the teardown was planned and the error holds a
+// real failure: after a failure, the failure was counted when it was found.
+func (c *Conn) teardown(ctx context.Context, inv machine.Invocation) machine.Event {
+	c.closeRetired(ctx)
+	s := c.current.Swap(nil)
+	if s == nil {
+		return machine.Event{Trigger: states.TornDown}
+	}
+	s.draining.Store(true)
+	if inv.Vars.Planned {
+		drain(ctx, s, inv.Policies.TeardownTimeout/2)
+	}
+	cause, err := closeOutcome(ctx, inv, c.closeNow(ctx, s))
 	if !inv.Vars.Planned && cause != states.CauseNone {
 		cause = states.CauseArtifact // the failure behind this teardown was counted already
 	}

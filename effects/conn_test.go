@@ -100,3 +100,49 @@ func TestSessionEndIsAlwaysReported(t *testing.T) {
 		cancel()
 	}
 }
+
+// TestReplaceThenRetire: a connect while a session is live makes the new session the
+// one calls get at once; the old one finishes its call in flight and only then does
+// retire close it. A session that Close kept from being retired is closed by teardown.
+func TestReplaceThenRetire(t *testing.T) {
+	server := mcp.NewServer(&mcp.Implementation{Name: "s"}, nil)
+	var closed []uint64
+	c := NewConn(transport.Config{Name: "replace", InMemory: &transport.InMemory{Server: server}},
+		ConnOptions{OnClose: func(s *Session) { closed = append(closed, s.ID) }})
+	c.Bind(func(machine.Event) {})
+	pol := machine.Policies{TeardownTimeout: 10 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	connect := func() {
+		t.Helper()
+		if ev := c.Invoke(ctx, machine.Invocation{Effect: "connect", Policies: &pol}); ev.Trigger != states.Connected {
+			t.Fatalf("connect: %v", ev.Err)
+		}
+	}
+	connect()
+	first := c.Acquire() // a call in flight on session 1
+	connect()
+	if s := c.Acquire(); s == nil || s.ID != 2 {
+		t.Fatalf("a call after the replacement got session %v, want 2", s)
+	} else {
+		s.Release()
+	}
+	retired := make(chan machine.Event)
+	go func() { retired <- c.Invoke(ctx, machine.Invocation{Effect: "retire", Policies: &pol}) }()
+	select {
+	case ev := <-retired:
+		t.Fatalf("retire ended (%v) with a call in flight on the old session", ev.Trigger)
+	case <-time.After(100 * time.Millisecond):
+	}
+	first.Release()
+	if ev := <-retired; ev.Trigger != states.Retired || ev.Err != nil {
+		t.Fatalf("retire = %v, %v", ev.Trigger, ev.Err)
+	}
+	connect() // session 3 replaces 2, and Close comes before retire
+	if ev := c.Invoke(ctx, machine.Invocation{Effect: "teardown", Policies: &pol}); ev.Trigger != states.TornDown || ev.Err != nil {
+		t.Fatalf("teardown = %v, %v", ev.Trigger, ev.Err)
+	}
+	if want := []uint64{1, 2, 3}; !slices.Equal(closed, want) || c.Current() != nil {
+		t.Errorf("closed sessions %v, want %v, and no current one", closed, want)
+	}
+}

@@ -9,7 +9,7 @@ import (
 // have; a state that invokes one must handle every outcome.
 var invokes = map[string]machine.Invoke{
 	"connect": {
-		Doc:      "Dial the server, initialize a session and list its tools.",
+		Doc:      "Dial the server, initialize a session and list its tools. If a session is live, the new one replaces it as calls' session, and the old one is left for retire.",
 		Outcomes: []states.Trigger{states.Connected, states.ConnectFailed},
 	},
 	"probe": {
@@ -17,7 +17,11 @@ var invokes = map[string]machine.Invoke{
 		Outcomes: []states.Trigger{states.ProbeOK, states.ProbeFailed, states.Recycle},
 	},
 	"teardown": {
-		Doc:      "Close the session: gracefully until teardown_timeout, then by force (a stdio server is killed and reaped).",
+		Doc:      "Close the session, and the one it replaced if that is still open: gracefully until teardown_timeout, then by force (a stdio server is killed and reaped). A planned teardown first lets calls in flight finish.",
 		Outcomes: []states.Trigger{states.TornDown},
+	},
+	"retire": {
+		Doc:      "Close the session that connect replaced, once its calls in flight have finished: gracefully until teardown_timeout, then by force. The new session serves calls meanwhile.",
+		Outcomes: []states.Trigger{states.Retired},
 	},
 }

@@ -94,13 +94,13 @@ func churn(t *testing.T, kind string) {
 		Rand: rand.New(rand.NewPCG(4, 3)),
 		Observer: func(tr machine.Transition) {
 			switch {
-			case tr.To == states.Ready && tr.From != states.Probing:
+			case tr.Trigger == states.Connected.String():
 				opened.Add(1)
-			case tr.From == states.TearingDown:
-				tornDown.Add(1)
+			case tr.From == states.TearingDown || tr.From == states.Retiring:
+				tornDown.Add(1) // a session closed: after a failure, or replaced
 			}
-			if tr.From.HasSession() && tr.To == states.TearingDown {
-				why := tr.Trigger
+			if tr.From.HasSession() && tr.To == states.TearingDown || tr.From == states.Retiring {
+				why := tr.Trigger // retired: replaced by a planned reconnect
 				if tr.Cause != states.CauseNone {
 					why += "/" + tr.Cause.String()
 				}
@@ -182,13 +182,17 @@ func churn(t *testing.T, kind string) {
 			kind = "server dropped the sessions"
 			j.dropSessions()
 		case i%10 == 8 && flap != nil:
-			// Sessions survive a blip of the server, so the reconnect is asked for:
-			// its connects are refused until the server is back.
-			kind = "server down 20ms, reconnect refused until it is back"
+			// Sessions survive a blip of the server. A reconnect asked for meanwhile
+			// is refused and keeps the old session; one asked for after it replaces it.
+			kind = "server down 20ms, a reconnect refused meanwhile"
 			flap.down()
 			conn.Reconnect()
+			if err := conn.Machine().Sync(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			time.Sleep(20 * time.Millisecond)
 			flap.up(false)
+			conn.Reconnect()
 		case i%10 == 9 && flap != nil:
 			kind = "server restarted, sessions forgotten (404)"
 			flap.down()

@@ -194,15 +194,20 @@ func (w *row) play(t *testing.T) {
 	// What the fault must have done.
 	switch {
 	case w.planned:
-		// The teardown asked for spends nothing and goes straight to connecting.
+		// The reconnect asked for spends nothing, and calls always have a session:
+		// the new one is opened before the old one is closed.
+		replaced := false
 		for _, tr := range r.transitions() {
-			if tr.At.Before(r.start) || tr.From != states.TearingDown {
+			if tr.At.Before(r.start) {
 				continue
 			}
-			if tr.Cause.Counts() || tr.To != states.Connecting {
-				r.errorf("the planned teardown counted as a failure: %v\n%s", tr, r.timeline())
+			if tr.Cause.Counts() || !tr.To.HasSession() {
+				r.errorf("the planned reconnect counted as a failure or left calls without a session: %v\n%s", tr, r.timeline())
 			}
-			break
+			replaced = replaced || tr.From == states.Replacing && tr.To == states.Retiring
+		}
+		if !replaced {
+			r.errorf("the session was not replaced\n%s", r.timeline())
 		}
 	case w.detect != nil:
 		if !slices.Contains(w.detect, det.Cause) {
@@ -437,7 +442,7 @@ func failure(c states.Cause) bool {
 
 // detection returns the transition that detected the fault: the first one
 // from r.start on whose cause is a failure, or, for a planned fault, the first
-// into tearing-down. Nil if there is none yet.
+// into replacing. Nil if there is none yet.
 func (r *run) detection() *machine.Transition {
 	if r.start.IsZero() {
 		return nil
@@ -446,7 +451,7 @@ func (r *run) detection() *machine.Transition {
 		if tr.At.Before(r.start) {
 			continue
 		}
-		if r.row.planned && tr.To == states.TearingDown || !r.row.planned && failure(tr.Cause) {
+		if r.row.planned && tr.To == states.Replacing || !r.row.planned && failure(tr.Cause) {
 			return &tr
 		}
 	}
@@ -468,7 +473,7 @@ func (r *run) recovery() (machine.Transition, bool) {
 	}
 	renewed := false
 	for _, tr := range r.transitions() {
-		if tr.At.Before(det.At) || tr.To != states.Ready {
+		if tr.At.Before(det.At) || !tr.To.HasSession() {
 			continue
 		}
 		renewed = renewed || tr.Trigger == "connected"

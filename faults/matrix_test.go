@@ -407,7 +407,8 @@ func hangInitializeRow(kind string) *row {
 
 // hangCloseRow: the server never lets a session close (stdio: it ignores
 // stdin EOF and SIGTERM; streamable HTTP: DELETE is never answered; SSE has
-// no close message to hang on), and the connection is asked to reconnect.
+// no close message to hang on), and the connection is asked to reconnect: the
+// replaced session's close is forced at teardown_timeout while the new one serves.
 func hangCloseRow(kind string) *row {
 	return &row{
 		fault: "hang-close", kind: kind, planned: true,
@@ -418,29 +419,30 @@ func hangCloseRow(kind string) *row {
 			r.conn.Reconnect()
 		},
 		check: func(r *run) {
+			r.await("the replaced session closed", 10*time.Second, func() bool { return r.count(states.Retiring, states.Ready) > 0 })
 			var began, ended time.Time
 			var torn string
 			for _, tr := range r.transitions() {
 				if tr.At.Before(r.start) {
 					continue
 				}
-				if tr.To == states.TearingDown && began.IsZero() {
+				if tr.To == states.Retiring && began.IsZero() {
 					began = tr.At
 				}
-				if tr.From == states.TearingDown && !began.IsZero() {
+				if tr.From == states.Retiring && !began.IsZero() {
 					ended = tr.At
 					torn = tr.String()
 					break
 				}
 			}
 			took := ended.Sub(began)
-			r.note("teardown %s", duration(took))
+			r.note("close of the replaced session %s", duration(took))
 			if kind == kindSSE {
 				return
 			}
 			// Forced at the teardown timeout, not later than forceGrace after.
 			if took < r.pol.TeardownTimeout*9/10 || took > r.pol.TeardownTimeout+forceGrace {
-				r.errorf("the teardown of a server that never closes took %v, want the teardown timeout %v: %s", took, r.pol.TeardownTimeout, torn)
+				r.errorf("the close of a session whose server never closes it took %v, want the teardown timeout %v: %s", took, r.pol.TeardownTimeout, torn)
 			}
 		},
 	}

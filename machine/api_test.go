@@ -71,7 +71,7 @@ func TestWatchWaitAndHistory(t *testing.T) {
 		}
 		want := []string{"idle>connecting", "connecting>ready"}
 		for range 3 {
-			want = append(want, "ready>tearing-down", "tearing-down>connecting", "connecting>ready")
+			want = append(want, "ready>replacing", "replacing>retiring", "retiring>ready")
 		}
 		if diff := cmp.Diff(want, seen); diff != "" || dropped() != 0 {
 			t.Errorf("watched (-want +got), %d dropped:\n%s", dropped(), diff)
@@ -88,7 +88,7 @@ func TestWatchWaitAndHistory(t *testing.T) {
 				t.Errorf("history out of order: %v", h)
 			}
 		}
-		if got := h[3].String(); got != "connecting → ready (connected)" {
+		if got := h[3].String(); got != "retiring → ready (retired)" {
 			t.Errorf("String() = %q", got)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -15,7 +15,7 @@ func (silent) Invoke(context.Context, machine.Invocation) machine.Event { return
 
 // eventCycle takes a ready connection through a planned reconnect and back: three
 // transitions, through two states that invoke effects and one with a timer.
-var eventCycle = []states.Trigger{states.Recycle, states.TornDown, states.Connected}
+var eventCycle = []states.Trigger{states.Recycle, states.Connected, states.Retired}
 
 // eventWindow is how many cycles BenchmarkEvent posts before it waits for them.
 const eventWindow = 256
@@ -31,7 +31,7 @@ func BenchmarkEvent(b *testing.B) {
 	spec := loadDefault(b)
 	b.Run("stateless", func(b *testing.B) {
 		pol := spec.Defaults()
-		sm, ctx := spec.Stateless(0, &machine.Vars{Planned: true}, &pol)
+		sm, ctx := spec.Stateless(0, &machine.Vars{}, &pol)
 		for _, t := range []states.Trigger{states.Start, states.Connected} {
 			if err := sm.FireCtx(ctx, t); err != nil {
 				b.Fatal(err)

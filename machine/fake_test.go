@@ -18,15 +18,15 @@ import (
 
 var errRefused = errors.New("connect: connection refused")
 
-// fakeServer is a scripted server behind the invoked effects: what connect, probe and
-// teardown do is set by its fields, which tests change as they go. Its effects take a
+// fakeServer is a scripted server behind the invoked effects: what connect, probe,
+// retire and teardown do is set by its fields, which tests change as they go. Its effects take a
 // little virtual time, as real ones take real time.
 type fakeServer struct {
 	mu            sync.Mutex
 	up            bool           // connect succeeds
 	hang          string         // the effect that blocks until its context ends
 	probe         states.Trigger // the probe's outcome; probe_ok when zero
-	teardownCause states.Cause
+	teardownCause states.Cause   // what closing a session returns (teardown and retire)
 	teardownErr   error
 	session       uint64 // the last session handed out
 	effects       []string
@@ -63,6 +63,8 @@ func (f *fakeServer) Invoke(ctx context.Context, inv machine.Invocation) machine
 			return machine.Event{Trigger: states.ConnectFailed, Cause: class, Err: cause}
 		case "probe":
 			return machine.Event{Trigger: states.ProbeFailed, Cause: class, Err: cause}
+		case "retire":
+			return machine.Event{Trigger: states.Retired}
 		default:
 			return machine.Event{Trigger: states.TornDown}
 		}
@@ -87,6 +89,8 @@ func (f *fakeServer) Invoke(ctx context.Context, inv machine.Invocation) machine
 		return machine.Event{Trigger: states.ProbeOK}
 	case "teardown":
 		return machine.Event{Trigger: states.TornDown, Cause: f.teardownCause, Err: f.teardownErr}
+	case "retire":
+		return machine.Event{Trigger: states.Retired, Cause: f.teardownCause, Err: f.teardownErr}
 	}
 	panic("fake server: unknown effect " + inv.Effect)
 }

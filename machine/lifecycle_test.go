@@ -132,8 +132,9 @@ func TestBackoffAndBreakerDelays(t *testing.T) {
 	})
 }
 
-// TestPlannedRecyclesSpendNoBudget: many planned recycles in a row, each teardown
-// returning an error that is an artifact; the machine never backs off.
+// TestPlannedRecyclesSpendNoBudget: many planned recycles in a row, each retiring
+// the replaced session with an error that is an artifact; the machine never backs off,
+// and calls always have a session.
 func TestPlannedRecyclesSpendNoBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := &fakeServer{up: true, teardownCause: states.CauseArtifact, teardownErr: errors.New("cleanup noise")}
@@ -146,34 +147,52 @@ func TestPlannedRecyclesSpendNoBudget(t *testing.T) {
 		}
 		waitState(t, m, states.Ready, time.Second)
 		closeMachine(t, m)
-		for _, tr := range rec.all() {
+		trs := rec.all()
+		for _, tr := range trs {
 			if tr.Failures != 0 || tr.To == states.BackingOff || tr.To == states.BreakerOpen {
 				t.Fatalf("a planned recycle spent budget: %v\n%s", tr, rec.timeline())
 			}
 		}
-		if n := rec.count(states.TearingDown, states.Connecting); n != 20 {
+		for _, tr := range trs[2 : len(trs)-2] { // from the first ready to Close
+			if !tr.To.HasSession() {
+				t.Fatalf("calls had no session during a recycle: %v\n%s", tr, rec.timeline())
+			}
+		}
+		if n := rec.count(states.Retiring, states.Ready); n != 20 {
 			t.Errorf("%d planned reconnects, want 20", n)
 		}
 	})
 }
 
-// TestCountedTeardownErrorCounts: a planned teardown whose error holds a real failure
-// counts it, and the machine backs off instead of reconnecting at once.
-func TestCountedTeardownErrorCounts(t *testing.T) {
+// TestFailedReplacementKeepsSession: a planned reconnect whose new session cannot be
+// opened keeps the old one serving, and counts the failure; a later one that works
+// replaces it.
+func TestFailedReplacementKeepsSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		srv := &fakeServer{up: true, teardownCause: states.CauseLost, teardownErr: errors.New("reset by peer")}
+		srv := &fakeServer{up: true}
 		m, rec := newMachine(t, srv, nil)
 		m.Start()
 		waitState(t, m, states.Ready, time.Second)
+		old := srv.current()
+		srv.set(func(f *fakeServer) { f.up = false })
 		m.Reconnect()
-		waitState(t, m, states.BackingOff, time.Second)
+		applied(t, m)
+		srv.set(func(f *fakeServer) { f.up = true })
+		m.Reconnect()
+		applied(t, m)
 		closeMachine(t, m)
-		want := []string{"idle>connecting", "connecting>ready", "ready>tearing-down", "tearing-down>backing-off", "backing-off>closed"}
+		want := []string{"idle>connecting", "connecting>ready",
+			"ready>replacing", "replacing>ready",
+			"ready>replacing", "replacing>retiring", "retiring>ready",
+			"ready>tearing-down", "tearing-down>closed"}
 		if diff := cmp.Diff(want, rec.path()); diff != "" {
 			t.Errorf("path (-want +got):\n%s", diff)
 		}
 		if tr := rec.all()[3]; tr.Failures != 1 || tr.Cause != states.CauseLost {
-			t.Errorf("teardown transition = %+v, want failures 1, cause lost", tr)
+			t.Errorf("failed replacement = %+v, want failures 1, cause lost", tr)
+		}
+		if srv.current() != old+1 {
+			t.Errorf("session %d after one successful replacement of %d", srv.current(), old)
 		}
 	})
 }
@@ -244,7 +263,7 @@ func TestKeepalive(t *testing.T) {
 	})
 }
 
-// TestProbeRecycleIsPlanned: a probe that decides to recycle the session reconnects at
+// TestProbeRecycleIsPlanned: a probe that decides to recycle the session replaces it at
 // once without spending budget.
 func TestProbeRecycleIsPlanned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -253,7 +272,7 @@ func TestProbeRecycleIsPlanned(t *testing.T) {
 		m.Start()
 		time.Sleep(45 * time.Second)
 		closeMachine(t, m)
-		if n := rec.count(states.Probing, states.TearingDown); n == 0 {
+		if n := rec.count(states.Probing, states.Replacing); n == 0 {
 			t.Fatalf("no recycle in 45s:\n%s", rec.timeline())
 		}
 		for _, tr := range rec.all() {
@@ -300,12 +319,17 @@ func TestCloseFromEveryState(t *testing.T) {
 		pol   func(*machine.Policies)
 		start bool
 		then  func(*fakeServer)
+		// hang, if set, is the effect that hangs from the first ready on, which a
+		// reconnect (a lost session, for teardown) then starts.
+		hang string
 	}{
 		{state: states.Idle},
 		{state: states.Connecting, srv: &fakeServer{hang: "connect"}, start: true},
 		{state: states.Ready, srv: &fakeServer{up: true}, start: true},
 		{state: states.Probing, srv: &fakeServer{up: true, hang: "probe"}, start: true},
-		{state: states.TearingDown, srv: &fakeServer{up: true, hang: "teardown"}, start: true},
+		{state: states.Replacing, srv: &fakeServer{up: true}, start: true, hang: "connect"},
+		{state: states.Retiring, srv: &fakeServer{up: true}, start: true, hang: "retire"},
+		{state: states.TearingDown, srv: &fakeServer{up: true}, start: true, hang: "teardown"},
 		{state: states.BackingOff, start: true},
 		{state: states.BreakerOpen, pol: threshold1, start: true},
 		{state: states.HalfOpen, pol: threshold1, start: true, then: func(f *fakeServer) { f.hang = "connect" }},
@@ -329,9 +353,14 @@ func TestCloseFromEveryState(t *testing.T) {
 					waitState(t, m, states.BreakerOpen, time.Minute)
 					srv.set(c.then)
 				}
-				if c.state == states.TearingDown {
+				if c.hang != "" {
 					waitState(t, m, states.Ready, time.Minute)
-					m.Reconnect()
+					srv.set(func(f *fakeServer) { f.hang = c.hang })
+					if c.hang == "teardown" {
+						m.Post(machine.Event{Trigger: states.Lost, Cause: states.CauseLost, Session: srv.current()})
+					} else {
+						m.Reconnect()
+					}
 				}
 				waitState(t, m, c.state, time.Hour)
 				synctest.Wait()

@@ -162,8 +162,8 @@ func (m *Machine) onTimer() {
 // Start asks an idle machine to connect.
 func (m *Machine) Start() { m.Post(Event{Trigger: states.Start}) }
 
-// Reconnect asks for a planned reconnect: the session is closed and opened again
-// without spending retry budget.
+// Reconnect asks for a planned reconnect, which spends no retry budget. The default
+// lifecycle opens the new session before it closes the old one.
 func (m *Machine) Reconnect() { m.Post(Event{Trigger: states.Recycle}) }
 
 // Close asks the machine to close for good: it interrupts the effect running now, if

@@ -59,6 +59,8 @@ func (s *exclusiveServer) Invoke(ctx context.Context, inv machine.Invocation) ma
 			return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseTimeout, Err: context.DeadlineExceeded}
 		}
 		return machine.Event{Trigger: states.ProbeOK}
+	case "retire":
+		return machine.Event{Trigger: states.Retired}
 	}
 	return machine.Event{Trigger: states.TornDown}
 }
@@ -119,7 +121,7 @@ func TestIdleMachineHoldsNoGoroutine(t *testing.T) {
 	}
 	// The role is taken again on demand: a post finds it free.
 	m.Reconnect()
-	waitFor(t, func() bool { return rec.count(states.Connecting, states.Ready) == 2 }, 10*time.Second)
+	waitFor(t, func() bool { return rec.count(states.Retiring, states.Ready) == 1 }, 10*time.Second)
 }
 
 // ownerRunning reports whether any goroutine is running a machine's owner loop.

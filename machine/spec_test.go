@@ -19,8 +19,8 @@ func TestDefaultSpecLoads(t *testing.T) {
 	if got := spec.Initial().String(); got != "idle" {
 		t.Errorf("initial = %s, want idle", got)
 	}
-	if n := len(spec.States()); n != 9 {
-		t.Errorf("%d states, want 9", n)
+	if n := len(spec.States()); n != 11 {
+		t.Errorf("%d states, want 11", n)
 	}
 }
 

@@ -100,7 +100,7 @@ func (w *World) change(c Condition) {
 	}
 }
 
-// Invoke carries out connect, probe and teardown against the scripted server. It
+// Invoke carries out connect, probe, retire and teardown against the scripted server. It
 // implements machine.World.
 func (w *World) Invoke(inv machine.Invocation, now time.Time) (machine.Event, time.Duration) {
 	w.mu.Lock()
@@ -141,6 +141,12 @@ func (w *World) Invoke(inv machine.Invocation, now time.Time) (machine.Event, ti
 			return machine.Event{Trigger: states.TornDown, Cause: states.CauseArtifact, Err: errTimeout(inv)}, inv.Timeout
 		}
 		return machine.Event{Trigger: states.TornDown}, w.sc.CloseTime
+	case "retire":
+		// The replaced session: the server it was opened on is the one that is up.
+		if w.cond == Frozen {
+			return machine.Event{Trigger: states.Retired, Cause: states.CauseArtifact, Err: errTimeout(inv)}, inv.Timeout
+		}
+		return machine.Event{Trigger: states.Retired}, w.sc.CloseTime
 	}
 	return machine.Event{}, 0
 }

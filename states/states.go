@@ -16,6 +16,8 @@ const (
 	Connecting                   // dialing, initializing and listing tools
 	Ready                        // a live session serves calls
 	Probing                      // a live session serves calls while it is checked
+	Replacing                    // a live session serves calls while a new one connects to take its place
+	Retiring                     // the new session serves calls while the one it replaced finishes and closes
 	TearingDown                  // the session is being closed
 	BackingOff                   // waiting before the next connect attempt
 	BreakerOpen                  // too many failures: calls fail fast until a cooldown ends
@@ -28,6 +30,8 @@ var stateNames = [...]string{
 	Connecting:  "connecting",
 	Ready:       "ready",
 	Probing:     "probing",
+	Replacing:   "replacing",
+	Retiring:    "retiring",
 	TearingDown: "tearing-down",
 	BackingOff:  "backing-off",
 	BreakerOpen: "breaker-open",
@@ -50,7 +54,9 @@ func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
 func (s State) Final() bool { return s == Closed }
 
 // HasSession reports whether a connection in s holds a live session that calls may use.
-func (s State) HasSession() bool { return s == Ready || s == Probing }
+func (s State) HasSession() bool {
+	return s == Ready || s == Probing || s == Replacing || s == Retiring
+}
 
 // AllStates returns every state in declaration order.
 func AllStates() []State {
@@ -85,6 +91,7 @@ const (
 	Recycle                          // a planned reconnect: asked for, or decided by a probe; spends no budget
 	Lost                             // the session ended or a call found it broken
 	TornDown                         // outcome of teardown: the session is closed
+	Retired                          // outcome of retire: the replaced session is closed
 	Close                            // close the connection for good
 )
 
@@ -97,6 +104,7 @@ var triggerNames = [...]string{
 	Recycle:       "recycle",
 	Lost:          "lost",
 	TornDown:      "torn_down",
+	Retired:       "retired",
 	Close:         "close",
 }
 

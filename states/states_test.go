@@ -13,7 +13,7 @@ func TestNamesRoundTrip(t *testing.T) {
 			t.Errorf("ParseTrigger(%q) = %v, %v", tr, got, ok)
 		}
 	}
-	if len(AllStates()) != 9 || len(AllTriggers()) != 9 || len(AllCauses()) != 9 {
+	if len(AllStates()) != 11 || len(AllTriggers()) != 10 || len(AllCauses()) != 9 {
 		t.Errorf("vocabulary sizes: %d states, %d triggers, %d causes", len(AllStates()), len(AllTriggers()), len(AllCauses()))
 	}
 	if _, ok := ParseState("Ready"); ok {
@@ -38,7 +38,7 @@ func TestCauseCounts(t *testing.T) {
 
 func TestSessionStates(t *testing.T) {
 	for _, s := range AllStates() {
-		if s.HasSession() != (s == Ready || s == Probing) || s.Final() != (s == Closed) {
+		if s.HasSession() != (s == Ready || s == Probing || s == Replacing || s == Retiring) || s.Final() != (s == Closed) {
 			t.Errorf("%s: HasSession %v, Final %v", s, s.HasSession(), s.Final())
 		}
 	}
