@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 )
@@ -500,4 +502,49 @@ func TestCloseNeverWedges(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBreakBeforeMakeAsDocumented: the break-before-make lifecycle that the head of
+// transitions.yaml describes loads, and a reconnect under it tears the session down
+// first and connects again at once, spending nothing.
+func TestBreakBeforeMakeAsDocumented(t *testing.T) {
+	text := string(defaultSpecYAML(t))
+	for _, edit := range [][2]string{
+		{"      recycle:\n        to: replacing\n        description: A reconnect was asked for; a new session is opened before this one is closed.\n",
+			"      recycle:\n        to: tearing-down\n        effects: [plan_recycle]\n        description: A reconnect was asked for.\n"},
+		{"      recycle:\n        to: replacing\n        description: The probe decided",
+			"      recycle:\n        to: tearing-down\n        effects: [plan_recycle]\n        description: The probe decided"},
+		{"    invoke: {effect: teardown, timeout: teardown_timeout}\n",
+			"    invoke: {effect: teardown, timeout: teardown_timeout}\n    exit: [end_teardown]\n"},
+		{"        - to: backing-off\n          guard: [not closing, not tripped]",
+			"        - to: connecting\n          guard: [not closing, planned]\n          description: A planned reconnect connects again at once.\n        - to: backing-off\n          guard: [not closing, not planned, not tripped]"},
+		{"guard: [not closing, tripped]", "guard: [not closing, not planned, tripped]"},
+	} {
+		if !strings.Contains(text, edit[0]) {
+			t.Fatalf("transitions.yaml no longer has %q", edit[0])
+		}
+		text = strings.Replace(text, edit[0], edit[1], 1)
+	}
+	from, to := strings.Index(text, "\n  replacing:\n"), strings.Index(text, "\n  tearing-down:\n")
+	if from < 0 || to < from {
+		t.Fatal("transitions.yaml no longer declares replacing and retiring before tearing-down")
+	}
+	text = text[:from] + text[to:] // delete replacing and retiring
+	spec, err := machine.LoadSpec("break-before-make.yaml", []byte(text), effects.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{start: time.Now()}
+		m := machine.New(spec, machine.Options{Name: t.Name(), Invoker: &fakeServer{up: true}, Logger: quiet, Observer: rec.observe})
+		m.Start()
+		waitState(t, m, states.Ready, time.Second)
+		m.Reconnect()
+		applied(t, m)
+		closeMachine(t, m)
+		want := []string{"idle>connecting", "connecting>ready", "ready>tearing-down", "tearing-down>connecting", "connecting>ready", "ready>tearing-down", "tearing-down>closed"}
+		if diff := cmp.Diff(want, rec.path()); diff != "" || last(rec).Failures != 0 {
+			t.Errorf("path (-want +got):\n%s\n%s", diff, rec.timeline())
+		}
+	})
 }

@@ -132,6 +132,15 @@ func (d *demo) run(ctx context.Context) error {
 		d.call(ctx, conn, "counter", nil)
 	}
 
+	step("A planned reconnect: the new session first, then the old one closes")
+	conn.Reconnect()
+	d.call(ctx, conn, "counter", nil) // on the old session, or the new one: it never waits
+	if err := d.wait(ctx, conn, func(tr machine.Transition) bool { return tr.From == states.Retiring }, 10*time.Second); err != nil {
+		return err
+	}
+	d.call(ctx, conn, "counter", nil)
+	d.printf("   (no call waited and no budget was spent; on the new session the counter starts over)\n")
+
 	step("The server restarts and forgets its sessions")
 	// Right after a probe, so that a call, not the next probe (at least 0.9 s away),
 	// is what finds the expired session.
@@ -173,7 +182,7 @@ func (d *demo) run(ctx context.Context) error {
 
 	step("The server goes down, and comes back")
 	srv.stop()
-	conn.Reconnect() // find out now, not at the next probe
+	d.call(ctx, conn, "echo", map[string]any{"text": "are you there?"}) // finds out now, not at the next probe
 	if err := d.wait(ctx, conn, func(tr machine.Transition) bool { return tr.To == states.BreakerOpen }, 15*time.Second); err != nil {
 		return err
 	}
