@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -262,10 +263,10 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 				next[s.Name] = old
 				continue
 			}
-			old.conn.fx.SetConfig(s.Transport)
+			gen := old.conn.fx.SetConfig(s.Transport)
 			old.conn.m.SetPolicies(policies(s))
-			moving = append(moving, move{old.conn, lastSeq(old.conn.m)})
 			old.conn.Reconnect()
+			moving = append(moving, move{old.conn, gen})
 			old.cfg = s
 			next[s.Name] = old
 			res.Reconnected = append(res.Reconnected, s.Name)
@@ -291,42 +292,42 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 	return res, errors.Join(errs...)
 }
 
-// A move is a reconnect Reload asked for: the connection, and the last transition it
-// had taken before.
+// A move is a reconnect Reload asked for: the connection, and the generation of the
+// config it is to dial (see effects.Conn.SetConfig).
 type move struct {
-	c     *Conn
-	since uint64
+	c   *Conn
+	gen uint64
 }
 
-func lastSeq(m *machine.Machine) uint64 {
-	if h := m.History(); len(h) > 0 {
-		return h[len(h)-1].Seq
-	}
-	return 0
-}
-
-// waitMoved waits until the reconnects Reload asked for have been carried out, and
-// says which failed and why: a new session that could not be opened (the old one
-// serves on), or a connection that was between sessions and failed to connect again.
+// waitMoved waits until each connection Reload moved has tried its new config, and says
+// which could not connect and why: a live session then serves on, on the old config,
+// and a connection between sessions retries as after any failure.
 func waitMoved(ctx context.Context, moves []move) error {
 	conns := make([]*Conn, len(moves))
-	since := map[*Conn]uint64{}
+	gens := map[*Conn]uint64{}
 	for i, mv := range moves {
-		conns[i], since[mv.c] = mv.c, mv.since
+		conns[i], gens[mv.c] = mv.c, mv.gen
 	}
 	return forEach(conns, "reconnecting", func(c *Conn) error {
-		if err := c.m.Sync(ctx); err != nil {
-			return err
-		}
-		for _, tr := range c.m.History() {
-			switch {
-			case tr.Seq <= since[c]:
-			case tr.From == states.Replacing && tr.To == states.Ready,
-				tr.To == states.BackingOff, tr.To == states.BreakerOpen:
-				return fmt.Errorf("the new config did not connect (%s): %w", tr.To, tr.Err)
+		tried := func() *effects.Attempt {
+			if a := c.fx.LastAttempt(); a != nil && a.Gen >= gens[c] {
+				return a
 			}
+			return nil
 		}
-		return nil
+		st, err := c.m.Wait(ctx, func(st states.State) bool { return tried() != nil || st.Final() })
+		a := tried()
+		switch {
+		case a == nil && err != nil:
+			return err
+		case a == nil:
+			return fmt.Errorf("closed (%s) before the new config was tried", st)
+		case a.Err == nil:
+			return nil
+		case st.HasSession():
+			return fmt.Errorf("the new config did not connect, the old session serves on: %w", a.Err)
+		}
+		return fmt.Errorf("the new config did not connect: %w", a.Err)
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -309,7 +310,7 @@ func TestManagerReloadToDeadServerKeepsSession(t *testing.T) {
 	text := texter(t)
 	text(m.CallTool(ctx, "moves", "counter", nil))
 	res, err := m.Reload(ctx, managerConfig(t, fmt.Sprintf("version: 1\nservers:\n  moves: {url: %s}\n", dead.URL())))
-	if err == nil || !strings.Contains(err.Error(), "reconnecting moves: the new config did not connect (ready)") || !errors.Is(err, syscall.ECONNREFUSED) {
+	if err == nil || !strings.Contains(err.Error(), "reconnecting moves: the new config did not connect, the old session serves on") || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("Reload error = %v, want one that says the move failed and why", err)
 	}
 	if got := res.String(); got != "reconnected moves" {
@@ -317,5 +318,46 @@ func TestManagerReloadToDeadServerKeepsSession(t *testing.T) {
 	}
 	if got := text(m.CallTool(ctx, "moves", "counter", nil)); got != "2" {
 		t.Errorf("after a failed move the counter says %s, want 2 (the old session)", got)
+	}
+}
+
+// TestManagerReloadDuringConnect: a server whose old address hangs is being connected
+// (on the old config) when Reload moves it to a live server. The old attempt's failure
+// (connecting → backing-off) once counted as the new config's; Reload must wait for an
+// attempt with the new config, and report success when it connects.
+func TestManagerReloadDuringConnect(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepting := make(chan struct{})
+	defer func() { ln.Close(); <-accepting }()
+	go func() { // accept and never answer
+		defer close(accepting)
+		var held []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	live := testserver.StartHTTP(t, testserver.Options{Name: "live"})
+	pol := "    policies: {connect_timeout: 1s, backoff_base: 1m}\n"
+	m := newManager(t, managerConfig(t, fmt.Sprintf("version: 1\nservers:\n  moves:\n    url: http://%s/mcp\n%s", ln.Addr(), pol)), &events{})
+	time.Sleep(200 * time.Millisecond) // the connect to the hanging address is under way
+	if st := m.Conn("moves").State(); st != states.Connecting {
+		t.Fatalf("state %v, want connecting", st)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, err = m.Reload(ctx, managerConfig(t, fmt.Sprintf("version: 1\nservers:\n  moves:\n    url: %s\n%s", live.URL(), pol)))
+	if st := m.Conn("moves").State(); err != nil || st != states.Ready || live.Count("tools/list") == 0 {
+		t.Errorf("Reload = %v, state after %s, tools/list at the new server %d; want the move done\n%v",
+			err, st, live.Count("tools/list"), m.Conn("moves").Machine().History())
 	}
 }

@@ -23,7 +23,7 @@ import (
 // is opened and closed there. Other goroutines (the session's end watcher, calls that
 // find the session broken) only report to the machine, through Post.
 type Conn struct {
-	cfg  atomic.Pointer[transport.Config] // read by connect; replaced by SetConfig
+	cfg  atomic.Pointer[versioned] // read by connect; replaced by SetConfig
 	opts ConnOptions
 
 	post   func(machine.Event) // delivers an event to the machine; set by Bind
@@ -31,6 +31,23 @@ type Conn struct {
 
 	current atomic.Pointer[Session]
 	retired *Session // a session connect replaced, until retire closes it; owner only
+	last    atomic.Pointer[Attempt]
+
+	toolsMu sync.Mutex // orders OnTools calls with the change of current session
+}
+
+// versioned is a transport config and its generation: 1 for NewConn's, then one more
+// for each SetConfig.
+type versioned struct {
+	cfg transport.Config
+	gen uint64
+}
+
+// An Attempt is the outcome of a connect: the generation of the config it dialed (see
+// SetConfig), and why it failed, or nil if the session came up.
+type Attempt struct {
+	Gen uint64
+	Err error
 }
 
 // ConnOptions configure a Conn.
@@ -61,7 +78,7 @@ func NewConn(cfg transport.Config, opts ConnOptions) *Conn {
 		opts.Dial = transport.DialClient
 	}
 	c := &Conn{opts: opts}
-	c.cfg.Store(&cfg)
+	c.cfg.Store(&versioned{cfg, 1})
 	return c
 }
 
@@ -69,11 +86,23 @@ func NewConn(cfg transport.Config, opts ConnOptions) *Conn {
 func (c *Conn) Bind(post func(machine.Event)) { c.post = post }
 
 // Config returns the connection's transport config.
-func (c *Conn) Config() transport.Config { return *c.cfg.Load() }
+func (c *Conn) Config() transport.Config { return c.cfg.Load().cfg }
 
 // SetConfig replaces the transport config that the next connect dials. The session up
 // now, if any, is not touched: ask the machine for a reconnect to move to the new one.
-func (c *Conn) SetConfig(cfg transport.Config) { c.cfg.Store(&cfg) }
+// It returns the new config's generation, which LastAttempt reports once a connect has
+// dialed it.
+func (c *Conn) SetConfig(cfg transport.Config) uint64 {
+	for {
+		old := c.cfg.Load()
+		if c.cfg.CompareAndSwap(old, &versioned{cfg, old.gen + 1}) {
+			return old.gen + 1
+		}
+	}
+}
+
+// LastAttempt returns the outcome of the last connect, or nil if none has ended.
+func (c *Conn) LastAttempt() *Attempt { return c.last.Load() }
 
 // A Session is one live session of a Conn, as calls see it.
 type Session struct {
@@ -168,7 +197,10 @@ func (c *Conn) Report(s *Session, cause states.Cause, err error) {
 func (c *Conn) Invoke(ctx context.Context, inv machine.Invocation) machine.Event {
 	switch inv.Effect {
 	case "connect":
-		return c.connect(ctx, inv)
+		v := c.cfg.Load()
+		ev := c.connect(ctx, inv, v.cfg)
+		c.last.Store(&Attempt{Gen: v.gen, Err: ev.Err})
+		return ev
 	case "probe":
 		return c.probe(ctx, inv)
 	case "teardown":
@@ -204,10 +236,10 @@ func (e *reasonError) Error() string { return e.msg }
 func (e *reasonError) Unwrap() error { return e.reason }
 
 // connect dials, initializes and lists tools.
-func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Event {
+func (c *Conn) connect(ctx context.Context, inv machine.Invocation, cfg transport.Config) machine.Event {
 	c.nextID++
 	s := &Session{ID: c.nextID, drained: make(chan struct{}, 1)}
-	ts, err := c.opts.Dial(ctx, *c.cfg.Load(), transport.Options{
+	ts, err := c.opts.Dial(ctx, cfg, transport.Options{
 		Client:         c.opts.Client,
 		Logger:         c.opts.Logger,
 		OnEnd:          func(err error) { c.Report(s, endCause(err), err) },
@@ -228,15 +260,21 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 		return machine.Event{Trigger: states.ConnectFailed, Cause: cause, Err: err}
 	}
 	s.tools.Store(&tools)
-	if old := c.current.Swap(s); old != nil {
+	c.toolsMu.Lock() // no re-list of the old session reports its tools after these
+	old := c.current.Swap(s)
+	if c.opts.OnTools != nil {
+		c.opts.OnTools(tools)
+	}
+	c.toolsMu.Unlock()
+	if old != nil {
 		// Make before break: calls move to the new session now; the old one
 		// finishes those in flight and is closed by retire (or teardown).
 		old.draining.Store(true)
+		old.relist.mu.Lock()
+		old.relist.open = false // its tools are no longer anyone's
+		old.relist.mu.Unlock()
 		c.closeRetired(ctx) // one that a spec without retire left open
 		c.retired = old
-	}
-	if c.opts.OnTools != nil {
-		c.opts.OnTools(tools)
 	}
 	s.relist.mu.Lock()
 	s.relist.open = true
@@ -245,24 +283,27 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	return machine.Event{Trigger: states.Connected, Session: s.ID}
 }
 
-// probe checks the session with a request that reaches the server, or recycles a
-// session older than max_session_age.
+// probe checks the session with a request that reaches the server and, if the server
+// answered, recycles a session older than max_session_age. The check comes first even
+// then: a session whose replacement cannot be opened serves on, and must still be
+// found dead if its server dies.
 func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event {
 	s := c.current.Load()
 	if s == nil {
 		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errNoSession}
 	}
+	healthy := machine.Event{Trigger: states.ProbeOK, Session: s.ID}
 	if age := inv.Policies.MaxSessionAge; age > 0 && time.Since(s.Start) >= age {
-		return machine.Event{Trigger: states.Recycle, Session: s.ID}
+		healthy.Trigger = states.Recycle
 	}
 	err := s.S.Probe(ctx)
 	if err == nil {
-		return machine.Event{Trigger: states.ProbeOK, Session: s.ID}
+		return healthy
 	}
 	cause, err := classifyEffect(ctx, inv, err, false)
 	if cause == states.CauseServer {
 		// The server answered, with an error: the connection works.
-		return machine.Event{Trigger: states.ProbeOK, Session: s.ID}
+		return healthy
 	}
 	s.reported.Store(true) // the probe reports it; calls need not
 	return machine.Event{Trigger: states.ProbeFailed, Cause: cause, Err: err, Session: s.ID}
@@ -412,9 +453,11 @@ func (c *Conn) relistLoop(s *Session) {
 			return
 		}
 		s.tools.Store(&tools)
+		c.toolsMu.Lock()
 		if c.opts.OnTools != nil && c.current.Load() == s {
 			c.opts.OnTools(tools)
 		}
+		c.toolsMu.Unlock()
 	}
 }
 

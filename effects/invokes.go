@@ -13,7 +13,7 @@ var invokes = map[string]machine.Invoke{
 		Outcomes: []states.Trigger{states.Connected, states.ConnectFailed},
 	},
 	"probe": {
-		Doc:      "Check the live session with a request that reaches the server (ping, or another request when ping is not implemented); recycle a session older than max_session_age.",
+		Doc:      "Check the live session with a request that reaches the server (ping, or another request when ping is not implemented); if it answered, recycle a session older than max_session_age.",
 		Outcomes: []states.Trigger{states.ProbeOK, states.ProbeFailed, states.Recycle},
 	},
 	"teardown": {

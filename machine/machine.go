@@ -11,7 +11,7 @@ import (
 	"github.com/mcpfsm/mcpfsm/states"
 )
 
-// An Invoker runs the blocking effects a spec invokes (connect, probe, teardown) for
+// An Invoker runs the blocking effects a spec invokes (connect, probe, retire, teardown) for
 // one connection. The machine calls it only from its owner, one effect at a
 // time, under a context that ends at the effect's timeout policy or when Close
 // interrupts it (context.Cause tells which: ErrEffectTimeout or ErrClosed). It returns

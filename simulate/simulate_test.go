@@ -120,3 +120,25 @@ func (e *machineEnv) At(at time.Time, fn func()) {
 }
 
 func quiet() *slogLogger { return discardLogger }
+
+// TestFrozenPastMaxAgeIsDetected: a server freezes while its session is older than
+// max_session_age. A probe that recycled such a session without probing it once led,
+// with make before break, to a replacement that timed out and a return to the frozen
+// session, for ever: never detected, no backoff, no breaker, every call hanging to its
+// timeout. The probe checks first, so the freeze is found and the breaker opens.
+func TestFrozenPastMaxAgeIsDetected(t *testing.T) {
+	sc := simulate.Scenario{
+		Name: "frozen-past-age", Duration: time.Hour,
+		Timeline: []simulate.Change{{At: 0, Condition: simulate.Up}, {At: 10 * time.Minute, Condition: simulate.Frozen}},
+		Calls:    simulate.Calls{Every: 10 * time.Second},
+	}
+	spec := mcpfsm.DefaultSpec()
+	pol := spec.Defaults()
+	pol.MaxSessionAge = 5 * time.Minute
+	s := simulate.Run(spec, &pol, sc, 1).Summary
+	t.Logf("failures %d, calls %+v, detect %v, ready %v, replacing %v, breaker-open %v",
+		s.Failures, s.Calls, s.Detect, s.TimeIn[states.Ready], s.TimeIn[states.Replacing], s.TimeIn[states.BreakerOpen])
+	if len(s.Detect) == 0 || s.TimeIn[states.BreakerOpen] == 0 || s.Calls.FailedFast == 0 {
+		t.Errorf("the frozen server was not detected, or the breaker never opened: %v in ready on a dead session", s.TimeIn[states.Ready])
+	}
+}

@@ -123,9 +123,6 @@ func (w *World) Invoke(inv machine.Invocation, now time.Time) (machine.Event, ti
 		return machine.Event{Trigger: states.Connected, Session: w.nextID}, w.sc.ConnectTime
 	case "probe":
 		id := w.session.id
-		if age := inv.Policies.MaxSessionAge; age > 0 && now.Sub(w.session.start) >= age {
-			return machine.Event{Trigger: states.Recycle, Session: id}, 0
-		}
 		switch {
 		case w.cond == Frozen:
 			return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseTimeout, Err: errTimeout(inv), Session: id}, inv.Timeout
@@ -133,6 +130,9 @@ func (w *World) Invoke(inv machine.Invocation, now time.Time) (machine.Event, ti
 			return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errRefused, Session: id}, failFast
 		case w.session.epoch != w.epoch:
 			return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseExpired, Err: errExpired, Session: id}, w.sc.ProbeTime
+		}
+		if age := inv.Policies.MaxSessionAge; age > 0 && now.Sub(w.session.start) >= age {
+			return machine.Event{Trigger: states.Recycle, Session: id}, w.sc.ProbeTime
 		}
 		return machine.Event{Trigger: states.ProbeOK, Session: id}, w.sc.ProbeTime
 	case "teardown":

@@ -73,7 +73,7 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 				out.note("reload failed, keeping the running config:\n" + err.Error())
 				continue
 			}
-			rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			rctx, cancel := context.WithTimeout(ctx, 30*time.Second) // Ctrl-C cuts a reload short
 			res, err := m.Reload(rctx, next)
 			cancel()
 			msg := "reloaded: " + res.String()
