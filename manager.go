@@ -304,13 +304,12 @@ type move struct {
 // and a connection between sessions retries as after any failure.
 func waitMoved(ctx context.Context, moves []move) error {
 	conns := make([]*Conn, len(moves))
-	gens := map[*Conn]uint64{}
 	for i, mv := range moves {
-		conns[i], gens[mv.c] = mv.c, mv.gen
+		conns[i] = mv.c
 	}
-	return forEach(conns, "reconnecting", func(c *Conn) error {
+	return forEach(conns, "reconnecting", func(i int, c *Conn) error {
 		tried := func() *effects.Attempt {
-			if a := c.fx.LastAttempt(); a != nil && a.Gen >= gens[c] {
+			if a := c.fx.LastAttempt(); a != nil && a.Gen >= moves[i].gen {
 				return a
 			}
 			return nil
@@ -345,17 +344,17 @@ func (m *Manager) Close(ctx context.Context) error {
 }
 
 func closeAll(ctx context.Context, conns []*Conn) error {
-	return forEach(conns, "closing", func(c *Conn) error { return c.Close(ctx) })
+	return forEach(conns, "closing", func(_ int, c *Conn) error { return c.Close(ctx) })
 }
 
-// forEach runs fn on every connection at once, and joins their errors, each saying what
-// was being done to which server.
-func forEach(conns []*Conn, doing string, fn func(*Conn) error) error {
+// forEach runs fn on every connection (and its index) at once, and joins their errors,
+// each saying what was being done to which server.
+func forEach(conns []*Conn, doing string, fn func(int, *Conn) error) error {
 	errs := make([]error, len(conns))
 	var wg sync.WaitGroup
 	for i, c := range conns {
 		wg.Go(func() {
-			if err := fn(c); err != nil {
+			if err := fn(i, c); err != nil {
 				errs[i] = fmt.Errorf("%s %s: %w", doing, c.Name(), err)
 			}
 		})
