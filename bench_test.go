@@ -132,13 +132,7 @@ func runtimeProcs() int { return runtime.GOMAXPROCS(0) }
 func BenchmarkCallToolHTTP(b *testing.B) {
 	ctx := context.Background()
 	b.Run("sdk", func(b *testing.B) {
-		h := testserver.StartHTTP(b, testserver.Options{})
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).
-			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.URL()}, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cs.Close() })
+		cs := sdkHTTPSession(b)
 		b.ReportAllocs()
 		cpu0 := cpuTime()
 		for b.Loop() {
@@ -149,16 +143,7 @@ func BenchmarkCallToolHTTP(b *testing.B) {
 		reportCPU(b, cpu0)
 	})
 	b.Run("machine", func(b *testing.B) {
-		h := testserver.StartHTTP(b, testserver.Options{})
-		c, err := Open(transport.Config{Name: "bench", HTTP: &transport.HTTP{URL: h.URL()}},
-			Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { c.Close(context.Background()) })
-		if err := c.WaitReady(ctx); err != nil {
-			b.Fatal(err)
-		}
+		c := readyHTTPConn(b)
 		b.ReportAllocs()
 		cpu0 := cpuTime()
 		for b.Loop() {
@@ -168,4 +153,35 @@ func BenchmarkCallToolHTTP(b *testing.B) {
 		}
 		reportCPU(b, cpu0)
 	})
+}
+
+// sdkHTTPSession connects a raw go-sdk client session to a fresh test server over
+// streamable HTTP on loopback.
+func sdkHTTPSession(b *testing.B) *mcp.ClientSession {
+	b.Helper()
+	h := testserver.StartHTTP(b, testserver.Options{})
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).
+		Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: h.URL()}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cs.Close() })
+	return cs
+}
+
+// readyHTTPConn opens a Conn with the default lifecycle to a fresh test server over
+// streamable HTTP on loopback and waits until it is ready.
+func readyHTTPConn(b *testing.B) *Conn {
+	b.Helper()
+	h := testserver.StartHTTP(b, testserver.Options{})
+	c, err := Open(transport.Config{Name: "bench", HTTP: &transport.HTTP{URL: h.URL()}},
+		Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close(context.Background()) })
+	if err := c.WaitReady(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return c
 }

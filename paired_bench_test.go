@@ -26,7 +26,6 @@ import (
 // -benchtime=Nx for N pairs.
 func BenchmarkCallToolPaired(b *testing.B) {
 	ctx := context.Background()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	echo := &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}
 	run := func(b *testing.B, cs *mcp.ClientSession, c *Conn, callers int, phase time.Duration) {
 		sdk := func() error {
@@ -65,22 +64,7 @@ func BenchmarkCallToolPaired(b *testing.B) {
 		run(b, sdkSession(b), readyConn(b), 64, 250*time.Millisecond)
 	})
 	b.Run("http", func(b *testing.B) {
-		hs := testserver.StartHTTP(b, testserver.Options{})
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, nil).
-			Connect(ctx, &mcp.StreamableClientTransport{Endpoint: hs.URL()}, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { cs.Close() })
-		hc := testserver.StartHTTP(b, testserver.Options{})
-		c, err := Open(transport.Config{Name: "bench", HTTP: &transport.HTTP{URL: hc.URL()}}, Options{Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { c.Close(context.Background()) })
-		if err := c.WaitReady(ctx); err != nil {
-			b.Fatal(err)
-		}
+		cs, c := sdkHTTPSession(b), readyHTTPConn(b)
 		run(b, cs, c, 1, 100*time.Millisecond)
 	})
 }

@@ -393,14 +393,7 @@ func hangInitializeRow(kind string) *row {
 			r.control(testserver.ControlHangInitialize)
 			return r.serve(kind, testserver.Options{})
 		},
-		inject: func(r *run) {
-			r.start = r.opened
-			r.await("a failed connect", r.pol.ConnectTimeout+10*time.Second, func() bool {
-				return r.count(states.Connecting, states.BackingOff)+r.count(states.Connecting, states.BreakerOpen) > 0
-			})
-			r.control()
-			r.end = time.Now()
-		},
+		inject: untilConnectFailed,
 		detect: []states.Cause{states.CauseTimeout},
 	}
 }
@@ -507,14 +500,7 @@ func garbageAtStartRow() *row {
 			r.control(testserver.ControlGarbage)
 			return r.serve(kindStdio, testserver.Options{})
 		},
-		inject: func(r *run) {
-			r.start = r.opened
-			r.await("a failed connect", r.pol.ConnectTimeout+10*time.Second, func() bool {
-				return r.count(states.Connecting, states.BackingOff)+r.count(states.Connecting, states.BreakerOpen) > 0
-			})
-			r.control()
-			r.end = time.Now()
-		},
+		inject: untilConnectFailed,
 		detect: []states.Cause{states.CauseLost, states.CauseProtocol},
 	}
 }
@@ -577,4 +563,15 @@ func burstRow(kind string) *row {
 			r.note("%d notifications, %d re-lists", burstSize, relists)
 		},
 	}
+}
+
+// untilConnectFailed is the fault of a row whose server misbehaves from the start: the
+// fault lasts from the opening until the first connect has failed.
+func untilConnectFailed(r *run) {
+	r.start = r.opened
+	r.await("a failed connect", r.pol.ConnectTimeout+10*time.Second, func() bool {
+		return r.count(states.Connecting, states.BackingOff)+r.count(states.Connecting, states.BreakerOpen) > 0
+	})
+	r.control()
+	r.end = time.Now()
 }
