@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,8 +19,8 @@ import (
 )
 
 // Args returns the mcptestserver flags that ask for opts (Name, the switches,
-// ToolsTTL, ExitStatus, Journal and Control; Crash and Grandchild cannot be
-// passed). With no HTTP flag the binary serves stdio.
+// ToolsTTL, ExitStatus, Journal, Control and ProtocolVersions; Crash and
+// Grandchild cannot be passed). With no HTTP flag the binary serves stdio.
 func Args(opts Options) []string {
 	var args []string
 	if opts.Name != "" {
@@ -54,6 +55,9 @@ func Args(opts Options) []string {
 	}
 	if opts.Control != "" {
 		args = append(args, "-control", opts.Control)
+	}
+	if len(opts.ProtocolVersions) > 0 {
+		args = append(args, "-protocols", strings.Join(opts.ProtocolVersions, ","))
 	}
 	return args
 }

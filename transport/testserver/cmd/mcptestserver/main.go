@@ -7,8 +7,9 @@
 //	mcptestserver [-refuse-ping] [-hang-initialize] [-hang-close] [-garbage] [-grandchild] [-tools-ttl d]
 //	mcptestserver -http 127.0.0.1:0 [-stateless | -sse] [-refuse-ping] [-hang-initialize] [-hang-close]
 //
-// Either form also takes -journal FILE, -control FILE and -burst-tool; stdio
-// also -garbage-on-usr1 (see package testserver's Options).
+// Either form also takes -journal FILE, -control FILE, -burst-tool and
+// -protocols V1,V2; stdio also -garbage-on-usr1 (see package testserver's
+// Options).
 //
 // With -http it prints its endpoint URL on a line of stdout once listening.
 // Its crash tool exits at once with status 3.
@@ -24,6 +25,8 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -46,11 +49,21 @@ func main() {
 	flag.StringVar(&opts.Control, "control", "", "read faults from this control file before each request (and, for garbage, at start)")
 	flag.BoolVar(&opts.BurstTool, "burst-tool", false, "register the tools_changed_burst tool")
 	flag.BoolVar(&opts.GarbageOnSignal, "garbage-on-usr1", false, "stdio: write a line of garbage to stdout on each SIGUSR1")
+	protocols := flag.String("protocols", "", "comma-separated protocol versions to speak, e.g. 2025-11-25 (default: every version the SDK supports)")
 	addr := flag.String("http", "", "serve HTTP on this address (e.g. 127.0.0.1:0) instead of stdio")
 	flag.BoolVar(&opts.SpawnGrandchild, "grandchild", false, "start a child process, in this process group, that sleeps forever holding stdout")
 	sleep := flag.Bool("sleep", false, "sleep forever (what the grandchild runs)")
 	flag.Parse()
 	opts.Crash = func() { os.Exit(3) }
+	if *protocols != "" {
+		opts.ProtocolVersions = strings.Split(*protocols, ",")
+		for _, v := range opts.ProtocolVersions {
+			if !slices.Contains(mcp.SupportedProtocolVersions(), v) {
+				fmt.Fprintf(os.Stderr, "mcptestserver: -protocols: the SDK does not support %q\n", v)
+				os.Exit(2)
+			}
+		}
+	}
 	if *sleep {
 		for {
 			time.Sleep(time.Hour)
