@@ -71,7 +71,7 @@ func BenchmarkCallTool(b *testing.B) {
 		b.ReportAllocs()
 		cpu0 := cpuTime()
 		for b.Loop() {
-			if _, err := c.CallTool(ctx, "echo", benchArgs); err != nil {
+			if _, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -105,7 +105,7 @@ func BenchmarkCallToolParallel(b *testing.B) {
 		b.SetParallelism(64 / max(1, runtimeProcs()))
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, err := c.CallTool(ctx, "echo", benchArgs); err != nil {
+				if _, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}); err != nil {
 					b.Error(err)
 					return
 				}
@@ -147,7 +147,7 @@ func BenchmarkCallToolHTTP(b *testing.B) {
 		b.ReportAllocs()
 		cpu0 := cpuTime()
 		for b.Loop() {
-			if _, err := c.CallTool(ctx, "echo", benchArgs); err != nil {
+			if _, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}); err != nil {
 				b.Fatal(err)
 			}
 		}

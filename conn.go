@@ -6,56 +6,107 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"syscall"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 
-	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// Options configure a Conn. The zero value runs the default lifecycle.
+// Options configure a Conn. The zero value runs the default lifecycle with its
+// default policies and answers nothing the server asks for.
 type Options struct {
 	// Spec is the lifecycle; DefaultSpec() when nil.
 	Spec *machine.Spec
-	// Policies override the spec's defaults; nil means the defaults.
+	// Policies override the spec's defaults as a whole; nil means the defaults.
+	// Open refuses policies that machine.Policies.Validate refuses (an unset field is
+	// an error, not a default: start from Spec.Defaults()).
 	Policies *machine.Policies
 	// Client is the client name and version sent in initialize.
 	Client *mcp.Implementation
+	// Handlers answer what the server sends on its own. The client advertises
+	// sampling and elicitation only when their handler is set.
+	Handlers Handlers
+	// Roots, if not nil (even if empty), are the client's roots: the client
+	// advertises the roots capability and answers roots/list with them; SetRoots
+	// changes them. With nil Roots the client does not advertise roots.
+	Roots []*mcp.Root
 	// Logger receives the connection's log records; slog.Default() when nil.
 	Logger *slog.Logger
-	// Observer is called with every transition, on the connection's owner
-	// goroutine, in order. It must return quickly.
+	// Observer is called with every transition, on the connection's owner, in
+	// order. It must return quickly and must not call Close.
 	Observer func(machine.Transition)
-	// OnTools is called with the server's tool list each time it is listed: when a
-	// session comes up, and after the server says the list changed.
-	OnTools func([]*mcp.Tool)
 	// History is how many transitions the connection remembers (see
 	// machine.Options.History).
 	History int
 	// Rand draws the lifecycle's jitter; seed it for a repeatable run.
 	Rand *rand.Rand
 
+	// client is the SDK client of a Manager's connections, shared among those with
+	// the same handlers; nil: the Conn makes its own.
+	client *mcp.Client
 	// onOpen and onClose see every session as it opens and closes, and dial opens
 	// them (tests).
-	onOpen, onClose func(*effects.Session)
+	onOpen, onClose func(*session)
 	dial            transport.Dialer
 }
 
 // A Conn is one long-lived connection to an MCP server, kept healthy by its own state
-// machine. Calls are safe from any number of goroutines: each goes straight to the
-// current session; only a failure is reported to the machine. Open one with Open.
+// machine: it owns its sessions (opened and closed only by the machine's owner) and
+// carries what the user established on them (log level, subscriptions, roots) from
+// each session to the next. Its requests are those of an mcp.ClientSession, safe from
+// any number of goroutines: each goes straight to the current session; only a failure
+// is reported to the machine. Open one with Open.
 type Conn struct {
-	name string
-	m    *machine.Machine
-	fx   *effects.Conn
+	name   string
+	spec   *machine.Spec
+	m      *machine.Machine
+	opts   Options
+	hs     *Handlers
+	client *mcp.Client
+	shared bool // client is a Manager's: roots are the Manager's
+
+	// The sessions: see sessions.go.
+	cfg     atomic.Pointer[versioned] // read by connect; replaced by Reconfigure
+	nextID  uint64                    // the id of the last session; owner only
+	current atomic.Pointer[session]
+	retired *session // a session connect replaced, until retire closes it; owner only
+	last    atomic.Pointer[attempt]
+	listMu  sync.Mutex // orders list deliveries with changes of the current session
+	sent    delivered  // under listMu
+
+	// The session state carried from session to session: see state.go.
+	stateMu   sync.Mutex
+	level     mcp.LoggingLevel
+	levelMeta atomic.Pointer[mcp.LoggingLevel] // level, for requests to carry (see withLogLevel)
+	subs      []string                         // subscribed URIs, in the order they were subscribed
+
+	progress   sync.Map // progress token → func(*mcp.ProgressNotificationParams)
+	progressID atomic.Uint64
+}
+
+// versioned is a transport config and its generation: 1 for Open's, then one more for
+// each Reconfigure.
+type versioned struct {
+	cfg transport.Config
+	gen uint64
+}
+
+// attempt is the outcome of a connect: the generation of the config it dialed, and why
+// it failed, or nil if the session came up.
+type attempt struct {
+	gen uint64
+	err error
 }
 
 // Open starts a connection to the server cfg describes and returns at once: the
 // connection dials in the background, and calls wait for it to be ready. The error is
-// about cfg; connecting problems show up in the connection's transitions instead.
+// about cfg or opts; connecting problems show up in the connection's transitions (and
+// in the errors of calls that cannot be served) instead.
 func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -64,215 +115,234 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	if spec == nil {
 		spec = DefaultSpec()
 	}
-	fx := effects.NewConn(cfg, effects.ConnOptions{
-		Client: opts.Client, Logger: opts.Logger, OnTools: opts.OnTools,
-		OnOpen: opts.onOpen, OnClose: opts.onClose, Dial: opts.dial,
-	})
-	m := machine.New(spec, machine.Options{
-		Name: cfg.Name, Invoker: fx, Policies: opts.Policies, Logger: opts.Logger,
+	if opts.Policies != nil {
+		if err := opts.Policies.Validate(); err != nil {
+			return nil, fmt.Errorf("mcpfsm: server %q: %w", cfg.Name, err)
+		}
+	}
+	if err := opts.Handlers.validate(); err != nil {
+		return nil, fmt.Errorf("mcpfsm: server %q: %w", cfg.Name, err)
+	}
+	if opts.dial == nil {
+		opts.dial = transport.DialClient
+	}
+	hs := opts.Handlers
+	c := &Conn{name: cfg.Name, spec: spec, opts: opts, hs: &hs, client: opts.client, shared: opts.client != nil}
+	c.cfg.Store(&versioned{cfg, 1})
+	if c.client == nil {
+		c.client = newSDKClient(opts.Client, kindOf(&hs, opts.Roots != nil))
+		if len(opts.Roots) > 0 {
+			c.client.AddRoots(opts.Roots...)
+		}
+	}
+	c.m = machine.New(spec, machine.Options{
+		Name: cfg.Name, Effects: (*lifecycle)(c), Policies: opts.Policies, Logger: opts.Logger,
 		Observer: opts.Observer, History: opts.History, Rand: opts.Rand,
 	})
-	fx.Bind(func(ev machine.Event) { m.Post(ev) })
-	m.Start()
-	return &Conn{name: cfg.Name, m: m, fx: fx}, nil
+	c.m.Start()
+	return c, nil
 }
 
 // Name returns the server's name, as its config gives it.
 func (c *Conn) Name() string { return c.name }
 
-// State returns the connection's state.
+// State returns the connection's state, as its lifecycle spec names it.
 func (c *Conn) State() states.State { return c.m.State() }
 
-// Machine returns the connection's state machine, for its history, transitions and
-// waits.
-func (c *Conn) Machine() *machine.Machine { return c.m }
+// History returns the connection's latest transitions, oldest first (Options.History
+// of them).
+func (c *Conn) History() []machine.Transition { return c.m.History() }
 
-// Tools returns the server's tools as last listed, or nil while no session is up.
-func (c *Conn) Tools() []*mcp.Tool {
-	if s := c.fx.Current(); s != nil {
-		return s.Tools()
-	}
-	return nil
+// Watch returns a channel that receives every later transition, and a function that
+// stops the watch and closes the channel (see machine.Machine.Watch).
+func (c *Conn) Watch(buf int) (ch <-chan machine.Transition, stop func(), dropped func() int) {
+	return c.m.Watch(buf)
 }
 
-// Reconnect asks for a planned reconnect: a new session is opened while the current one
-// serves calls, calls move to it once it is up, and the old one is closed once the calls
-// in flight on it have finished. It spends no retry budget. If the new session cannot be
-// opened, the old one serves on and the failure counts.
-func (c *Conn) Reconnect() { c.m.Reconnect() }
+// WaitState waits until ok accepts the connection's state, and returns that state. It
+// returns early with ctx's error, or with ErrClosed once the connection has closed and
+// its final state does not satisfy ok.
+func (c *Conn) WaitState(ctx context.Context, ok func(states.State) bool) (states.State, error) {
+	st, err := c.m.Wait(ctx, ok)
+	if errors.Is(err, machine.ErrClosed) {
+		err = ErrClosed
+	}
+	return st, err
+}
 
-// Close closes the connection for good (see machine.Machine.Close): it returns once
-// the session is closed (bounded by the teardown timeout) and the machine's owner has
-// exited for good, or with ctx's error.
-func (c *Conn) Close(ctx context.Context) error { return c.m.Close(ctx) }
+// Policies returns the policies the connection runs with.
+func (c *Conn) Policies() machine.Policies { return c.m.Policies() }
 
-// WaitReady waits until the connection has a session that calls may use. It returns
-// ErrBreakerOpen at once if the breaker is open, ErrClosed if the connection is closed,
-// and ErrNotReady joined with ctx's error if ctx ends first.
-func (c *Conn) WaitReady(ctx context.Context) error {
-	s, err := c.acquire(ctx, nil)
-	if s != nil {
-		s.Release()
+// SetPolicies retunes the live connection: it adopts p without leaving its state (the
+// session, if any, is kept; timers already armed keep their deadlines). p must pass
+// machine.Policies.Validate.
+func (c *Conn) SetPolicies(p machine.Policies) error {
+	err := c.m.SetPolicies(p)
+	if errors.Is(err, machine.ErrClosed) {
+		return ErrClosed
 	}
 	return err
 }
 
-// CallTool calls a tool on the current session, waiting for one if none is ready.
-//
-// A tool that fails returns a result with IsError set and a nil error: that is the
-// tool's answer, and it says nothing about the connection. An error is a *CallError.
-// A call that fails because the session broke is reported to the machine (once per
-// session), which replaces the session; the call is then retried once on the next
-// session if the server cannot have run it (the session had expired: HTTP 404, or the
-// server could not be reached at all) or if the tool is annotated readOnlyHint or
-// idempotentHint. Otherwise the error wraps ErrMayHaveRun: a non-idempotent call is
-// never run twice. Every call returns before its context ends.
-func (c *Conn) CallTool(ctx context.Context, name string, args any) (*mcp.CallToolResult, error) {
-	params := &mcp.CallToolParams{Name: name, Arguments: args}
-	var failed *effects.Session // the session a first attempt failed on
-	var first *CallError        // and how it failed
+// Spec returns the lifecycle the connection runs.
+func (c *Conn) Spec() *machine.Spec { return c.spec }
+
+// Reconnect asks for a planned reconnect: a new session is opened while the current one
+// serves calls, calls move to it once it is up (its state restored), and the old one is
+// closed once the calls in flight on it have finished. It spends no retry budget. If the
+// new session cannot be opened, the old one serves on and the failure counts. From a
+// state without a session (backing off, breaker open, parked, unauthorized) it tries at
+// once. A call or WaitReady made after Reconnect returns sees its effect: it does not
+// fail fast on the state the reconnect leaves (an open breaker), but waits to see where
+// it leads.
+func (c *Conn) Reconnect() { c.m.Reconnect() }
+
+// Reconfigure moves the connection to a new transport config (and policies, if p is
+// not nil) with a planned reconnect, and waits, until ctx ends, for the first connect
+// that dials it. It returns nil if that connect worked; otherwise why not, and then a
+// live session (if any) serves on, on the old config, and a connection between sessions
+// retries as after any failure.
+func (c *Conn) Reconfigure(ctx context.Context, cfg transport.Config, p *machine.Policies) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if p != nil {
+		if err := c.SetPolicies(*p); err != nil {
+			return err
+		}
+	}
+	var gen uint64
 	for {
-		s, err := c.acquire(ctx, failed)
-		if err != nil {
-			return nil, c.noSession(name, err, first)
-		}
-		res, err := s.S.CallTool(ctx, params)
-		ownClose := s.OwnClose()
-		s.Release()
-		if err == nil {
-			return res, nil
-		}
-		if ctx.Err() != nil {
-			// The caller gave up; that says nothing about the connection.
-			return nil, &CallError{Server: c.name, Tool: name, State: c.m.State(), Cause: states.CauseCanceled, Retried: failed != nil, Err: err}
-		}
-		cause := effects.Classify(err, ownClose)
-		c.fx.Report(s, cause, err)
-		if mayHaveRun(cause, err) {
-			err = fmt.Errorf("%w: %w", ErrMayHaveRun, err)
-		}
-		ce := &CallError{Server: c.name, Tool: name, State: c.m.State(), Cause: cause, Retried: failed != nil, Err: err}
-		retry := failed == nil && (cause.Counts() || cause == states.CauseArtifact) &&
-			(notRun(cause, err) || idempotent(s.Tool(name)))
-		if !retry {
-			return nil, ce
-		}
-		failed, first = s, ce
-	}
-}
-
-// ListTools lists the server's tools from the current session (it asks the server),
-// waiting for a session if none is ready, and retrying once on the next session if the
-// first one breaks. An error is a *CallError.
-func (c *Conn) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
-	var failed *effects.Session
-	var first *CallError
-	for {
-		s, err := c.acquire(ctx, failed)
-		if err != nil {
-			return nil, c.noSession("", err, first)
-		}
-		tools, err := s.S.ListTools(ctx)
-		ownClose := s.OwnClose()
-		s.Release()
-		if err == nil {
-			return tools, nil
-		}
-		cause := states.CauseCanceled
-		if ctx.Err() == nil {
-			cause = effects.Classify(err, ownClose)
-			c.fx.Report(s, cause, err)
-		}
-		ce := &CallError{Server: c.name, State: c.m.State(), Cause: cause, Retried: failed != nil, Err: err}
-		if failed != nil || !(cause.Counts() || cause == states.CauseArtifact) {
-			return nil, ce
-		}
-		failed, first = s, ce
-	}
-}
-
-// acquire returns a session to call on, counted in flight, other than avoid: at once
-// if one is ready, else once the machine has one. It fails fast while the breaker is
-// open.
-func (c *Conn) acquire(ctx context.Context, avoid *effects.Session) (*effects.Session, error) {
-	if s := c.fx.Acquire(); s != nil {
-		if s != avoid {
-			return s, nil
-		}
-		s.Release()
-	}
-	for {
-		st, err := c.m.Wait(ctx, func(st states.State) bool {
-			cur := c.fx.Current()
-			return cur != nil && cur != avoid || st == states.BreakerOpen
-		})
-		switch {
-		case errors.Is(err, machine.ErrClosed):
-			return nil, ErrClosed
-		case err != nil:
-			return nil, fmt.Errorf("%w: %w", ErrNotReady, err)
-		case st == states.BreakerOpen:
-			return nil, ErrBreakerOpen
-		}
-		if s := c.fx.Acquire(); s != nil {
-			if s != avoid {
-				return s, nil
-			}
-			s.Release()
+		old := c.cfg.Load()
+		if c.cfg.CompareAndSwap(old, &versioned{cfg, old.gen + 1}) {
+			gen = old.gen + 1
+			break
 		}
 	}
-}
-
-// noSession is the error of a call that found no session to run on: err says why. When
-// a first attempt had failed and this was to be the retry, the call ran once, not
-// twice: the error is the first attempt's, with why it was not retried.
-func (c *Conn) noSession(tool string, err error, first *CallError) error {
-	if first != nil {
-		first.State = c.m.State()
-		first.Err = fmt.Errorf("%w (not retried: %w)", first.Err, err)
-		return first
+	c.m.Reconnect()
+	tried := func() *attempt {
+		if a := c.last.Load(); a != nil && a.gen >= gen {
+			return a
+		}
+		return nil
 	}
-	cause := states.CauseNone
-	if errors.Is(err, ErrNotReady) {
-		cause = states.CauseCanceled
-	}
-	return &CallError{Server: c.name, Tool: tool, State: c.m.State(), Cause: cause, Err: err}
-}
-
-// idempotent reports whether running the tool twice is safe, by its annotations.
-func idempotent(t *mcp.Tool) bool {
-	return t != nil && t.Annotations != nil && (t.Annotations.ReadOnlyHint || t.Annotations.IdempotentHint)
-}
-
-// unsent reports whether err says the request never reached a server.
-func unsent(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
-
-// notRun reports whether a call that failed with err, of the given cause, cannot have
-// run: the session had expired or the server could not be reached, and the server did
-// not take the call's request. (The SDK fails every call in flight with the 404 that
-// one request met, including calls the server took and is running.)
-func notRun(cause states.Cause, err error) bool {
-	if cause != states.CauseExpired && !unsent(err) {
-		return false
-	}
-	var te *transport.Error
-	return !errors.As(err, &te) || !te.Sent
-}
-
-// mayHaveRun reports whether a call that failed with err, of the given cause, may have
-// run on the server: the connection broke (or we closed it) with the call in flight, or
-// what came back could not be read (garbage on a stdio server's stdout: a protocol
-// error that is no JSON-RPC answer). Not if the session had expired or the server was
-// never reached, nor if the server answered with an error.
-func mayHaveRun(cause states.Cause, err error) bool {
+	st, err := c.m.Wait(ctx, func(st states.State) bool { return tried() != nil || c.spec.Final(st) })
+	a := tried()
 	switch {
-	case notRun(cause, err):
-		return false
-	case cause.Counts() || cause == states.CauseArtifact:
-		return true
-	case cause == states.CauseProtocol:
-		var answer *jsonrpc.Error
-		return !errors.As(err, &answer)
+	case a == nil && err != nil && !errors.Is(err, machine.ErrClosed):
+		return err
+	case a == nil:
+		return fmt.Errorf("closed (%s) before the new config was tried", st)
+	case a.err == nil:
+		return nil
+	case c.current.Load() != nil:
+		return fmt.Errorf("the new config did not connect, the old session serves on: %w", a.err)
 	}
-	return false
+	return fmt.Errorf("the new config did not connect: %w", a.err)
+}
+
+// Close closes the connection for good: it returns once the session is closed (bounded
+// by the teardown timeout: see machine.Machine.Close for the rules) and the machine's
+// owner has exited for good, or with ctx's error.
+func (c *Conn) Close(ctx context.Context) error { return c.m.Close(ctx) }
+
+// WaitReady waits until the connection has a session that calls may use. It fails at
+// once in a state where calls fail fast (ErrUnavailable, with the last failure),
+// returns ErrClosed if the connection is closed, and ErrNotReady joined with ctx's
+// error (and the last failure) if ctx ends first.
+func (c *Conn) WaitReady(ctx context.Context) error {
+	s, _, err := c.acquire(ctx, nil)
+	if s != nil {
+		c.release(s)
+	}
+	return err
+}
+
+// A Listing is what a connection last listed of its server: tools always; prompts,
+// resources and resource templates when a handler listens for their changes.
+type Listing struct {
+	Tools             []*mcp.Tool
+	Prompts           []*mcp.Prompt
+	Resources         []*mcp.Resource
+	ResourceTemplates []*mcp.ResourceTemplate
+}
+
+// Listed returns what the current session last listed, without asking the server; the
+// zero Listing while no session is up.
+func (c *Conn) Listed() Listing {
+	s := c.current.Load()
+	if s == nil {
+		return Listing{}
+	}
+	var l Listing
+	if p := s.tools.items.Load(); p != nil {
+		l.Tools = *p
+	}
+	if p := s.prompts.items.Load(); p != nil {
+		l.Prompts = *p
+	}
+	if p := s.resources.items.Load(); p != nil {
+		l.Resources, l.ResourceTemplates = p.resources, p.templates
+	}
+	return l
+}
+
+// A ServerInfo is what the server of the current session said of itself.
+type ServerInfo struct {
+	// Implementation is the server's name and version.
+	Implementation *mcp.Implementation `json:"implementation,omitempty"`
+	// Capabilities are what the server said it can do.
+	Capabilities *mcp.ServerCapabilities `json:"capabilities,omitempty"`
+	Instructions string                  `json:"instructions,omitempty"`
+	// ProtocolVersion is the negotiated protocol version.
+	ProtocolVersion string `json:"protocolVersion,omitempty"`
+	// SessionID is the MCP session ID: "" for stdio, in-memory, SSE and stateless
+	// HTTP sessions.
+	SessionID string `json:"sessionId,omitempty"`
+	// Started is when the session came up.
+	Started time.Time `json:"started"`
+}
+
+// Server returns what the server of the current session said of itself, and false
+// while no session is up.
+func (c *Conn) Server() (ServerInfo, bool) {
+	s := c.current.Load()
+	if s == nil {
+		return ServerInfo{}, false
+	}
+	info := ServerInfo{SessionID: s.s.ID(), Started: s.start}
+	if r := s.s.InitializeResult(); r != nil {
+		info.Implementation, info.Capabilities, info.Instructions, info.ProtocolVersion = r.ServerInfo, r.Capabilities, r.Instructions, r.ProtocolVersion
+	}
+	return info, true
+}
+
+// Roots returns the client's roots, or nil if the connection has none (Options.Roots
+// was nil).
+func (c *Conn) Roots() []*mcp.Root {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return slices.Clone(c.opts.Roots)
+}
+
+// SetRoots replaces the client's roots: servers that ask (roots/list) get them from
+// now on, and every session of the client is sent notifications/roots/list_changed. A
+// connection opened without roots (Options.Roots nil) has not advertised them and
+// refuses; so does a Manager's connection, whose roots are the Manager's (see
+// Manager.SetRoots).
+func (c *Conn) SetRoots(roots ...*mcp.Root) error {
+	if c.shared {
+		return errors.New("mcpfsm: the roots of a Manager's connection are the Manager's: use Manager.SetRoots")
+	}
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	if c.opts.Roots == nil {
+		return errors.New("mcpfsm: the connection was opened without roots (Options.Roots), so it does not advertise them")
+	}
+	setRoots(c.client, c.opts.Roots, roots)
+	c.opts.Roots = slices.Clone(roots)
+	if c.opts.Roots == nil {
+		c.opts.Roots = []*mcp.Root{}
+	}
+	return nil
 }

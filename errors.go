@@ -3,55 +3,130 @@ package mcpfsm
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 )
 
-// ErrClosed is the error of a call on a connection that has been closed.
+// ErrClosed is the error of a request on a connection that has been closed.
 var ErrClosed = machine.ErrClosed
 
-// ErrBreakerOpen is the error of a call made while the connection's breaker is open:
-// the server has failed breaker_threshold times in a row, and calls fail at once until
-// a trial connect after the cooldown succeeds.
-var ErrBreakerOpen = errors.New("breaker open: the server keeps failing, calls fail fast until a trial connect succeeds")
+// ErrUnavailable is the error of a request made in a state whose calls fail fast (the
+// default lifecycle's breaker-open, parked and unauthorized): the error names the state
+// and wraps the connection's last failure, so that errors.Is and errors.As see it (a
+// missing command's fs.ErrNotExist, a refused connection's syscall.ECONNREFUSED).
+var ErrUnavailable = errors.New("unavailable")
 
-// ErrNotReady is the error of a call whose context ended while it waited for the
-// connection to become ready. It comes joined with the context's error.
+// ErrUnauthorized is the error of a request made while the connection cannot be used
+// because the server refused its credentials (the last failure's cause is auth). It
+// comes with ErrUnavailable.
+var ErrUnauthorized = errors.New("unauthorized")
+
+// ErrNotReady is the error of a request whose context ended while it waited for the
+// connection to have a session. It comes joined with the context's error and, if
+// there was one, the last failure.
 var ErrNotReady = errors.New("not ready")
 
-// ErrMayHaveRun is the error of a call that failed in a way that leaves open whether
-// the server ran it (the connection broke while the call was in flight), for a tool
-// not annotated read-only or idempotent, so it was not retried.
+// ErrMayHaveRun is the error of a tool call that failed in a way that leaves open
+// whether the server ran it (the connection broke while the call was in flight), for a
+// tool not annotated read-only or idempotent, so it was not retried.
 var ErrMayHaveRun = errors.New("the server may have run the call")
 
-// A CallError is the error of a call through a Conn. It wraps what went wrong (one of
-// the errors above, or the transport's error) and says what the connection made of it.
+// A CallError is the error of a request through a Conn. It wraps what went wrong (one
+// of the errors above, or the transport's error) and says what the connection made of
+// it.
 type CallError struct {
-	Server string       // the connection's name
-	Tool   string       // the tool called, or "" for other requests
-	State  states.State // the connection's state when the call gave up
-	Cause  states.Cause // the classified cause
-	// Retried is set when the call was made twice: once on a session that failed
+	Server string // the connection's name
+	Method string // the request's method, such as "tools/call"
+	Name   string // the tool, prompt or resource it was about, if any
+	// State is the state the connection was in when the request was sent (or, for a
+	// request that found no session, when it gave up).
+	State states.State
+	Cause states.Cause // the classified cause
+	// Retried is set when the request was sent twice: once on a session that broke
 	// under it, once on the next.
 	Retried bool
 	Err     error
+
+	unsent bool // the request was never sent: it found no session to run on
 }
 
 func (e *CallError) Error() string {
-	what := "call"
-	if e.Tool != "" {
-		what = fmt.Sprintf("call %q", e.Tool)
+	var b strings.Builder
+	fmt.Fprintf(&b, "mcpfsm: server %q: %s", e.Server, e.Method)
+	if e.Name != "" {
+		fmt.Fprintf(&b, " %q", e.Name)
 	}
-	msg := fmt.Sprintf("mcpfsm: server %q: %s failed while %s", e.Server, what, e.State)
-	if e.Cause != states.CauseNone {
-		msg += " (" + e.Cause.String() + ")"
+	switch {
+	case !e.unsent && (e.Cause.Counts() || e.Cause == states.CauseArtifact):
+		// The session broke under the request: the state it ran in says little.
+		fmt.Fprintf(&b, " failed: the session broke (%s)", e.Cause)
+	default:
+		fmt.Fprintf(&b, " failed while %s", e.State)
+		if e.Cause != states.CauseNone {
+			fmt.Fprintf(&b, " (%s)", e.Cause)
+		}
 	}
 	if e.Retried {
-		msg += " after one retry"
+		b.WriteString(" after one retry")
 	}
-	return msg + ": " + e.Err.Error()
+	b.WriteString(": ")
+	b.WriteString(machine.ErrorText(e.Err))
+	return b.String()
 }
 
 // Unwrap returns the underlying error.
 func (e *CallError) Unwrap() error { return e.Err }
+
+// unavailableError is the error of a request in a state whose calls fail fast.
+type unavailableError struct {
+	state states.State
+	last  *machine.Failure
+}
+
+func (e *unavailableError) Error() string {
+	msg := fmt.Sprintf("unavailable while %s", e.state)
+	if e.last != nil {
+		msg += fmt.Sprintf(" (last failure, %s: %s)", e.last.Cause, machine.ErrorText(e.last.Err))
+	}
+	return msg
+}
+
+// Unwrap returns ErrUnavailable, ErrUnauthorized if the last failure was the server
+// refusing our credentials, and the last failure's error.
+func (e *unavailableError) Unwrap() []error {
+	errs := []error{ErrUnavailable}
+	if e.last != nil {
+		if e.last.Cause == states.CauseAuth {
+			errs = append(errs, ErrUnauthorized)
+		}
+		if e.last.Err != nil {
+			errs = append(errs, e.last.Err)
+		}
+	}
+	return errs
+}
+
+// notReadyError is the error of a request whose context ended while it waited.
+type notReadyError struct {
+	ctxErr error
+	last   *machine.Failure
+}
+
+func (e *notReadyError) Error() string {
+	msg := "not ready: " + e.ctxErr.Error()
+	if e.last != nil {
+		msg += fmt.Sprintf(" (last failure, %s: %s)", e.last.Cause, machine.ErrorText(e.last.Err))
+	}
+	return msg
+}
+
+// Unwrap returns ErrNotReady, the context's error and the last failure's error.
+func (e *notReadyError) Unwrap() []error {
+	errs := []error{ErrNotReady, e.ctxErr}
+	if e.last != nil && e.last.Err != nil {
+		errs = append(errs, e.last.Err)
+	}
+	return errs
+}

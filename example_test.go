@@ -26,7 +26,7 @@ func ExampleOpen() {
 		fmt.Println(err)
 		return
 	}
-	res, err := conn.CallTool(ctx, "echo", map[string]any{"text": "hello"})
+	res, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hello"}})
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -35,7 +35,7 @@ func ExampleOpen() {
 	if err := conn.Close(ctx); err != nil {
 		fmt.Println(err)
 	}
-	for _, tr := range conn.Machine().History() {
+	for _, tr := range conn.History() {
 		fmt.Println(tr)
 	}
 	// Output:

@@ -127,7 +127,7 @@ func (c *conn) count(from, to states.State) int {
 
 // callText calls a tool and returns its text.
 func (c *conn) callText(ctx context.Context, tool string, args any) (string, error) {
-	res, err := c.CallTool(ctx, tool, args)
+	res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 	if err != nil {
 		return "", err
 	}

@@ -161,7 +161,7 @@ func idleMachinesOnce(b *testing.B) {
 	// machine.DefaultHistory: an idle machine gets there after some 15 probes.
 	records := 0
 	for _, c := range conns {
-		records += len(c.Machine().History())
+		records += len(c.History())
 	}
 	growth := float64(machine.DefaultHistory*historyRecord) - float64(records*historyRecord)/float64(len(conns))
 

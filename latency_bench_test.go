@@ -2,6 +2,7 @@ package mcpfsm
 
 import (
 	"context"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"io"
 	"log/slog"
 	"slices"
@@ -95,7 +96,7 @@ func waitState(b *testing.B, c *Conn, want states.State, within time.Duration) {
 	b.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	if st, err := c.Machine().Wait(ctx, func(s states.State) bool { return s == want }); err != nil {
+	if st, err := c.m.Wait(ctx, func(s states.State) bool { return s == want }); err != nil {
 		b.Fatalf("waiting for %s: %v (state %s)", want, err, st)
 	}
 }
@@ -233,7 +234,7 @@ func BenchmarkRecycle(b *testing.B) {
 	for range 4 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				if _, err := c.CallTool(ctx, "echo", benchArgs); err != nil && ctx.Err() == nil {
+				if _, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}); err != nil && ctx.Err() == nil {
 					failed.Add(1)
 				}
 				calls.Add(1)
@@ -244,7 +245,7 @@ func BenchmarkRecycle(b *testing.B) {
 	// oneConnect times what a connect does, on a session of its own.
 	oneConnect := func() time.Duration {
 		start := time.Now()
-		s, err := transport.DialClient(ctx, c.fx.Config(), transport.Options{})
+		s, err := transport.DialClient(ctx, c.cfg.Load().cfg, transport.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -275,7 +276,7 @@ func BenchmarkRecycle(b *testing.B) {
 			b.Fatalf("a session retired without a probe's recycle before it: %v", trs[max(0, i-4):i+1])
 		}
 		for j := slices.IndexFunc(trs, func(tr machine.Transition) bool { return tr.Seq == decided.Seq }); j < i; j++ {
-			if !trs[j].To.HasSession() {
+			if c.spec.Calls(trs[j].To) != machine.Serve {
 				noSession = max(noSession, ms(trs[j+1].At.Sub(trs[j].At)))
 			}
 		}

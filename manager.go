@@ -5,46 +5,56 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
-	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// ErrUnknownServer is the error of a call to a server a Manager does not have.
+// ErrUnknownServer is the error of a request to a server a Manager does not have.
 var ErrUnknownServer = errors.New("unknown server")
 
 // ManagerOptions configure a Manager.
 type ManagerOptions struct {
 	// Client is the client name and version sent in initialize.
 	Client *mcp.Implementation
+	// Handlers, if set, returns the handlers of each server's connection (see
+	// Handlers), given the server's name. Connections whose handlers advertise the
+	// same capabilities share one SDK client.
+	Handlers func(server string) Handlers
+	// Roots, if not nil (even if empty), are the client's roots for every server
+	// (see Options.Roots); SetRoots changes them.
+	Roots []*mcp.Root
 	// Logger receives every connection's log records, each with the key "machine"
 	// naming its server; slog.Default() when nil.
 	Logger *slog.Logger
 	// Observer is called with every transition of every server, on that server's
 	// owner: one stream for all. It must return quickly.
 	Observer func(server string, tr machine.Transition)
-	// OnTools is called with a server's tool list each time it is listed.
-	OnTools func(server string, tools []*mcp.Tool)
 	// History is how many transitions each connection remembers.
 	History int
 }
 
 // A Manager keeps a connection to each server of a Config: it opens them all, routes
-// calls by server and tool, merges their transitions into one stream, and adopts a
-// changed config without a restart. Its methods are safe for concurrent use.
+// requests by server, merges their transitions into one stream, and adopts a changed
+// config without a restart. Its methods are safe for concurrent use. After Close,
+// every request fails with ErrClosed and Reload opens nothing.
 type Manager struct {
 	opts ManagerOptions
 
-	mu    sync.Mutex
-	conns map[string]*managed
-	order []string // server names in config order
+	mu      sync.Mutex
+	closed  bool
+	conns   map[string]*managed
+	order   []string                   // server names in config order
+	clients map[clientKind]*mcp.Client // the SDK clients, shared by connections of a kind
+	roots   []*mcp.Root                // under mu
 }
 
 type managed struct {
@@ -53,16 +63,18 @@ type managed struct {
 }
 
 // NewManager opens a connection to every server of cfg. Connecting happens in the
-// background; calls wait for their server to be ready.
+// background; requests wait for their server to be ready.
 func NewManager(cfg *Config, opts ManagerOptions) (*Manager, error) {
-	if err := checkNames(cfg); err != nil {
+	if err := checkServers(cfg); err != nil {
 		return nil, err
 	}
-	m := &Manager{opts: opts, conns: map[string]*managed{}}
+	m := &Manager{opts: opts, conns: map[string]*managed{}, clients: map[clientKind]*mcp.Client{}, roots: slices.Clone(opts.Roots)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, s := range cfg.Servers {
-		mc, err := m.open(s)
+		mc, err := m.openLocked(s)
 		if err != nil {
-			m.Close(context.Background())
+			m.closeLocked(context.Background())
 			return nil, err
 		}
 		m.conns[s.Name] = mc
@@ -71,10 +83,10 @@ func NewManager(cfg *Config, opts ManagerOptions) (*Manager, error) {
 	return m, nil
 }
 
-// checkNames refuses a config that names no server or one server twice, as a config
-// built in Go may (LoadConfig's map keys cannot): two connections under one name would
-// leave the first out of reach, never closed.
-func checkNames(cfg *Config) error {
+// checkServers refuses a config that names one server twice, as a config built in Go
+// may (LoadConfig's map keys cannot): two connections under one name would leave the
+// first out of reach, never closed; and policies that do not validate.
+func checkServers(cfg *Config) error {
 	seen := make(map[string]bool, len(cfg.Servers))
 	for i, s := range cfg.Servers {
 		switch {
@@ -84,12 +96,16 @@ func checkNames(cfg *Config) error {
 			return fmt.Errorf("mcpfsm: server %q is named twice", s.Name)
 		}
 		seen[s.Name] = true
+		if pol := policies(s); pol.Validate() != nil {
+			return fmt.Errorf("mcpfsm: server %q: %w", s.Name, pol.Validate())
+		}
 	}
 	return nil
 }
 
 // policies returns the policies s is to run with: its own, or its spec's defaults when
-// it leaves them zero (as a ServerConfig built in Go may).
+// it leaves them all zero (as a ServerConfig built in Go may). Policies that are set
+// but incomplete are refused (see machine.Policies.Validate), not filled in.
 func policies(s ServerConfig) machine.Policies {
 	if s.Policies != (machine.Policies{}) {
 		return s.Policies
@@ -109,14 +125,31 @@ func specChanged(old, s ServerConfig) bool {
 	return old.specText == nil && old.Spec != s.Spec
 }
 
-func (m *Manager) open(s ServerConfig) (*managed, error) {
+// openLocked opens the connection to s. m.mu is held.
+func (m *Manager) openLocked(s ServerConfig) (*managed, error) {
 	pol := policies(s)
-	opts := Options{Spec: s.Spec, Client: m.opts.Client, Logger: m.opts.Logger, History: m.opts.History, Policies: &pol}
+	var hs Handlers
+	if m.opts.Handlers != nil {
+		hs = m.opts.Handlers(s.Name)
+	}
+	if err := hs.validate(); err != nil {
+		return nil, fmt.Errorf("mcpfsm: server %q: %w", s.Name, err)
+	}
+	kind := kindOf(&hs, m.opts.Roots != nil)
+	client := m.clients[kind]
+	if client == nil {
+		client = newSDKClient(m.opts.Client, kind)
+		if len(m.roots) > 0 {
+			client.AddRoots(m.roots...)
+		}
+		m.clients[kind] = client
+	}
+	opts := Options{
+		Spec: s.Spec, Client: m.opts.Client, Handlers: hs, Roots: m.roots, Logger: m.opts.Logger,
+		History: m.opts.History, Policies: &pol, client: client,
+	}
 	if obs := m.opts.Observer; obs != nil {
 		opts.Observer = func(tr machine.Transition) { obs(s.Name, tr) }
-	}
-	if on := m.opts.OnTools; on != nil {
-		opts.OnTools = func(tools []*mcp.Tool) { on(s.Name, tools) }
 	}
 	conn, err := Open(s.Transport, opts)
 	if err != nil {
@@ -129,10 +162,11 @@ func (m *Manager) open(s ServerConfig) (*managed, error) {
 func (m *Manager) Servers() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return append([]string(nil), m.order...)
+	return slices.Clone(m.order)
 }
 
-// Conn returns the connection to a server, or nil.
+// Conn returns the connection to a server, or nil. A Reload may replace it (when the
+// server's lifecycle spec changes): the Manager's own requests follow the replacement.
 func (m *Manager) Conn(server string) *Conn {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -161,14 +195,14 @@ type Tool struct {
 	*mcp.Tool
 }
 
-// Tools returns the tools of every server that has a session up, sorted by qualified
-// name.
+// Tools returns the tools of every server that has a session up, as last listed, sorted
+// by qualified name.
 func (m *Manager) Tools() []Tool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Tool
 	for name, mc := range m.conns {
-		for _, t := range mc.conn.Tools() {
+		for _, t := range mc.conn.Listed().Tools {
 			out = append(out, Tool{Server: name, Name: name + "." + t.Name, Tool: t})
 		}
 	}
@@ -176,22 +210,130 @@ func (m *Manager) Tools() []Tool {
 	return out
 }
 
-// CallTool calls a tool of a server (see Conn.CallTool).
-func (m *Manager) CallTool(ctx context.Context, server, tool string, args any) (*mcp.CallToolResult, error) {
-	c := m.Conn(server)
-	if c == nil {
-		return nil, fmt.Errorf("mcpfsm: %w %q", ErrUnknownServer, server)
+// SetRoots replaces the client's roots for every server (ManagerOptions.Roots must not
+// have been nil): servers that ask get them from now on, and every session is sent
+// notifications/roots/list_changed.
+func (m *Manager) SetRoots(roots ...*mcp.Root) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.opts.Roots == nil {
+		return errors.New("mcpfsm: the Manager was made without roots (ManagerOptions.Roots), so it does not advertise them")
 	}
-	return c.CallTool(ctx, tool, args)
+	for kind, c := range m.clients {
+		if kind&kindRoots != 0 {
+			setRoots(c, m.roots, roots)
+		}
+	}
+	m.roots = slices.Clone(roots)
+	return nil
 }
 
-// Call calls a tool by its server-qualified name, "server.tool".
+// on runs a request on a server's connection. A request that found the connection
+// closed before it was ever sent, because a Reload replaced the connection, is sent
+// on the replacement: it never ran.
+func on[T any](ctx context.Context, m *Manager, server string, f func(*Conn) (T, error)) (T, error) {
+	var zero T
+	for range 3 {
+		m.mu.Lock()
+		closed, mc := m.closed, m.conns[server]
+		m.mu.Unlock()
+		switch {
+		case closed:
+			return zero, ErrClosed
+		case mc == nil:
+			return zero, fmt.Errorf("mcpfsm: %w %q", ErrUnknownServer, server)
+		}
+		res, err := f(mc.conn)
+		var ce *CallError
+		if err != nil && errors.Is(err, ErrClosed) && errors.As(err, &ce) && ce.unsent && m.Conn(server) != mc.conn {
+			continue
+		}
+		return res, err
+	}
+	return zero, fmt.Errorf("mcpfsm: server %q: its connection was replaced again and again", server)
+}
+
+// CallTool calls a tool of a server (see Conn.CallTool).
+func (m *Manager) CallTool(ctx context.Context, server string, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	return on(ctx, m, server, func(c *Conn) (*mcp.CallToolResult, error) { return c.CallTool(ctx, p) })
+}
+
+// Call calls a tool by its server-qualified name, "server.tool", with args (nil for
+// none).
 func (m *Manager) Call(ctx context.Context, qualified string, args any) (*mcp.CallToolResult, error) {
 	server, tool, ok := strings.Cut(qualified, ".")
 	if !ok {
 		return nil, fmt.Errorf("mcpfsm: %q is not a qualified tool name (server.tool)", qualified)
 	}
-	return m.CallTool(ctx, server, tool, args)
+	return m.CallTool(ctx, server, &mcp.CallToolParams{Name: tool, Arguments: args})
+}
+
+// ListTools lists one page of a server's tools (see Conn.ListTools).
+func (m *Manager) ListTools(ctx context.Context, server string, p *mcp.ListToolsParams) (*mcp.ListToolsResult, error) {
+	return on(ctx, m, server, func(c *Conn) (*mcp.ListToolsResult, error) { return c.ListTools(ctx, p) })
+}
+
+// ListPrompts lists one page of a server's prompts.
+func (m *Manager) ListPrompts(ctx context.Context, server string, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
+	return on(ctx, m, server, func(c *Conn) (*mcp.ListPromptsResult, error) { return c.ListPrompts(ctx, p) })
+}
+
+// GetPrompt gets a prompt of a server.
+func (m *Manager) GetPrompt(ctx context.Context, server string, p *mcp.GetPromptParams) (*mcp.GetPromptResult, error) {
+	return on(ctx, m, server, func(c *Conn) (*mcp.GetPromptResult, error) { return c.GetPrompt(ctx, p) })
+}
+
+// ListResources lists one page of a server's resources.
+func (m *Manager) ListResources(ctx context.Context, server string, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
+	return on(ctx, m, server, func(c *Conn) (*mcp.ListResourcesResult, error) { return c.ListResources(ctx, p) })
+}
+
+// ListResourceTemplates lists one page of a server's resource templates.
+func (m *Manager) ListResourceTemplates(ctx context.Context, server string, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
+	return on(ctx, m, server, func(c *Conn) (*mcp.ListResourceTemplatesResult, error) { return c.ListResourceTemplates(ctx, p) })
+}
+
+// ReadResource reads a resource of a server.
+func (m *Manager) ReadResource(ctx context.Context, server string, p *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
+	return on(ctx, m, server, func(c *Conn) (*mcp.ReadResourceResult, error) { return c.ReadResource(ctx, p) })
+}
+
+// Subscribe subscribes to a resource of a server (see Conn.Subscribe).
+func (m *Manager) Subscribe(ctx context.Context, server string, p *mcp.SubscribeParams) error {
+	_, err := on(ctx, m, server, func(c *Conn) (struct{}, error) { return struct{}{}, c.Subscribe(ctx, p) })
+	return err
+}
+
+// Unsubscribe cancels a subscription to a resource of a server.
+func (m *Manager) Unsubscribe(ctx context.Context, server string, p *mcp.UnsubscribeParams) error {
+	_, err := on(ctx, m, server, func(c *Conn) (struct{}, error) { return struct{}{}, c.Unsubscribe(ctx, p) })
+	return err
+}
+
+// Complete asks a server to complete an argument.
+func (m *Manager) Complete(ctx context.Context, server string, p *mcp.CompleteParams) (*mcp.CompleteResult, error) {
+	return on(ctx, m, server, func(c *Conn) (*mcp.CompleteResult, error) { return c.Complete(ctx, p) })
+}
+
+// SetLoggingLevel sets a server's log level (see Conn.SetLoggingLevel).
+func (m *Manager) SetLoggingLevel(ctx context.Context, server string, p *mcp.SetLoggingLevelParams) error {
+	_, err := on(ctx, m, server, func(c *Conn) (struct{}, error) { return struct{}{}, c.SetLoggingLevel(ctx, p) })
+	return err
+}
+
+// Ping pings a server.
+func (m *Manager) Ping(ctx context.Context, server string, p *mcp.PingParams) error {
+	_, err := on(ctx, m, server, func(c *Conn) (struct{}, error) { return struct{}{}, c.Ping(ctx, p) })
+	return err
+}
+
+// Prompts iterates over every prompt of a server, page by page.
+func (m *Manager) Prompts(ctx context.Context, server string, p *mcp.ListPromptsParams) iter.Seq2[*mcp.Prompt, error] {
+	c, err := on(ctx, m, server, func(c *Conn) (*Conn, error) { return c, nil })
+	if err != nil {
+		return func(yield func(*mcp.Prompt, error) bool) { yield(nil, err) }
+	}
+	return c.Prompts(ctx, p)
 }
 
 // A ReloadResult says what a Reload did to each server.
@@ -217,19 +359,27 @@ func (r ReloadResult) String() string {
 }
 
 // Reload adopts a changed config without a restart. A server that is gone is closed; a
-// new one is opened; a server whose transport changed is reconnected to the new one (a
-// planned reconnect: a new session is opened, calls move to it, and the old session is
-// closed once its calls have finished; if the new session cannot be opened, the old one
-// serves on and Reload says why); one whose lifecycle spec changed gets a new
-// connection; one whose policies alone changed adopts them and keeps its session; the
-// others are not touched. Reload waits for the closes and reconnects until ctx ends.
+// new one is opened; a server whose transport changed is reconfigured (Conn.Reconfigure:
+// a planned reconnect to the new config; if it cannot connect, the old session serves on
+// and Reload says why); one whose lifecycle spec changed gets a new connection (requests
+// waiting on the old one move to it); one whose policies alone changed adopts them and
+// keeps its session; the others are not touched. Reload waits for the closes and
+// reconnects until ctx ends. After Close it does nothing and returns ErrClosed.
 func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error) {
-	if err := checkNames(cfg); err != nil {
+	if err := checkServers(cfg); err != nil {
 		return ReloadResult{}, err
 	}
 	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return ReloadResult{}, ErrClosed
+	}
 	var res ReloadResult
 	var closing []*Conn
+	type move struct {
+		c   *Conn
+		cfg ServerConfig
+	}
 	var moving []move
 	next := map[string]*managed{}
 	var order []string
@@ -239,7 +389,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 		order = append(order, s.Name)
 		switch {
 		case old == nil:
-			mc, err := m.open(s)
+			mc, err := m.openLocked(s)
 			if err != nil {
 				errs = append(errs, err)
 				order = order[:len(order)-1]
@@ -248,7 +398,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 			next[s.Name] = mc
 			res.Added = append(res.Added, s.Name)
 		case specChanged(old.cfg, s):
-			mc, err := m.open(s)
+			mc, err := m.openLocked(s)
 			if err != nil {
 				errs = append(errs, err)
 				next[s.Name] = old
@@ -263,17 +413,14 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 				next[s.Name] = old
 				continue
 			}
-			gen := old.conn.fx.SetConfig(s.Transport)
-			old.conn.m.SetPolicies(policies(s))
-			old.conn.Reconnect()
-			moving = append(moving, move{old.conn, gen})
-			old.cfg = s
-			next[s.Name] = old
+			moving = append(moving, move{old.conn, s})
+			next[s.Name] = &managed{conn: old.conn, cfg: s}
 			res.Reconnected = append(res.Reconnected, s.Name)
 		case policies(old.cfg) != policies(s):
-			old.conn.m.SetPolicies(policies(s))
-			old.cfg = s
-			next[s.Name] = old
+			if err := old.conn.SetPolicies(policies(s)); err != nil {
+				errs = append(errs, fmt.Errorf("retuning %s: %w", s.Name, err))
+			}
+			next[s.Name] = &managed{conn: old.conn, cfg: s}
 			res.Retuned = append(res.Retuned, s.Name)
 		default:
 			next[s.Name] = old
@@ -288,58 +435,32 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 	}
 	m.conns, m.order = next, order
 	m.mu.Unlock()
-	errs = append(errs, closeAll(ctx, closing), waitMoved(ctx, moving))
+	conns := make([]*Conn, len(moving))
+	for i, mv := range moving {
+		conns[i] = mv.c
+	}
+	errs = append(errs, closeAll(ctx, closing), forEach(conns, "reconnecting", func(i int, c *Conn) error {
+		pol := policies(moving[i].cfg)
+		return c.Reconfigure(ctx, moving[i].cfg.Transport, &pol)
+	}))
 	return res, errors.Join(errs...)
 }
 
-// A move is a reconnect Reload asked for: the connection, and the generation of the
-// config it is to dial (see effects.Conn.SetConfig).
-type move struct {
-	c   *Conn
-	gen uint64
-}
-
-// waitMoved waits until each connection Reload moved has tried its new config, and says
-// which could not connect and why: a live session then serves on, on the old config,
-// and a connection between sessions retries as after any failure.
-func waitMoved(ctx context.Context, moves []move) error {
-	conns := make([]*Conn, len(moves))
-	for i, mv := range moves {
-		conns[i] = mv.c
-	}
-	return forEach(conns, "reconnecting", func(i int, c *Conn) error {
-		tried := func() *effects.Attempt {
-			if a := c.fx.LastAttempt(); a != nil && a.Gen >= moves[i].gen {
-				return a
-			}
-			return nil
-		}
-		st, err := c.m.Wait(ctx, func(st states.State) bool { return tried() != nil || st.Final() })
-		a := tried()
-		switch {
-		case a == nil && err != nil:
-			return err
-		case a == nil:
-			return fmt.Errorf("closed (%s) before the new config was tried", st)
-		case a.Err == nil:
-			return nil
-		case st.HasSession():
-			return fmt.Errorf("the new config did not connect, the old session serves on: %w", a.Err)
-		}
-		return fmt.Errorf("the new config did not connect: %w", a.Err)
-	})
-}
-
 // Close closes every connection, at once, and returns when all have closed or ctx has
-// ended.
+// ended. From then on requests fail with ErrClosed and Reload does nothing.
 func (m *Manager) Close(ctx context.Context) error {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closeLocked(ctx)
+}
+
+func (m *Manager) closeLocked(ctx context.Context) error {
+	m.closed = true
 	var conns []*Conn
-	for _, mc := range m.conns {
-		conns = append(conns, mc.conn)
+	for _, name := range m.order {
+		conns = append(conns, m.conns[name].conn)
 	}
 	m.conns, m.order = map[string]*managed{}, nil
-	m.mu.Unlock()
 	return closeAll(ctx, conns)
 }
 

@@ -104,7 +104,7 @@ servers:
 	if got := text(m.Call(ctx, "local.echo", map[string]any{"text": "a"})); got != "a" {
 		t.Errorf("local.echo = %q", got)
 	}
-	if got := text(m.CallTool(ctx, "remote", "echo", map[string]any{"text": "b"})); got != "b" {
+	if got := text(m.CallTool(ctx, "remote", &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "b"}})); got != "b" {
 		t.Errorf("remote echo = %q", got)
 	}
 	if _, err := m.Call(ctx, "nowhere.echo", nil); !errors.Is(err, mcpfsm.ErrUnknownServer) {
@@ -168,7 +168,7 @@ servers:
 	text := texter(t)
 	for _, s := range []string{"same", "moves", "tuned", "respec"} {
 		for range 2 {
-			text(m.CallTool(ctx, s, "counter", nil))
+			text(m.CallTool(ctx, s, &mcp.CallToolParams{Name: "counter", Arguments: nil}))
 		}
 	}
 	gone := m.Conn("gone")
@@ -201,24 +201,24 @@ servers:
 		t.Errorf("a removed server is %s", gone.State())
 	}
 	// Untouched: the same session, the counter goes on, no transition.
-	if got := text(m.CallTool(ctx, "same", "counter", nil)); got != "3" || ev.count("same") != sameBefore {
+	if got := text(m.CallTool(ctx, "same", &mcp.CallToolParams{Name: "counter", Arguments: nil})); got != "3" || ev.count("same") != sameBefore {
 		t.Errorf("an unchanged server: counter %s, %d new transitions", got, ev.count("same")-sameBefore)
 	}
 	// Policies alone: adopted, and the same session.
 	tuned := m.Conn("tuned")
-	if got := text(m.CallTool(ctx, "tuned", "counter", nil)); got != "3" {
+	if got := text(m.CallTool(ctx, "tuned", &mcp.CallToolParams{Name: "counter", Arguments: nil})); got != "3" {
 		t.Errorf("a retuned server lost its session: counter %s", got)
 	}
-	if p := tuned.Machine().Policies(); p.KeepaliveInterval != 7*time.Second || ev.count("tuned") != tunedBefore {
+	if p := tuned.Policies(); p.KeepaliveInterval != 7*time.Second || ev.count("tuned") != tunedBefore {
 		t.Errorf("retuned: keepalive %v, %d new transitions", p.KeepaliveInterval, ev.count("tuned")-tunedBefore)
 	}
 	// Transport changed: the next call reaches the new server, on a new session.
-	if got := text(m.CallTool(ctx, "moves", "counter", nil)); got != "1" || two.Count("tools/call") == 0 {
+	if got := text(m.CallTool(ctx, "moves", &mcp.CallToolParams{Name: "counter", Arguments: nil})); got != "1" || two.Count("tools/call") == 0 {
 		t.Errorf("a moved server: counter %s, calls at the new server %d", got, two.Count("tools/call"))
 	}
 	// Lifecycle changed: a new connection with the new spec.
 	respec := m.Conn("respec")
-	if respec == respecOld || respecOld.State() != states.Closed || respec.Machine().Policies().ConnectTimeout != 11*time.Second {
+	if respec == respecOld || respecOld.State() != states.Closed || respec.Policies().ConnectTimeout != 11*time.Second {
 		t.Errorf("a server whose lifecycle changed was not given a new connection")
 	}
 	if got := text(m.Call(ctx, "new.echo", map[string]any{"text": "hi"})); got != "hi" {
@@ -247,7 +247,7 @@ func TestManagerGoBuiltConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := mcpfsm.DefaultSpec().Defaults()
-	if got := m.Conn("a").Machine().Policies(); got != want {
+	if got := m.Conn("a").Policies(); got != want {
 		t.Fatalf("policies before reload:\n%s", cmp.Diff(want, got))
 	}
 
@@ -257,13 +257,10 @@ func TestManagerGoBuiltConfig(t *testing.T) {
 		t.Fatalf("reload of a transport change: %s, %v", res, err)
 	}
 	c := m.Conn("a")
-	if err := c.Machine().Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got := c.Machine().Policies(); got != want {
+	if got := c.Policies(); got != want {
 		t.Errorf("policies after reloading a transport change (-want +got):\n%s", cmp.Diff(want, got))
 	}
-	if _, err := c.CallTool(ctx, "echo", map[string]any{"text": "x"}); err != nil {
+	if _, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}}); err != nil {
 		t.Errorf("call after reload: %v (state %s)", err, c.State())
 	}
 
@@ -275,10 +272,10 @@ func TestManagerGoBuiltConfig(t *testing.T) {
 	if res, err := m.Reload(ctx, &mcpfsm.Config{Servers: []mcpfsm.ServerConfig{moved}}); err != nil || len(res.Reconnected) != 1 {
 		t.Fatalf("reload of a spec change: %s, %v", res, err)
 	}
-	if m.Conn("a").Machine().Spec() != other {
+	if m.Conn("a").Spec() != other {
 		t.Error("after reloading a new Spec, the connection still runs the old one")
 	}
-	if got := m.Conn("a").Machine().Policies(); got != other.Defaults() {
+	if got := m.Conn("a").Policies(); got != other.Defaults() {
 		t.Errorf("policies after a spec change (-want +got):\n%s", cmp.Diff(other.Defaults(), got))
 	}
 
@@ -308,7 +305,7 @@ func TestManagerReloadToDeadServerKeepsSession(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	text := texter(t)
-	text(m.CallTool(ctx, "moves", "counter", nil))
+	text(m.CallTool(ctx, "moves", &mcp.CallToolParams{Name: "counter", Arguments: nil}))
 	res, err := m.Reload(ctx, managerConfig(t, fmt.Sprintf("version: 1\nservers:\n  moves: {url: %s}\n", dead.URL())))
 	if err == nil || !strings.Contains(err.Error(), "reconnecting moves: the new config did not connect, the old session serves on") || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("Reload error = %v, want one that says the move failed and why", err)
@@ -316,7 +313,7 @@ func TestManagerReloadToDeadServerKeepsSession(t *testing.T) {
 	if got := res.String(); got != "reconnected moves" {
 		t.Errorf("reload = %q", got)
 	}
-	if got := text(m.CallTool(ctx, "moves", "counter", nil)); got != "2" {
+	if got := text(m.CallTool(ctx, "moves", &mcp.CallToolParams{Name: "counter", Arguments: nil})); got != "2" {
 		t.Errorf("after a failed move the counter says %s, want 2 (the old session)", got)
 	}
 }
@@ -358,6 +355,6 @@ func TestManagerReloadDuringConnect(t *testing.T) {
 	_, err = m.Reload(ctx, managerConfig(t, fmt.Sprintf("version: 1\nservers:\n  moves:\n    url: %s\n%s", live.URL(), pol)))
 	if st := m.Conn("moves").State(); err != nil || st != states.Ready || live.Count("tools/list") == 0 {
 		t.Errorf("Reload = %v, state after %s, tools/list at the new server %d; want the move done\n%v",
-			err, st, live.Count("tools/list"), m.Conn("moves").Machine().History())
+			err, st, live.Count("tools/list"), m.Conn("moves").History())
 	}
 }

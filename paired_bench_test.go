@@ -33,7 +33,7 @@ func BenchmarkCallToolPaired(b *testing.B) {
 			return err
 		}
 		ours := func() error {
-			_, err := c.CallTool(ctx, "echo", benchArgs)
+			_, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs})
 			return err
 		}
 		var ratios []float64
@@ -104,9 +104,14 @@ func (s stubClient) CallTool(_ context.Context, p *mcp.CallToolParams) (*mcp.Cal
 func (s stubClient) ListTools(context.Context) ([]*mcp.Tool, error) {
 	return []*mcp.Tool{{Name: "echo"}}, nil
 }
-func (s stubClient) Probe(context.Context) error { return nil }
-func (s stubClient) Close(context.Context) error { return nil }
-func (s stubClient) Closing() bool               { return false }
+func (s stubClient) Request(ctx context.Context, _, _ string, f func(context.Context, *mcp.ClientSession) error) error {
+	return f(ctx, nil)
+}
+func (s stubClient) InitializeResult() *mcp.InitializeResult { return &mcp.InitializeResult{} }
+func (s stubClient) ID() string                              { return "" }
+func (s stubClient) Probe(context.Context) error             { return nil }
+func (s stubClient) Close(context.Context) error             { return nil }
+func (s stubClient) Closing() bool                           { return false }
 
 // BenchmarkCallOverhead isolates what a call through a Conn costs beyond the session's
 // own call: the same call on a stub session that answers at once, made directly
@@ -141,7 +146,7 @@ func BenchmarkCallOverhead(b *testing.B) {
 		}
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := c.CallTool(ctx, "echo", benchArgs); err != nil {
+			if _, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}); err != nil {
 				b.Fatal(err)
 			}
 		}

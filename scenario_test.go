@@ -5,12 +5,12 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
@@ -185,12 +185,13 @@ func TestScenario_BreakerHalfOpenRecovers(t *testing.T) {
 
 	// Calls fail fast, well before their context ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, err := c.CallTool(ctx, "echo", map[string]any{"text": "x"})
+	_, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
 	waited := ctx.Err() != nil
 	cancel()
 	var ce *CallError
-	if !errors.Is(err, ErrBreakerOpen) || !errors.As(err, &ce) || ce.State != states.BreakerOpen || waited {
-		t.Fatalf("call while open = %v, want ErrBreakerOpen at once", err)
+	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ce) || ce.State != states.BreakerOpen || waited ||
+		!errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("call while open = %v, want ErrUnavailable at once, with the last failure (connection refused)", err)
 	}
 
 	// Two failed trials: each re-opens the breaker with a longer cooldown.
@@ -254,8 +255,8 @@ func TestScenario_OwnerGoroutineOpensAndCloses(t *testing.T) {
 			note("transition")
 			observe(tr)
 		}
-		o.onOpen = func(*effects.Session) { note("open") }
-		o.onClose = func(*effects.Session) { note("close") }
+		o.onOpen = func(*session) { note("open") }
+		o.onClose = func(*session) { note("close") }
 	})
 	c.waitState(states.Ready, 20*time.Second)
 	const callers, each = 64, 20
@@ -357,7 +358,7 @@ func TestScenario_SessionExpiredReinitAndRetry(t *testing.T) {
 
 	// An ambiguous failure: the server dies with the crash call in flight.
 	before := h.Count("tools/call")
-	_, err = c.CallTool(context.Background(), "crash", nil)
+	_, err = c.CallTool(context.Background(), &mcp.CallToolParams{Name: "crash", Arguments: nil})
 	var ce *CallError
 	if !errors.Is(err, ErrMayHaveRun) || !errors.As(err, &ce) || ce.Retried || !ce.Cause.Counts() {
 		t.Fatalf("ambiguous crash call = %v, want a CallError wrapping ErrMayHaveRun, not retried", err)
@@ -385,7 +386,7 @@ func TestScenario_StdioServerCrashRespawns(t *testing.T) {
 	errs := make(chan error, 8)
 	for range cap(errs) {
 		go func() {
-			_, err := c.CallTool(context.Background(), "hold", map[string]any{"ms": 30000})
+			_, err := c.CallTool(context.Background(), &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{"ms": 30000}})
 			errs <- err
 		}()
 	}
@@ -467,7 +468,7 @@ func TestToolsListChangedCoalesces(t *testing.T) {
 	pol := fastPolicies()
 	pol.ProbeTimeout = 5 * time.Second // 201 concurrent calls load the machine; see above
 	c := open(t, httpConfig(h), pol, func(o *Options) {
-		o.OnTools = func(tools []*mcp.Tool) {
+		o.Handlers.ToolsChanged = func(tools []*mcp.Tool) {
 			var names []string
 			for _, tool := range tools {
 				names = append(names, tool.Name)
@@ -485,7 +486,7 @@ func TestToolsListChangedCoalesces(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.CallTool(context.Background(), "change_tools", nil); err != nil {
+			if _, err := c.CallTool(context.Background(), &mcp.CallToolParams{Name: "change_tools", Arguments: nil}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -500,12 +501,12 @@ func TestToolsListChangedCoalesces(t *testing.T) {
 		return false
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for !hasExtra(c.Tools()) && time.Now().Before(deadline) {
+	for !hasExtra(c.Listed().Tools) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	time.Sleep(200 * time.Millisecond) // any re-list still running ends
 	relists := h.Count("tools/list") - listsBefore
-	if !hasExtra(c.Tools()) {
+	if !hasExtra(c.Listed().Tools) {
 		t.Fatalf("Tools() lacks the extra tool after %d changes", changes)
 	}
 	if relists < 1 || relists > changes/4 {

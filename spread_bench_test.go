@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 )
@@ -18,14 +19,26 @@ import (
 // nothing, so that what a run of many machines shows is the machines' timing alone.
 type instant struct{}
 
-func (instant) Invoke(_ context.Context, inv machine.Invocation) machine.Event {
-	switch inv.Effect {
-	case "connect":
-		return machine.Event{Trigger: states.Connected, Session: 1}
-	case "probe":
-		return machine.Event{Trigger: states.ProbeOK, Session: 1}
-	}
+var _ effects.Effects = instant{}
+
+func (instant) Connect(context.Context, machine.Invocation) machine.Event {
+	return machine.Event{Trigger: states.Connected, Session: 1}
+}
+
+func (i instant) Replace(ctx context.Context, inv machine.Invocation) machine.Event {
+	return i.Connect(ctx, inv)
+}
+
+func (instant) Probe(context.Context, machine.Invocation) machine.Event {
+	return machine.Event{Trigger: states.ProbeOK, Session: 1}
+}
+
+func (instant) Teardown(context.Context, machine.Invocation) machine.Event {
 	return machine.Event{Trigger: states.TornDown}
+}
+
+func (instant) Retire(context.Context, machine.Invocation) machine.Event {
+	return machine.Event{Trigger: states.Retired}
 }
 
 // Probe spread: spreadIntervals keepalive intervals of spreadInterval are watched, in
@@ -67,15 +80,11 @@ func BenchmarkProbeSpread(b *testing.B) {
 // spreadWorld is a simulated server that answers at once; it records the instants of
 // probes.
 type spreadWorld struct {
+	instant
 	probes *[]time.Time
 }
 
 func (spreadWorld) Start(machine.Env) {}
-
-func (w spreadWorld) Invoke(inv machine.Invocation, _ time.Time) (machine.Event, time.Duration) {
-	ev := instant{}.Invoke(context.Background(), inv)
-	return ev, 0
-}
 
 func (w spreadWorld) Observe(tr machine.Transition) {
 	if tr.To == states.Probing {
@@ -94,7 +103,7 @@ func scheduledSpread(b *testing.B, spec *machine.Spec, n int) (float64, int) {
 	var probes []time.Time
 	for i := range n {
 		sim := machine.NewSim(spec, machine.SimOptions{
-			World: spreadWorld{&probes},
+			World: spreadWorld{probes: &probes},
 			Rand:  rand.New(rand.NewPCG(uint64(i), 0x5eed)),
 		})
 		start := sim.Now()
@@ -147,7 +156,7 @@ func probeSpread(b *testing.B, n int) (float64, int) {
 	ms := make([]*machine.Machine, n)
 	t0 := time.Now()
 	for i := range ms {
-		ms[i] = machine.New(DefaultSpec(), machine.Options{Invoker: instant{}, Policies: &pol, Logger: quiet, Observer: observe})
+		ms[i] = machine.New(DefaultSpec(), machine.Options{Effects: instant{}, Policies: &pol, Logger: quiet, Observer: observe})
 		ms[i].Start()
 	}
 	// The window starts once every machine has started: all came up within a few

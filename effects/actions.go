@@ -14,10 +14,6 @@ var actions = map[string]machine.Action{
 		Doc: "The teardown that follows was asked for: it spends no budget.",
 		Do:  func(v *machine.Vars, _ *machine.Policies, _ time.Time) { v.Planned = true },
 	},
-	"begin_close": {
-		Doc: "Close was asked for: every path from here leads to closed.",
-		Do:  func(v *machine.Vars, _ *machine.Policies, _ time.Time) { v.Closing = true },
-	},
 	"end_teardown": {
 		Doc: "The teardown is over: forget whether it was planned.",
 		Do:  func(v *machine.Vars, _ *machine.Policies, _ time.Time) { v.Planned = false },
@@ -35,9 +31,10 @@ var actions = map[string]machine.Action{
 		},
 	},
 	"healthy": {
-		Doc: "The connection proved healthy: failures are forgotten and the breaker's cooldown starts over.",
+		Doc: "The connection proved healthy: failures (and any streak of them) are forgotten and the breaker's cooldown starts over.",
 		Do: func(v *machine.Vars, _ *machine.Policies, _ time.Time) {
 			v.Failures = 0
+			v.Streak = 0
 			v.Cooldown = 0
 		},
 	},

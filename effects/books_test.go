@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
 	"go.uber.org/goleak"
 )
 
@@ -111,13 +112,32 @@ func TestGuards(t *testing.T) {
 		t.Error("not tripped at the threshold")
 	}
 	actions["plan_recycle"].Do(v, p, time.Time{})
-	actions["begin_close"].Do(v, p, time.Time{})
-	if !guards["planned"].Test(v, p) || !guards["closing"].Test(v, p) {
-		t.Errorf("guards after plan_recycle and begin_close: %+v", v)
+	if !guards["planned"].Test(v, p) {
+		t.Errorf("guards after plan_recycle: %+v", v)
 	}
 	actions["end_teardown"].Do(v, p, time.Time{})
 	if guards["planned"].Test(v, p) {
 		t.Error("planned after end_teardown")
+	}
+	if _, ok := guards["closing"]; ok {
+		t.Error("closing is the engine's guard, not the registry's")
+	}
+	for _, c := range []struct {
+		guard string
+		v     machine.Vars
+		want  bool
+	}{
+		{"unfixable", machine.Vars{LastCause: states.CauseConfig}, true},
+		{"unfixable", machine.Vars{LastCause: states.CauseLost}, false},
+		{"unauthorized", machine.Vars{LastCause: states.CauseAuth}, true},
+		{"unauthorized", machine.Vars{LastCause: states.CauseServer}, false},
+		{"garbled", machine.Vars{LastCause: states.CauseProtocol, Streak: 5}, true},
+		{"garbled", machine.Vars{LastCause: states.CauseProtocol, Streak: 4}, false},
+		{"garbled", machine.Vars{LastCause: states.CauseLost, Streak: 9}, false},
+	} {
+		if got := guards[c.guard].Test(&c.v, p); got != c.want {
+			t.Errorf("%s(%+v) = %v", c.guard, c.v, got)
+		}
 	}
 }
 
@@ -140,7 +160,7 @@ func TestRegistryIsDocumented(t *testing.T) {
 		}
 	}
 	for name, i := range reg.Invokes {
-		if i.Doc == "" || len(i.Outcomes) == 0 {
+		if i.Doc == "" || len(i.Outcomes) == 0 || i.Run == nil {
 			t.Errorf("invoke %s", name)
 		}
 	}

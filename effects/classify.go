@@ -3,6 +3,8 @@ package effects
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -34,17 +36,21 @@ const (
 // "connection closed", the exit of a child we stopped, a close we forced at our own
 // deadline) is then an artifact, not a failure.
 //
-// An error tree (errors.Join, multiple %w) is classified leaf by leaf. If any leaf is a
-// failure that counts (lost, timeout, expired), the whole is that failure, the gravest
-// one found; otherwise it is the first leaf's cause that is not an artifact; otherwise
-// it is an artifact. Real trouble joined with cleanup noise still counts.
+// An error tree (errors.Join, multiple %w) is classified leaf by leaf. If any leaf
+// says retrying cannot help (config), the whole is config; else if any leaf is a
+// failure that counts (lost, timeout, expired, protocol), the whole is that failure, the
+// gravest one found; otherwise it is the first leaf's cause that is not an artifact;
+// otherwise it is an artifact. Real trouble joined with cleanup noise still counts.
 func Classify(err error, ownClose bool) states.Cause {
 	if err == nil {
 		return states.CauseNone
 	}
 	var worst, other states.Cause // the gravest counting cause; the first other real one
+	config := false
 	walkLeaves(err, nil, func(path []error) {
 		switch c := classifyPath(path, ownClose); {
+		case c == states.CauseConfig:
+			config = true
 		case c.Counts():
 			if gravity(c) > gravity(worst) {
 				worst = c
@@ -54,6 +60,8 @@ func Classify(err error, ownClose bool) states.Cause {
 		}
 	})
 	switch {
+	case config:
+		return states.CauseConfig
 	case worst != states.CauseNone:
 		return worst
 	case other != states.CauseNone:
@@ -63,12 +71,14 @@ func Classify(err error, ownClose bool) states.Cause {
 }
 
 // gravity orders the counting causes: an expired session needs a new one whatever
-// else happened, and a timeout says more than a broken pipe.
+// else happened, a timeout says more than garbage, and garbage more than a broken pipe.
 func gravity(c states.Cause) int {
 	switch c {
 	case states.CauseExpired:
-		return 3
+		return 4
 	case states.CauseTimeout:
+		return 3
+	case states.CauseProtocol:
 		return 2
 	case states.CauseLost:
 		return 1
@@ -142,11 +152,23 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 	if ownClose {
 		noise = states.CauseArtifact
 	}
-	status := 0 // the HTTP status of the answer that failed, if any
+	status, dial := 0, false // the HTTP status of the answer that failed, if any; during a dial
 	for _, e := range path {
-		if te, ok := e.(*transport.Error); ok && te != nil && te.HTTPStatus != 0 {
-			status = te.HTTPStatus
+		if te, ok := e.(*transport.Error); ok && te != nil {
+			if te.HTTPStatus != 0 {
+				status = te.HTTPStatus
+			}
+			dial = dial || te.Op == transport.OpDial
 		}
+	}
+	// What the HTTP status says comes first: a 401 whose body holds a JSON-RPC
+	// error is a refusal of our credentials, whatever the error says.
+	switch {
+	case status == http.StatusUnauthorized || status == http.StatusForbidden:
+		return states.CauseAuth
+	case dial && (status == http.StatusNotFound || status == http.StatusMethodNotAllowed):
+		// The URL answers, but not as an MCP endpoint: nothing there to initialize.
+		return states.CauseConfig
 	}
 	for i := len(path) - 1; i >= 0; i-- {
 		e := path[i]
@@ -157,6 +179,8 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 			return states.CauseArtifact
 		}
 		switch e {
+		case exec.ErrNotFound, exec.ErrDot:
+			return states.CauseConfig // no such command on $PATH
 		case machine.ErrClosed:
 			return states.CauseArtifact
 		case machine.ErrEffectTimeout, context.DeadlineExceeded, os.ErrDeadlineExceeded:
@@ -173,7 +197,11 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 			return classifyCode(x.Code, status, noise)
 		case syscall.Errno:
 			switch x {
-			case syscall.ECONNREFUSED, syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC:
+			case syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC, syscall.ENOTDIR, syscall.EISDIR:
+				// The command (or its directory) is missing or cannot run:
+				// retrying the same config cannot help.
+				return states.CauseConfig
+			case syscall.ECONNREFUSED:
 				return states.CauseLost // nothing there to talk to, closing or not
 			case syscall.ETIMEDOUT:
 				return states.CauseTimeout
@@ -181,16 +209,15 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 			return noise
 		case *exec.ExitError:
 			return noise
-		case *json.SyntaxError, *json.UnmarshalTypeError:
-			return states.CauseProtocol
+		case *json.SyntaxError:
+			return states.CauseProtocol // bytes that are not JSON
+		case *json.UnmarshalTypeError:
+			return states.CauseServer // JSON of the wrong shape: the server answered, wrongly
 		case net.Error:
 			if timedOut(x) {
 				return states.CauseTimeout
 			}
 		}
-	}
-	if status == http.StatusUnauthorized || status == http.StatusForbidden {
-		return states.CauseAuth
 	}
 	return noise
 }
@@ -201,12 +228,8 @@ func classifyCode(code int64, status int, noise states.Cause) states.Cause {
 	switch code {
 	case codeClientClosing, codeServerClosing:
 		return noise
-	case jsonrpc.CodeParseError, jsonrpc.CodeInvalidRequest:
-		return states.CauseProtocol
 	case codeRejected:
 		switch {
-		case status == http.StatusUnauthorized || status == http.StatusForbidden:
-			return states.CauseAuth
 		case status == 0 || status == http.StatusTooManyRequests || status == http.StatusNotFound || status >= 500:
 			return states.CauseLost // refused, dropped, overloaded or down
 		}
@@ -215,4 +238,106 @@ func classifyCode(code int64, status int, noise states.Cause) states.Cause {
 		return states.CauseServer
 	}
 	return states.CauseServer
+}
+
+// A Retry is the rule by which a request that failed because its session broke may be
+// sent again, once, on the next session.
+type Retry uint8
+
+// The retry rules.
+const (
+	// RetrySafe: running the request twice is harmless (a read: listing, reading a
+	// resource, getting a prompt, completing, pinging; or an idempotent change:
+	// subscribe, unsubscribe, set the log level; or a tool annotated readOnlyHint or
+	// idempotentHint). It is sent again after any failure that broke the session.
+	RetrySafe Retry = iota + 1
+	// RetryIfNotRun: the request may change something (a tool call without those
+	// annotations). It is sent again only if the server cannot have run it: the
+	// session had expired (HTTP 404) or the server could not be reached at all.
+	RetryIfNotRun
+)
+
+// A Verdict is what a request's error means: for the connection (Cause, which the
+// caller reports when it counts) and for the request.
+type Verdict struct {
+	Cause states.Cause
+	// Retry: send the request again on the next session (at most once).
+	Retry bool
+	// MayHaveRun: the request was not retried although the server may have run it
+	// (the connection broke with it in flight, or what came back was not an answer).
+	MayHaveRun bool
+}
+
+// Judge classifies the error a request got on a session (ownClose: we were closing
+// that session, see Classify) and decides, by the request's rule, whether it may be
+// sent again on the next session. This is the one place that says whether a server
+// could have run a request that failed.
+func Judge(err error, ownClose bool, rule Retry) Verdict {
+	v := Verdict{Cause: Classify(err, ownClose)}
+	broke := v.Cause.Counts() || v.Cause == states.CauseArtifact
+	switch {
+	case !broke:
+	case rule == RetrySafe || notRun(v.Cause, err):
+		v.Retry = true
+	default:
+		v.MayHaveRun = true
+	}
+	return v
+}
+
+// unsent reports whether err says the request never reached a server.
+func unsent(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// notRun reports whether a request that failed with err, of the given cause, cannot
+// have run: the session had expired or the server could not be reached, and no HTTP
+// request carrying it may have reached the server. (The SDK fails every request in
+// flight with the 404 that one request met, including requests the server took and
+// is running; transport.Error.Sent tells them apart.)
+func notRun(cause states.Cause, err error) bool {
+	if cause != states.CauseExpired && !unsent(err) {
+		return false
+	}
+	var te *transport.Error
+	return !errors.As(err, &te) || !te.Sent
+}
+
+// ClassifyEffect classifies the error an invoked effect ran into. When the effect's
+// context has ended, what counts is why it ended (its timeout, or Close), which the
+// SDK's bare context error does not say: the error is then that reason, in words.
+func ClassifyEffect(ctx context.Context, inv machine.Invocation, err error, ownClose bool) (states.Cause, error) {
+	if ctx.Err() == nil {
+		return Classify(err, ownClose), err
+	}
+	why := context.Cause(ctx)
+	msg := fmt.Sprintf("%s interrupted by Close", inv.Effect)
+	if errors.Is(why, machine.ErrEffectTimeout) {
+		msg = fmt.Sprintf("%s: no answer within %s (%s)", inv.Effect, inv.Timeout, inv.TimeoutPolicy)
+	}
+	return Classify(why, ownClose), &reasonError{msg: msg, reason: why}
+}
+
+// reasonError says why an effect's context ended, in words, and wraps the reason.
+type reasonError struct {
+	msg    string
+	reason error
+}
+
+func (e *reasonError) Error() string { return e.msg }
+
+// Unwrap returns the reason the context ended.
+func (e *reasonError) Unwrap() error { return e.reason }
+
+// CloseOutcome classifies the error of our own close of a session (a teardown, a
+// retire): noise of the close itself is an artifact, and what else the close ran into
+// counts as it would anywhere. A close we forced at our own deadline (a server that
+// hangs in close) is an artifact too, not a timeout.
+func CloseOutcome(ctx context.Context, inv machine.Invocation, err error) (states.Cause, error) {
+	if err == nil {
+		return states.CauseNone, nil
+	}
+	cause, reason := ClassifyEffect(ctx, inv, err, true)
+	if errors.Is(context.Cause(ctx), machine.ErrEffectTimeout) {
+		cause = Classify(err, true)
+	}
+	return cause, reason
 }

@@ -89,13 +89,13 @@ func TestClassifyRealErrors(t *testing.T) {
 			ctx, cancel := context.WithTimeoutCause(context.Background(), 300*time.Millisecond, machine.ErrEffectTimeout)
 			defer cancel()
 			_, err := transport.Dial(ctx, stdioConfig(t, testserver.Options{HangInitialize: true}), transport.Options{})
-			cause, _ := classifyEffect(ctx, machine.Invocation{Effect: "connect"}, err, false)
+			cause, _ := ClassifyEffect(ctx, machine.Invocation{Effect: "connect"}, err, false)
 			if cause != states.CauseTimeout {
 				t.Errorf("classifyEffect = %s", cause)
 			}
 			return context.Cause(ctx)
 		}},
-		{"stdio command not found", false, states.CauseLost, func(t *testing.T) error {
+		{"stdio command not found", false, states.CauseConfig, func(t *testing.T) error {
 			_, err := transport.Dial(context.Background(), transport.Config{Name: "x", Stdio: &transport.Stdio{Command: "/nonexistent/mcp-server"}}, transport.Options{})
 			return err
 		}},
@@ -189,7 +189,7 @@ func TestClassifyRealErrors(t *testing.T) {
 			ctx, cancel := context.WithCancelCause(context.Background())
 			go func() { time.Sleep(200 * time.Millisecond); cancel(machine.ErrClosed) }()
 			_, err := transport.Dial(ctx, stdioConfig(t, testserver.Options{HangInitialize: true}), transport.Options{})
-			cause, _ := classifyEffect(ctx, machine.Invocation{Effect: "connect"}, err, false)
+			cause, _ := ClassifyEffect(ctx, machine.Invocation{Effect: "connect"}, err, false)
 			if cause != states.CauseArtifact {
 				t.Errorf("classifyEffect = %s", cause)
 			}

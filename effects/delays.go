@@ -70,10 +70,19 @@ func cooldown(v *machine.Vars, p *machine.Policies, r *rand.Rand) (time.Duration
 	if d <= 0 {
 		d = p.BreakerCooldown
 	}
-	return d - time.Duration(p.BreakerCooldownJitter*r.Float64()*float64(d)), true
+	return max(0, d-time.Duration(p.BreakerCooldownJitter*r.Float64()*float64(d))), true
 }
 
-// jitter spreads d uniformly over d ± j·d.
+// jitter spreads d uniformly over d ± j·d, saturating at the longest duration rather
+// than overflowing (a backoff_max near its maximum would otherwise wrap to a negative
+// wait, taken as none).
 func jitter(d time.Duration, j float64, r *rand.Rand) time.Duration {
-	return max(0, time.Duration(float64(d)*(1+j*(2*r.Float64()-1))))
+	x := float64(d) * (1 + j*(2*r.Float64()-1))
+	switch {
+	case x >= float64(math.MaxInt64):
+		return math.MaxInt64
+	case x <= 0:
+		return 0
+	}
+	return time.Duration(x)
 }

@@ -77,7 +77,11 @@ func checkClassify(t *testing.T, n node) {
 	if closing != notClosing && (notClosing != states.CauseLost || closing.Counts()) {
 		t.Fatalf("ownClose changed %s from %s to %s; it may only turn lost into something else", n, notClosing, closing)
 	}
-	if n.hard && (!closing.Counts() || !notClosing.Counts()) {
+	unfixable := n.cfg || n.cfgSt
+	if unfixable && (closing != states.CauseConfig || notClosing != states.CauseConfig) {
+		t.Fatalf("%s holds a failure retrying cannot fix, classified %s (closing) and %s", n, closing, notClosing)
+	}
+	if (n.hard || n.hardSt) && !unfixable && (!closing.Counts() || !notClosing.Counts()) {
 		t.Fatalf("%s holds a failure that counts whoever closes, classified %s (closing) and %s", n, closing, notClosing)
 	}
 	if n.empty {
@@ -130,6 +134,8 @@ func checkJoin(t *testing.T, a, b node) {
 // in that order.
 func compose(a, b states.Cause) states.Cause {
 	switch {
+	case a == states.CauseConfig || b == states.CauseConfig:
+		return states.CauseConfig
 	case a.Counts() || b.Counts():
 		if gravity(b) > gravity(a) {
 			return b
@@ -147,14 +153,31 @@ func compose(a, b states.Cause) states.Cause {
 // A node is a built error with what the classifier must make of it.
 type node struct {
 	err error
-	// hard: a leaf that counts whether or not we are closing (refused, ENOENT,
-	// ETIMEDOUT, a deadline, an expired session) is reached by the classifier's walk,
-	// not held inside a forced close.
-	hard bool
+	// hard: a leaf that counts whether or not we are closing (refused, ETIMEDOUT, a
+	// deadline, an expired session) is reached by the classifier's walk, not held
+	// inside a forced close, and not on a path an HTTP status decides (401 and 403
+	// are auth, 404 during a dial is config). hardSt: the same, on a path with an
+	// HTTP status that decides nothing.
+	hard, hardSt bool
+	// cfg: a leaf that makes the whole config whoever closes (ENOENT, EACCES,
+	// ENOEXEC, exec.ErrNotFound), or a dial's 404 over a path with no status of its
+	// own; cfgSt: a config leaf under a status that decides nothing.
+	cfg, cfgSt bool
+	// bare: some path to a leaf crosses no HTTP status.
+	bare bool
 	// empty: the error has no leaf with any information (a multi-error of nil kids,
 	// a typed nil), so it is as good as an opaque error.
 	empty bool
 	desc  string
+}
+
+// or gathers what a kid of a join holds.
+func (n *node) or(kid node) {
+	n.hard = n.hard || kid.hard
+	n.hardSt = n.hardSt || kid.hardSt
+	n.cfg = n.cfg || kid.cfg
+	n.cfgSt = n.cfgSt || kid.cfgSt
+	n.bare = n.bare || kid.bare || kid.err == nil
 }
 
 func (n node) String() string {
@@ -200,7 +223,7 @@ var leaves = []error{
 	io.EOF, io.ErrUnexpectedEOF, io.ErrClosedPipe, net.ErrClosed, os.ErrProcessDone,
 	context.Canceled, context.DeadlineExceeded, os.ErrDeadlineExceeded,
 	machine.ErrClosed, machine.ErrEffectTimeout, transport.ErrForcedClose,
-	errOpaque, &exec.ExitError{}, &json.SyntaxError{Offset: 3}, &json.UnmarshalTypeError{Value: "x"},
+	errOpaque, &exec.ExitError{}, syntaxErr, &json.UnmarshalTypeError{Value: "x"}, exec.ErrNotFound,
 	netTimeout{timeout: true}, netTimeout{timeout: false},
 	syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.EPIPE, syscall.ETIMEDOUT, syscall.ENOENT,
 }
@@ -208,7 +231,26 @@ var leaves = []error{
 // hardLeaves count whoever closes.
 var hardLeaves = []error{
 	mcp.ErrSessionMissing, context.DeadlineExceeded, os.ErrDeadlineExceeded, machine.ErrEffectTimeout,
-	netTimeout{timeout: true}, syscall.ECONNREFUSED, syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC, syscall.ETIMEDOUT,
+	netTimeout{timeout: true}, syscall.ECONNREFUSED, syscall.ETIMEDOUT, syntaxErr,
+}
+
+var syntaxErr error = &json.SyntaxError{Offset: 3}
+
+// cfgLeaves make the whole config whoever closes: retrying cannot help.
+var cfgLeaves = []error{syscall.ENOENT, syscall.EACCES, syscall.ENOEXEC, syscall.ENOTDIR, syscall.EISDIR, exec.ErrNotFound}
+
+func isIn(list []error, e error) bool {
+	for _, x := range list {
+		if x == e {
+			return true
+		}
+		if a, ok := x.(*json.SyntaxError); ok {
+			if b, ok := e.(*json.SyntaxError); ok && a == b {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 var codes = []int64{
@@ -282,20 +324,20 @@ func buildTrees(data []byte) []node {
 		switch op {
 		case opLeaf:
 			e := leaves[arg()%len(leaves)]
-			st = append(st, node{err: e, hard: slices.Contains(hardLeaves, e), desc: fmt.Sprintf("%T#%d", e, slices.Index(leaves, e))})
+			st = append(st, node{err: e, hard: isIn(hardLeaves, e), cfg: isIn(cfgLeaves, e), bare: true, desc: fmt.Sprintf("%T#%d", e, slices.Index(leaves, e))})
 		case opCode:
 			a := arg()
 			code := int64(int8(a)) - 32000 // a raw code near the JSON-RPC range
 			if a < 2*len(codes) {
 				code = codes[a%len(codes)]
 			}
-			st = append(st, node{err: &jsonrpc.Error{Code: code, Message: "rpc"}, desc: fmt.Sprintf("jsonrpc(%d)", code)})
+			st = append(st, node{err: &jsonrpc.Error{Code: code, Message: "rpc"}, bare: true, desc: fmt.Sprintf("jsonrpc(%d)", code)})
 		case opErrno:
 			e := syscall.Errno(arg())
-			st = append(st, node{err: e, hard: slices.Contains(hardLeaves, error(e)), desc: fmt.Sprintf("errno(%d)", int(e))})
+			st = append(st, node{err: e, hard: isIn(hardLeaves, error(e)), cfg: isIn(cfgLeaves, error(e)), bare: true, desc: fmt.Sprintf("errno(%d)", int(e))})
 		case opTypedNil:
 			e := typedNils[arg()%len(typedNils)]
-			st = append(st, node{err: e, empty: true, desc: fmt.Sprintf("(%T)(nil)", e)})
+			st = append(st, node{err: e, empty: true, bare: true, desc: fmt.Sprintf("(%T)(nil)", e)})
 		case opNil:
 			st = append(st, node{desc: "nil"})
 		case opWrap:
@@ -303,26 +345,42 @@ func buildTrees(data []byte) []node {
 			if n.err == nil {
 				n.err, n.desc = errOpaque, "opaque"
 			}
-			st = append(st, node{err: fmt.Errorf("op: %w", n.err), hard: n.hard, empty: n.empty, desc: "wrap(" + n.desc + ")"})
+			n.err, n.desc = fmt.Errorf("op: %w", n.err), "wrap("+n.desc+")"
+			st = append(st, n)
 		case opStatus:
 			n := pop()
 			s := statuses[arg()%len(statuses)]
 			auth := s == 401 || s == 403
-			st = append(st, node{err: &transport.Error{Server: "s", Op: transport.OpDial, HTTPStatus: s, Err: n.err}, hard: n.hard, empty: (n.err == nil || n.empty) && !auth, desc: fmt.Sprintf("transport[%d](%s)", s, n.desc)})
+			m := node{err: &transport.Error{Server: "s", Op: transport.OpDial, HTTPStatus: s, Err: n.err}, hard: n.hard, hardSt: n.hardSt, cfg: n.cfg, cfgSt: n.cfgSt, bare: n.bare || n.err == nil, empty: (n.err == nil || n.empty) && !auth && s != 404, desc: fmt.Sprintf("transport[%d](%s)", s, n.desc)}
+			switch {
+			case s == 0:
+			case auth:
+				m.hard, m.cfg, m.bare = false, false, false
+			case s == 404: // a dial's 404: the URL is no MCP endpoint
+				m.cfgSt = m.cfgSt || m.bare
+				m.hard, m.cfg, m.bare = false, false, false
+			default:
+				m.hardSt, m.cfgSt = m.hardSt || m.hard, m.cfgSt || m.cfg
+				m.hard, m.cfg, m.bare = false, false, false
+			}
+			st = append(st, m)
 		case opNetOp:
 			n := pop()
-			st = append(st, node{err: &net.OpError{Op: "dial", Net: "tcp", Err: n.err}, hard: n.hard, desc: "netop(" + n.desc + ")"})
+			n.err, n.desc, n.empty = &net.OpError{Op: "dial", Net: "tcp", Err: n.err}, "netop("+n.desc+")", false
+			n.bare = n.bare || n.err == nil
+			st = append(st, n)
 		case opSyscall:
 			n := pop()
-			st = append(st, node{err: os.NewSyscallError("read", n.err), hard: n.hard, desc: "syscall(" + n.desc + ")"})
+			n.err, n.desc, n.empty = os.NewSyscallError("read", n.err), "syscall("+n.desc+")", false
+			st = append(st, n)
 			if n.err == nil {
 				st[len(st)-1] = node{desc: "nil"} // NewSyscallError(nil) is nil
 			}
 		case opOpaque:
 			n := pop()
-			st = append(st, node{err: opaque{n.err}, empty: true, desc: "opaque(" + n.desc + ")"})
+			st = append(st, node{err: opaque{n.err}, empty: true, bare: true, desc: "opaque(" + n.desc + ")"})
 		case opNilUnwrap:
-			st = append(st, node{err: nilUnwrap{}, empty: true, desc: "nilunwrap"})
+			st = append(st, node{err: nilUnwrap{}, empty: true, bare: true, desc: "nilunwrap"})
 		case opJoin, opMulti:
 			k := 1 + arg()%4
 			bits := arg()
@@ -332,7 +390,8 @@ func buildTrees(data []byte) []node {
 			}
 			var errs []error
 			var descs []string
-			hard, empty, forced := false, true, false
+			var agg node
+			empty, forced := true, false
 			for i, kid := range kids {
 				if op == opMulti && bits&(1<<i) != 0 {
 					errs = append(errs, nil)
@@ -340,7 +399,7 @@ func buildTrees(data []byte) []node {
 				}
 				errs = append(errs, kid.err)
 				descs = append(descs, kid.desc)
-				hard = hard || kid.hard
+				agg.or(kid)
 				empty = empty && (kid.err == nil || kid.empty)
 				forced = forced || kid.err == transport.ErrForcedClose
 			}
@@ -353,9 +412,10 @@ func buildTrees(data []byte) []node {
 				continue
 			}
 			if forced {
-				hard, empty = false, false
+				agg, empty = node{bare: true}, false
 			}
-			st = append(st, node{err: e, hard: hard, empty: empty, desc: fmt.Sprintf("%s(%v)", name, descs)})
+			agg.err, agg.empty, agg.desc = e, empty, fmt.Sprintf("%s(%v)", name, descs)
+			st = append(st, agg)
 		case opMultiW:
 			b, a := pop(), pop()
 			if a.err == nil || b.err == nil {
@@ -363,13 +423,20 @@ func buildTrees(data []byte) []node {
 				continue
 			}
 			forced := a.err == transport.ErrForcedClose || b.err == transport.ErrForcedClose
-			st = append(st, node{err: fmt.Errorf("%w and %w", a.err, b.err), hard: (a.hard || b.hard) && !forced, empty: a.empty && b.empty && !forced, desc: "multiw(" + a.desc + ", " + b.desc + ")"})
+			var agg node
+			agg.or(a)
+			agg.or(b)
+			if forced {
+				agg = node{bare: true}
+			}
+			agg.err, agg.empty, agg.desc = fmt.Errorf("%w and %w", a.err, b.err), a.empty && b.empty && !forced, "multiw("+a.desc+", "+b.desc+")"
+			st = append(st, agg)
 		case opForced:
 			n := pop()
 			if n.err == nil {
 				n.err, n.desc = machine.ErrEffectTimeout, "effect-timeout"
 			}
-			st = append(st, node{err: fmt.Errorf("%w: %w", transport.ErrForcedClose, n.err), desc: "forced(" + n.desc + ")"})
+			st = append(st, node{err: fmt.Errorf("%w: %w", transport.ErrForcedClose, n.err), bare: true, desc: "forced(" + n.desc + ")"})
 		case opDeep:
 			n := pop()
 			d := min(16*arg()+1, maxDepth-depth)
@@ -378,7 +445,9 @@ func buildTrees(data []byte) []node {
 			for range d {
 				e = chain{e}
 			}
-			st = append(st, node{err: e, hard: n.hard, empty: n.err == nil || n.empty, desc: fmt.Sprintf("chain%d(%s)", d, n.desc)})
+			n.err, n.empty, n.desc = e, n.err == nil || n.empty, fmt.Sprintf("chain%d(%s)", d, n.desc)
+			n.bare = n.bare || n.empty
+			st = append(st, n)
 		}
 	}
 	if len(st) == 0 {

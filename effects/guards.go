@@ -1,15 +1,14 @@
 package effects
 
-import "github.com/mcpfsm/mcpfsm/machine"
+import (
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+)
 
 // guards route a transition. Each is pure. A spec negates one with "not", and two
 // transitions on one trigger are mutually exclusive when one requires a guard that the
-// other requires to be false.
+// other requires to be false. The guard "closing" is the engine's own.
 var guards = map[string]machine.Guard{
-	"closing": {
-		Doc:  "Close was asked for.",
-		Test: func(v *machine.Vars, _ *machine.Policies) bool { return v.Closing },
-	},
 	"planned": {
 		Doc:  "The teardown under way was asked for (a reconnect, a recycle decided by a probe) and no failure has been counted since.",
 		Test: func(v *machine.Vars, _ *machine.Policies) bool { return v.Planned },
@@ -17,5 +16,19 @@ var guards = map[string]machine.Guard{
 	"tripped": {
 		Doc:  "Failures have reached breaker_threshold.",
 		Test: func(v *machine.Vars, p *machine.Policies) bool { return v.Failures >= p.BreakerThreshold },
+	},
+	"unfixable": {
+		Doc:  "The last failure cannot be fixed by retrying (cause config): the command does not exist or cannot run, or the URL is not an MCP endpoint.",
+		Test: func(v *machine.Vars, _ *machine.Policies) bool { return v.LastCause == states.CauseConfig },
+	},
+	"unauthorized": {
+		Doc:  "The last failure was the server refusing our credentials (cause auth): retrying with the same ones cannot help.",
+		Test: func(v *machine.Vars, _ *machine.Policies) bool { return v.LastCause == states.CauseAuth },
+	},
+	"garbled": {
+		Doc: "The last breaker_threshold failures in a row were all protocol errors: the server keeps sending what is not MCP.",
+		Test: func(v *machine.Vars, p *machine.Policies) bool {
+			return v.LastCause == states.CauseProtocol && v.Streak >= p.BreakerThreshold
+		},
 	},
 }

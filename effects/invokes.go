@@ -1,27 +1,68 @@
 package effects
 
 import (
+	"context"
+
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 )
 
-// invokes declares the blocking effects a state may invoke and the outcomes each can
-// have; a state that invokes one must handle every outcome.
+// Effects carries out the invoked effects of this package's registry. The live
+// connection (package mcpfsm) and the simulated world (package simulate) implement it;
+// each method runs on the machine's owner, one at a time, under a context that ends at
+// the effect's timeout or when Close interrupts it, and returns one of the effect's
+// outcomes.
+type Effects interface {
+	// Connect opens a session when there is none: dial, initialize, restore what the
+	// user established on the last session, list what is listened for.
+	Connect(ctx context.Context, inv machine.Invocation) machine.Event
+	// Replace opens a session to take the place of the live one, which serves calls
+	// meanwhile (make before break); on success calls move to the new one and the old
+	// one is left for Retire.
+	Replace(ctx context.Context, inv machine.Invocation) machine.Event
+	// Probe checks the live session with a request that reaches the server.
+	Probe(ctx context.Context, inv machine.Invocation) machine.Event
+	// Teardown closes the live session (and a replaced one not yet retired).
+	Teardown(ctx context.Context, inv machine.Invocation) machine.Event
+	// Retire closes the session Replace replaced, once its calls have finished.
+	Retire(ctx context.Context, inv machine.Invocation) machine.Event
+}
+
+// bind returns the Run of an invoked effect: method m of the machine's Effects. The
+// machine's Effects must implement Effects; package mcpfsm and package simulate give
+// ones that do, and the compiler checks them.
+func bind(m func(Effects, context.Context, machine.Invocation) machine.Event) func(context.Context, machine.Effects, machine.Invocation) machine.Event {
+	return func(ctx context.Context, fx machine.Effects, inv machine.Invocation) machine.Event {
+		return m(fx.(Effects), ctx, inv)
+	}
+}
+
+// invokes is the one table from each invoked effect's name to its code, and the
+// outcomes it can have; a state that invokes one must handle every outcome.
 var invokes = map[string]machine.Invoke{
 	"connect": {
-		Doc:      "Dial the server, initialize a session and list its tools. If a session is live, the new one replaces it as calls' session, and the old one is left for retire.",
+		Doc:      "Dial the server, initialize a session, restore what the user established on the last one (log level, subscriptions) and list what is listened for; calls use it from then on.",
 		Outcomes: []states.Trigger{states.Connected, states.ConnectFailed},
+		Run:      bind(Effects.Connect),
+	},
+	"replace": {
+		Doc:      "Connect a new session while the live one serves calls (make before break); once it is up and restored, calls move to it and the old one is left for retire.",
+		Outcomes: []states.Trigger{states.Connected, states.ConnectFailed},
+		Run:      bind(Effects.Replace),
 	},
 	"probe": {
-		Doc:      "Check the live session with a request that reaches the server (ping, or another request when ping is not implemented); if it answered, recycle a session older than max_session_age.",
+		Doc:      "Check the live session with a request that reaches the server (ping, or another request when ping is not implemented), unless a call answered within the keepalive interval; if it answered, recycle a session older than max_session_age.",
 		Outcomes: []states.Trigger{states.ProbeOK, states.ProbeFailed, states.Recycle},
+		Run:      bind(Effects.Probe),
 	},
 	"teardown": {
 		Doc:      "Close the session, and the one it replaced if that is still open: gracefully until teardown_timeout, then by force (a stdio server is killed and reaped). A planned teardown first lets calls in flight finish.",
 		Outcomes: []states.Trigger{states.TornDown},
+		Run:      bind(Effects.Teardown),
 	},
 	"retire": {
-		Doc:      "Close the session that connect replaced, once its calls in flight have finished: gracefully until teardown_timeout, then by force. The new session serves calls meanwhile.",
+		Doc:      "Close the session that replace replaced, once its calls in flight have finished: gracefully until teardown_timeout, then by force. The new session serves calls meanwhile.",
 		Outcomes: []states.Trigger{states.Retired},
+		Run:      bind(Effects.Retire),
 	},
 }

@@ -51,7 +51,7 @@ func TestConcurrentPostsAreNeverLost(t *testing.T) {
 func TestWatchWaitAndHistory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := &fakeServer{up: true}
-		m := machine.New(loadDefault(t), machine.Options{Invoker: srv, Logger: quiet, History: 4})
+		m := machine.New(loadDefault(t), machine.Options{Effects: asEffects{srv}, Logger: quiet, History: 4})
 		ch, stop, dropped := m.Watch(64)
 		slow, stopSlow, droppedSlow := m.Watch(1)
 		defer stopSlow()
@@ -172,8 +172,8 @@ func TestSetPolicies(t *testing.T) {
 		before := rec.count(states.Ready, states.Probing)
 		p := m.Policies()
 		p.KeepaliveInterval = 0 // stop probing
-		if !m.SetPolicies(p) {
-			t.Fatal("SetPolicies on an open machine")
+		if err := m.SetPolicies(p); err != nil {
+			t.Fatalf("SetPolicies on an open machine: %v", err)
 		}
 		n := len(rec.all())
 		applied(t, m)
@@ -184,9 +184,39 @@ func TestSetPolicies(t *testing.T) {
 		if after := rec.count(states.Ready, states.Probing); after > before+1 { // the probe already armed may run
 			t.Errorf("%d probes after keepalive was disabled", after-before)
 		}
+		bad := p
+		bad.BreakerThreshold, bad.BreakerCooldown = 0, 0
+		if err := m.SetPolicies(bad); err == nil || !strings.Contains(err.Error(), "breaker_threshold 0 is less than 1") || !strings.Contains(err.Error(), "breaker_cooldown is 0") {
+			t.Errorf("SetPolicies with a zero threshold and cooldown: %v", err)
+		}
 		closeMachine(t, m)
-		if m.SetPolicies(p) {
-			t.Error("SetPolicies on a closed machine reported success")
+		if err := m.SetPolicies(p); !errors.Is(err, machine.ErrClosed) {
+			t.Errorf("SetPolicies on a closed machine: %v", err)
 		}
 	})
+}
+
+// TestPoliciesValidate (issue 17 item 15): policies built in Go are checked whole; the
+// zero Policies, or one with a single field set, is refused, naming every problem.
+func TestPoliciesValidate(t *testing.T) {
+	if err := loadDefault(t).Defaults().Validate(); err != nil {
+		t.Fatalf("the default policies: %v", err)
+	}
+	var p machine.Policies
+	p.KeepaliveInterval = time.Second
+	err := p.Validate()
+	var pe *machine.PolicyError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Validate of a mostly unset Policies = %v", err)
+	}
+	for _, want := range []string{"connect_timeout is 0", "breaker_threshold 0 is less than 1", "backoff_multiplier 0 is not between 1", "park_interval is 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate: %v\nmissing %q", err, want)
+		}
+	}
+	d := loadDefault(t).Defaults()
+	d.BackoffMax = d.BackoffBase / 2
+	if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "backoff_max") {
+		t.Errorf("a backoff_max below its base: %v", err)
+	}
 }

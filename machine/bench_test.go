@@ -31,7 +31,7 @@ func BenchmarkEvent(b *testing.B) {
 	spec := loadDefault(b)
 	b.Run("stateless", func(b *testing.B) {
 		pol := spec.Defaults()
-		sm, ctx := spec.Stateless(0, &machine.Vars{}, &pol)
+		sm, ctx := spec.Stateless("", &machine.Vars{}, &pol)
 		for _, t := range []states.Trigger{states.Start, states.Connected} {
 			if err := sm.FireCtx(ctx, t); err != nil {
 				b.Fatal(err)
@@ -48,7 +48,7 @@ func BenchmarkEvent(b *testing.B) {
 	})
 	b.Run("machine", func(b *testing.B) {
 		ctx := context.Background()
-		m := machine.New(spec, machine.Options{Invoker: silent{}, Logger: quiet})
+		m := machine.New(spec, machine.Options{Effects: asEffects{silent{}}, Logger: quiet})
 		defer func() {
 			// The silent teardown leaves torn_down to be posted.
 			m.Post(machine.Event{Trigger: states.Close})

@@ -13,54 +13,69 @@ import (
 const maxGuardsPerTrigger = 8
 
 // check validates what read could not see one field at a time: the shape of the graph,
-// and that stateless will never be handed an ambiguous or unhandled situation.
+// that stateless will never be handed an ambiguous or unhandled situation, and that
+// Close reaches a final state from everywhere. It runs on whatever read could make of
+// the file, so that every problem is reported in one pass: an edge whose target did not
+// resolve, or a state whose invoke did not, is left out of the checks that need it.
 func (l *loader) check() {
 	s := l.spec
 	at := make(map[*edge]*yaml.Node, len(l.pending))
 	for _, p := range l.pending {
 		at[p.e] = p.at
 	}
-
-	for _, must := range []states.State{states.Ready, states.Closed} {
-		if s.byState[must] == nil {
-			l.Errorf(l.statesKey, "the spec has no state %q", must)
+	if len(s.states) == 1 {
+		if l.statesKey != nil {
+			l.Errorf(l.statesKey, "the spec declares no states")
+		}
+		return
+	}
+	finals, serving := 0, 0
+	for _, ss := range s.states[1:] {
+		if ss.final {
+			finals++
+		}
+		if ss.calls == Serve {
+			serving++
 		}
 	}
-	if s.initial != 0 && s.byState[s.initial].final {
-		l.Errorf(l.declared[s.initial], "initial state %q is final", s.initial)
+	if finals == 0 {
+		l.Errorf(l.statesKey, "the spec has no final state (final: true): Close needs one to reach")
 	}
-	for _, ss := range s.states {
-		key := l.declared[ss.state]
-		switch {
-		case ss.state.Final() && !ss.final:
-			l.Errorf(key, "state %q must be final", ss.state)
-		case !ss.state.Final() && ss.final:
-			l.Errorf(key, "state %q cannot be final: only %q is", ss.state, states.Closed)
-		}
+	if serving == 0 {
+		l.Errorf(l.statesKey, "no state serves calls (calls: serve): a connection could never be used")
+	}
+	if s.initial != 0 && s.states[s.initial].final {
+		l.Errorf(l.declared[s.initial], "initial state %q is final", s.states[s.initial].name)
+	}
+	for _, ss := range s.states[1:] {
+		key := l.declared[ss.id]
 		if ss.final {
 			if ss.invoke != nil {
-				l.Errorf(key, "final state %q cannot invoke an effect", ss.state)
+				l.Errorf(key, "final state %q cannot invoke an effect", ss.name)
 			}
 			for _, list := range ss.on {
 				for _, e := range list {
-					l.Errorf(at[e], "final state %q cannot have transitions", ss.state)
+					l.Errorf(at[e], "final state %q cannot have transitions", ss.name)
 				}
 			}
 			for _, e := range ss.after {
-				l.Errorf(at[e], "final state %q cannot have transitions", ss.state)
+				l.Errorf(at[e], "final state %q cannot have transitions", ss.name)
 			}
 			continue
 		}
 		for t, list := range ss.on {
 			l.checkTwins(ss, states.Trigger(t), list, at)
 		}
-		if uncovered, ok := l.uncovered(ss.on[states.Close]); !ok {
-			l.Errorf(key, "state %q does not handle close%s", ss.state, uncovered)
+		if uncovered, ok := l.uncovered(ss.on[states.Close]); !ok && !(ss.unsure && len(ss.on[states.Close]) == 0) {
+			l.Errorf(key, "state %q does not handle close%s", ss.name, uncovered)
 		}
-		if ss.invoke != nil {
+		if ss.invoke != nil && !ss.unsure {
 			for _, t := range l.reg.Invokes[ss.invoke.name].Outcomes {
+				if int(t) >= numTriggers {
+					continue
+				}
 				if uncovered, ok := l.uncovered(ss.on[t]); !ok {
-					l.Errorf(key, "state %q invokes %s but does not handle its outcome %s%s", ss.state, ss.invoke.name, t, uncovered)
+					l.Errorf(key, "state %q invokes %s but does not handle its outcome %s%s", ss.name, ss.invoke.name, t, uncovered)
 				}
 			}
 		}
@@ -68,7 +83,10 @@ func (l *loader) check() {
 	if s.initial == 0 {
 		return // reported already; reachability needs a start
 	}
-	l.checkReach(at)
+	l.checkReach()
+	if finals > 0 {
+		l.checkClose()
+	}
 }
 
 // checkTwins reports transitions on one trigger that could fire together (stateless
@@ -77,15 +95,15 @@ func (l *loader) checkTwins(ss *stateSpec, t states.Trigger, list []*edge, at ma
 	for j := 1; j < len(list); j++ {
 		for i := range j {
 			a, b := list[i], list[j]
-			if exclusive(a, b) {
+			if a.broken || b.broken || exclusive(a, b) {
 				continue
 			}
 			if a.to == b.to && a.internal == b.internal && a.guardLabel() == b.guardLabel() {
-				l.Errorf(at[b], "transition on %s in state %q duplicates the one at line %d: merge them", t, ss.state, at[a].Line)
+				l.Errorf(at[b], "transition on %s in state %q duplicates the one at line %d: merge them", t, ss.name, at[a].Line)
 				continue
 			}
 			l.Errorf(at[b], "transitions on %s in state %q could both fire: %s and %s are not mutually exclusive (make one require \"not\" of a guard the other requires)",
-				t, ss.state, guardSet(a), guardSet(b))
+				t, ss.name, guardSet(a), guardSet(b))
 		}
 	}
 }
@@ -120,6 +138,9 @@ func (l *loader) uncovered(list []*edge) (string, bool) {
 	var names []string
 	index := map[string]int{}
 	for _, e := range list {
+		if e.broken {
+			return "", true // its guards did not load: it is not for this check to judge
+		}
 		for _, g := range e.guards {
 			if _, ok := index[g.name]; !ok {
 				index[g.name] = len(names)
@@ -156,20 +177,24 @@ func (l *loader) uncovered(list []*edge) (string, bool) {
 }
 
 // checkReach reports states the initial state cannot reach, and non-final states from
-// which ready or closed cannot be reached. Guards are ignored: an edge counts as a path.
-func (l *loader) checkReach(at map[*edge]*yaml.Node) {
+// which no state that serves calls can be reached. Guards are ignored here: an edge
+// counts as a path (checkClose honours the one guard the engine fixes).
+func (l *loader) checkReach() {
 	s := l.spec
-	next := map[states.State][]states.State{}
-	prev := map[states.State][]states.State{}
+	next := make([][]sid, len(s.states))
+	prev := make([][]sid, len(s.states))
 	for _, e := range s.edges {
 		if e.to != 0 && !e.internal {
 			next[e.from] = append(next[e.from], e.to)
 			prev[e.to] = append(prev[e.to], e.from)
 		}
 	}
-	reach := func(from states.State, adj map[states.State][]states.State) map[states.State]bool {
-		seen := map[states.State]bool{from: true}
-		stack := []states.State{from}
+	reach := func(from []sid, adj [][]sid) []bool {
+		seen := make([]bool, len(s.states))
+		stack := append([]sid(nil), from...)
+		for _, f := range from {
+			seen[f] = true
+		}
 		for len(stack) > 0 {
 			n := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
@@ -182,23 +207,128 @@ func (l *loader) checkReach(at map[*edge]*yaml.Node) {
 		}
 		return seen
 	}
-	fromInitial := reach(s.initial, next)
-	toReady := reach(states.Ready, prev)
-	toClosed := reach(states.Closed, prev)
-	for _, ss := range s.states {
-		key := l.declared[ss.state]
-		if !fromInitial[ss.state] {
-			l.Errorf(key, "state %q is unreachable from the initial state %q", ss.state, s.initial)
-			continue
-		}
-		if ss.final {
-			continue
-		}
-		if s.byState[states.Ready] != nil && !toReady[ss.state] {
-			l.Errorf(key, "state %q cannot reach %q", ss.state, states.Ready)
-		}
-		if s.byState[states.Closed] != nil && !toClosed[ss.state] {
-			l.Errorf(key, "state %q cannot reach %q", ss.state, states.Closed)
+	var serving []sid
+	for _, ss := range s.states[1:] {
+		if ss.calls == Serve {
+			serving = append(serving, ss.id)
 		}
 	}
+	fromInitial := reach([]sid{s.initial}, next)
+	toServing := reach(serving, prev)
+	for _, ss := range s.states[1:] {
+		key := l.declared[ss.id]
+		if !fromInitial[ss.id] {
+			if !l.unresolved { // an edge that did not resolve might have reached it
+				l.Errorf(key, "state %q is unreachable from the initial state %q", ss.name, s.states[s.initial].name)
+			}
+			continue
+		}
+		if !ss.final && !ss.unsure && len(serving) > 0 && !toServing[ss.id] {
+			l.Errorf(key, "state %q cannot reach a state that serves calls", ss.name)
+		}
+	}
+}
+
+// checkClose proves the engine's close rule terminates: once Close is asked for, the
+// engine sets the guard "closing" and applies close in every state the machine enters
+// until it is final; a state whose close keeps it where it is (an internal edge) moves
+// on only by its invoked effect's outcome, which always comes (bounded by its timeout).
+// So from any state, the moves the machine may make after close form a graph (closing
+// is true; every other guard may be either), and every path in it must end in a final
+// state: no state may be stuck, and no cycle may exist.
+func (l *loader) checkClose() {
+	s := l.spec
+	succ := make([][]sid, len(s.states))
+	stuck := make([]string, len(s.states))
+	for _, ss := range s.states[1:] {
+		if ss.final || ss.unsure || len(ss.on[states.Close]) == 0 {
+			continue // reported already, or not for this check to judge
+		}
+		moves, stays := false, false
+		for _, e := range ss.on[states.Close] {
+			switch {
+			case e.to == 0 || !whileClosing(e):
+			case e.internal:
+				stays = true
+			default:
+				moves = true
+				succ[ss.id] = append(succ[ss.id], e.to)
+			}
+		}
+		switch {
+		case stays && ss.invoke == nil:
+			stuck[ss.id] = "its close keeps it there and it invokes no effect to move on"
+		case stays:
+			for _, t := range l.reg.Invokes[ss.invoke.name].Outcomes {
+				if int(t) >= numTriggers {
+					continue
+				}
+				for _, e := range ss.on[t] {
+					if e.to != 0 && whileClosing(e) {
+						succ[ss.id] = append(succ[ss.id], e.to) // an internal edge is a loop to itself
+					}
+				}
+			}
+		case !moves:
+			stuck[ss.id] = "no close transition can fire once closing"
+		}
+	}
+	// Depth-first search for a stuck state or a cycle, from every state.
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	color := make([]int, len(s.states))
+	var path []sid
+	reported := map[string]bool{}
+	var visit func(id sid)
+	visit = func(id sid) {
+		color[id] = onPath
+		path = append(path, id)
+		if stuck[id] != "" && !reported[string(s.states[id].name)] {
+			reported[string(s.states[id].name)] = true
+			l.Errorf(l.declared[id], "after close, state %q never reaches a final state: %s", s.states[id].name, stuck[id])
+		}
+		for _, n := range succ[id] {
+			switch color[n] {
+			case onPath:
+				var loop []string
+				for i := len(path) - 1; i >= 0; i-- {
+					if path[i] == n {
+						for _, p := range path[i:] {
+							loop = append(loop, string(s.states[p].name))
+						}
+						break
+					}
+				}
+				loop = append(loop, string(s.states[n].name))
+				key := strings.Join(loop, " → ")
+				if !reported[key] {
+					reported[key] = true
+					l.Errorf(l.declared[n], "after close, the machine may go round %s for ever instead of reaching a final state", key)
+				}
+			case unseen:
+				visit(n)
+			}
+		}
+		path = path[:len(path)-1]
+		color[id] = done
+	}
+	for _, ss := range s.states[1:] {
+		if color[ss.id] == unseen {
+			visit(ss.id)
+		}
+	}
+}
+
+// whileClosing reports whether e may fire once close has been asked for: it does not
+// require "not closing".
+func whileClosing(e *edge) bool {
+	for _, g := range e.guards {
+		if g.name == closingGuard && g.negate {
+			return false
+		}
+	}
+	return true
 }

@@ -38,7 +38,7 @@ func (l *loader) compile() {
 		},
 		func(ctx context.Context, st stateless.State) error {
 			if c, ok := ctx.Value(coreKey).(*core); ok {
-				c.state = st.(states.State)
+				c.state = st.(sid)
 			}
 			return nil
 		},
@@ -48,10 +48,10 @@ func (l *loader) compile() {
 	})
 	sm.OnTransitioned(func(ctx context.Context, t stateless.Transition) {
 		c := coreFrom(ctx)
-		c.took = took{from: t.Source.(states.State), to: t.Destination.(states.State), trig: t.Trigger.(trig), ok: true}
+		c.took = took{from: t.Source.(sid), to: t.Destination.(sid), trig: t.Trigger.(trig), ok: true}
 	})
-	for _, ss := range s.states {
-		cfg := sm.Configure(ss.state)
+	for _, ss := range s.states[1:] {
+		cfg := sm.Configure(ss.id)
 		for _, list := range ss.on {
 			for _, e := range list {
 				configureEdge(cfg, e)
@@ -89,15 +89,16 @@ func configureEdge(cfg *stateless.StateConfiguration, e *edge) {
 }
 
 // Stateless returns a new stateless.StateMachine configured from the spec, in state at
-// (the initial state when at is 0), for comparison with stateless's own tools (its
+// (the initial state when the spec does not declare at), for comparison with stateless's own tools (its
 // ToGraph, or a raw Fire in a benchmark). Fire it with the returned context: its state
 // and the Vars and Policies its guards read are kept there. A Machine does not use it:
 // machines share one that the spec keeps.
 func (s *Spec) Stateless(at states.State, v *Vars, p *Policies) (*stateless.StateMachine, context.Context) {
-	if at == 0 {
-		at = s.initial
+	id, ok := s.byName[at]
+	if !ok {
+		id = s.initial
 	}
-	c := &core{spec: s, state: at, pol: p}
+	c := &core{spec: s, state: id, pol: p}
 	if v != nil {
 		c.vars = *v
 	}

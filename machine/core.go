@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcpfsm/mcpfsm/states"
 )
@@ -14,18 +15,22 @@ import (
 // ended, a call that failed, a Close).
 type Event struct {
 	Trigger states.Trigger
-	// Cause is the class of Err. When it counts (lost, timeout, expired) the machine
-	// records a failure as it applies the event, before guards are evaluated, and the
-	// teardown under way, if any, is no longer a planned one.
+	// Cause is the class of Err. When it counts (lost, timeout, expired, protocol) the
+	// machine records a failure as it applies the event, before guards are evaluated,
+	// and the teardown under way, if any, is no longer a planned one.
 	Cause states.Cause
 	Err   error
 	// Session is the session the event is about, or 0. An invoked effect's outcome
 	// with a Session makes it the current one; any other event about a session other
 	// than the current one is stale and dropped.
 	Session uint64
+	// Took is how long an invoked effect took, as its outcome says; only a simulated
+	// world says so (a Machine measures real time itself).
+	Took time.Duration
 
-	barrier  chan<- struct{} // closed when the owner reaches the event; no trigger
-	policies *Policies       // new policies to adopt; no trigger
+	barrier   chan<- struct{} // closed when the owner reaches the event; no trigger
+	policies  *Policies       // new policies to adopt; no trigger
+	reconnect uint64          // the number of the Reconnect that posted it, if one did
 }
 
 // A Transition is one step a machine took: a change of state, or an internal
@@ -41,16 +46,42 @@ type Transition struct {
 	Attempts int   // Vars.Attempts after the transition
 }
 
-// String renders t on one line, such as "ready → probing (after keepalive)".
+// String renders t on one line, such as "ready → probing (after keepalive)". The
+// error's text is capped (see ErrorText).
 func (t Transition) String() string {
 	s := fmt.Sprintf("%s → %s (%s", t.From, t.To, t.Trigger)
 	if t.Cause != states.CauseNone {
 		s += ", cause " + t.Cause.String()
 		if t.Err != nil {
-			s += ": " + t.Err.Error()
+			s += ": " + ErrorText(t.Err)
 		}
 	}
 	return s + ")"
+}
+
+// MaxErrorText is the most of an error's text that the machine's logs, history
+// renderings and statuses show; the error itself is kept whole for errors.Is and As.
+const MaxErrorText = 1024
+
+// ErrorText returns err's text, cut to MaxErrorText bytes (at a rune boundary) with a
+// note of how much was left out, so that a server's 15 MB error message is never
+// printed or kept as text whole.
+func ErrorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return capString(err.Error(), MaxErrorText)
+}
+
+func capString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + fmt.Sprintf("… (%d bytes more)", len(s)-cut)
 }
 
 // core is the lifecycle of one connection with no goroutines and no clock: it applies
@@ -60,7 +91,7 @@ func (t Transition) String() string {
 type core struct {
 	spec    *Spec
 	ctx     context.Context // carries the core to stateless's callbacks
-	state   states.State
+	state   sid
 	vars    Vars
 	pol     *Policies
 	durs    []time.Duration // pol's durations by policy index, for names in the spec
@@ -72,7 +103,7 @@ type core struct {
 }
 
 type took struct {
-	from, to states.State
+	from, to sid
 	trig     trig
 	internal bool
 	ok       bool
@@ -87,7 +118,7 @@ func newCore(spec *Spec, pol *Policies, rng *rand.Rand) *core {
 // enter runs the initial state's entry actions and arms its timers, as if the machine
 // had just arrived there, and returns its invoked effect.
 func (c *core) enter(now time.Time) *invokeSpec {
-	ss := c.spec.byState[c.state]
+	ss := c.spec.states[c.state]
 	c.run(ss.entry, now)
 	c.arm(ss, now)
 	return ss.invoke
@@ -103,10 +134,7 @@ func (c *core) apply(t trig, ev *Event, fromInvoke bool, now time.Time) (tr Tran
 		return tr, nil, false
 	}
 	saved := c.vars
-	if ev.Cause.Counts() {
-		c.vars.Failures++
-		c.vars.Planned = false
-	}
+	c.book(ev)
 	c.took = took{}
 	if err := c.spec.sm.FireCtx(c.ctx, t); err != nil || !c.took.ok {
 		c.vars = saved
@@ -115,11 +143,8 @@ func (c *core) apply(t trig, ev *Event, fromInvoke bool, now time.Time) (tr Tran
 	if fromInvoke && ev.Session != 0 {
 		c.session = ev.Session
 	}
-	if ev.Cause != states.CauseNone {
-		c.vars.LastCause, c.vars.LastErr = ev.Cause, ev.Err
-	}
 	e := c.edge()
-	from, to := c.spec.byState[c.took.from], c.spec.byState[c.took.to]
+	from, to := c.spec.states[c.took.from], c.spec.states[c.took.to]
 	if !e.internal {
 		c.run(from.exit, now)
 		c.afters = [maxAfter]time.Time{}
@@ -132,7 +157,7 @@ func (c *core) apply(t trig, ev *Event, fromInvoke bool, now time.Time) (tr Tran
 	}
 	c.seq++
 	tr = Transition{
-		Seq: c.seq, At: now, From: from.state, To: to.state, Trigger: e.name,
+		Seq: c.seq, At: now, From: from.name, To: to.name, Trigger: e.name,
 		Cause: ev.Cause, Err: ev.Err, Failures: c.vars.Failures, Attempts: c.vars.Attempts,
 	}
 	return tr, inv, true
@@ -146,7 +171,7 @@ func (c *core) edge() *edge {
 		return c.spec.timed[c.took.trig-afterBase]
 	}
 	var found *edge
-	for _, e := range c.spec.byState[c.took.from].on[c.took.trig] {
+	for _, e := range c.spec.states[c.took.from].on[c.took.trig] {
 		if e.to != c.took.to || e.internal != c.took.internal {
 			continue
 		}
@@ -159,6 +184,30 @@ func (c *core) edge() *edge {
 	}
 	return found
 }
+
+// book applies the engine's own rules for an event, before guards see it: a failure
+// that counts is counted and ends a planned teardown's grace; the cause and error
+// become the last ones, and the streak of failures of one cause grows or starts over.
+func (c *core) book(ev *Event) {
+	if ev.Cause.Counts() {
+		c.vars.Failures++
+		c.vars.Planned = false
+	}
+	if ev.Cause == states.CauseNone {
+		return
+	}
+	if ev.Cause.Failure() {
+		if ev.Cause == c.vars.LastCause && c.vars.Streak > 0 {
+			c.vars.Streak++
+		} else {
+			c.vars.Streak = 1
+		}
+	}
+	c.vars.LastCause, c.vars.LastErr = ev.Cause, ev.Err
+}
+
+// final reports whether the core rests in a final state.
+func (c *core) final() bool { return c.spec.states[c.state].final }
 
 func (c *core) holds(e *edge) bool {
 	for _, g := range e.guards {
@@ -185,13 +234,54 @@ func (c *core) arm(ss *stateSpec, now time.Time) {
 	}
 }
 
+// MinDelay is the shortest wait a timed transition takes: a floor under every delay a
+// delay function computes or a policy gives, so that no policy value, however small,
+// can make the machine spin.
+const MinDelay = time.Millisecond
+
 func (c *core) delay(d *delayRef) (time.Duration, bool) {
 	if d.fn != nil {
-		return d.fn(&c.vars, c.pol, c.rng)
+		v, on := d.fn(&c.vars, c.pol, c.rng)
+		return max(v, MinDelay), on
 	}
 	v := c.durs[d.policy.field]
-	return v, v > 0
+	return max(v, MinDelay), v > 0
 }
+
+// nextTrig returns the trigger of the earliest armed timed edge.
+func (c *core) nextTrig() trig {
+	best := -1
+	for i, at := range c.afters {
+		if !at.IsZero() && (best < 0 || at.Before(c.afters[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return 0
+	}
+	return c.spec.states[c.state].after[best].trig
+}
+
+// force moves the core to the spec's first final state, running nothing: the close
+// rule's last resort (see Machine.Close).
+func (c *core) force(now time.Time) Transition {
+	from := c.state
+	for _, ss := range c.spec.states[1:] {
+		if ss.final {
+			c.state = ss.id
+			break
+		}
+	}
+	c.afters = [maxAfter]time.Time{}
+	c.took = took{from: from, to: c.state, trig: states.Close, ok: true}
+	c.seq++
+	return Transition{
+		Seq: c.seq, At: now, From: c.spec.name(from), To: c.spec.name(c.state), Trigger: "close (forced)",
+		Cause: states.CauseArtifact, Err: errForcedFinal, Failures: c.vars.Failures, Attempts: c.vars.Attempts,
+	}
+}
+
+var errForcedFinal = fmt.Errorf("the spec did not reach a final state after close: moved there by force")
 
 // deadline returns when the next timed edge is due, or the zero time if none is armed.
 func (c *core) deadline() time.Time {
@@ -216,5 +306,5 @@ func (c *core) due(now time.Time) (trig, bool) {
 		return 0, false
 	}
 	c.afters[best] = time.Time{}
-	return c.spec.byState[c.state].after[best].trig, true
+	return c.spec.states[c.state].after[best].trig, true
 }

@@ -154,7 +154,7 @@ func newMachine(t *testing.T, srv *fakeServer, pol *machine.Policies) (*machine.
 	t.Helper()
 	rec := &recorder{start: time.Now()}
 	m := machine.New(loadDefault(t), machine.Options{
-		Name: t.Name(), Invoker: srv, Policies: pol, Logger: quiet,
+		Name: t.Name(), Effects: asEffects{srv}, Policies: pol, Logger: quiet,
 		Rand: rand.New(rand.NewPCG(1, 2)), Observer: rec.observe,
 	})
 	return m, rec

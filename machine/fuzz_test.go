@@ -47,14 +47,15 @@ func FuzzLoadSpec(f *testing.F) {
 // facts guards read.
 func exercise(t *testing.T, spec *machine.Spec) {
 	pol := spec.Defaults()
-	for mask := range 8 {
-		v := machine.Vars{Closing: mask&1 != 0, Planned: mask&2 != 0}
+	causes := []states.Cause{states.CauseNone, states.CauseConfig, states.CauseAuth, states.CauseProtocol}
+	for mask := range 8 * len(causes) {
+		v := machine.Vars{Closing: mask&1 != 0, Planned: mask&2 != 0, LastCause: causes[mask>>3], Streak: pol.BreakerThreshold}
 		if mask&4 != 0 {
 			v.Failures = pol.BreakerThreshold
 		}
 		for _, from := range spec.States() {
 			for _, tr := range states.AllTriggers() {
-				sm, ctx := spec.Stateless(from, &v, &pol)
+				sm, ctx := spec.Stateless(from.Name, &v, &pol)
 				_ = sm.FireCtx(ctx, tr)
 			}
 		}

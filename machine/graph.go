@@ -43,7 +43,7 @@ func (s *Spec) DOT(opts GraphOptions) string {
 		}
 		fmt.Fprintf(&b, "  %s [%s];\n", dotQuote(n.name), strings.Join(attrs, ", "))
 	}
-	fmt.Fprintf(&b, "  start -> %s;\n", dotQuote(s.initial.String()))
+	fmt.Fprintf(&b, "  start -> %s;\n", dotQuote(string(s.name(s.initial))))
 	for _, e := range g.edges {
 		attrs := []string{"label=" + dotQuote(e.label)}
 		if e.timed {
@@ -76,7 +76,7 @@ func (s *Spec) Mermaid(opts GraphOptions) string {
 			fmt.Fprintf(&b, "    %s : %s\n", id, mermaidText(line))
 		}
 	}
-	fmt.Fprintf(&b, "    [*] --> %s\n", mermaidID(s.initial.String()))
+	fmt.Fprintf(&b, "    [*] --> %s\n", mermaidID(string(s.name(s.initial))))
 	for _, e := range g.edges {
 		fmt.Fprintf(&b, "    %s --> %s : %s\n", mermaidID(e.from), mermaidID(e.to), mermaidText(e.label))
 	}
@@ -138,9 +138,12 @@ func (s *Spec) graph(opts GraphOptions) graph {
 		taken[[3]string{t.From.String(), t.To.String(), t.Trigger}]++
 	}
 	var g graph
-	for _, ss := range s.states {
-		n := graphNode{name: ss.state.String(), final: ss.final, current: ss.state == opts.Current, visited: visited[ss.state]}
+	for _, ss := range s.states[1:] {
+		n := graphNode{name: string(ss.name), final: ss.final, current: ss.name == opts.Current, visited: visited[ss.name]}
 		n.lines = []string{n.name}
+		if ss.calls != 0 {
+			n.lines = append(n.lines, "calls: "+ss.calls.String())
+		}
 		if len(ss.entry) > 0 {
 			n.lines = append(n.lines, "entry / "+actionNames(ss.entry))
 		}
@@ -153,7 +156,7 @@ func (s *Spec) graph(opts GraphOptions) graph {
 		g.nodes = append(g.nodes, n)
 	}
 	for _, e := range s.edges { // grouped by state already, in file order
-		ge := graphEdge{from: e.from.String(), to: e.to.String(), timed: e.delay != nil, internal: e.internal}
+		ge := graphEdge{from: string(s.name(e.from)), to: string(s.name(e.to)), timed: e.delay != nil, internal: e.internal}
 		ge.label = e.name
 		if e.delay != nil {
 			if e.delay.fn != nil {
@@ -198,7 +201,7 @@ func mermaidID(name string) string { return strings.ReplaceAll(name, "-", "_") }
 // mermaidText keeps a label within what stateDiagram-v2 parses: no colons, semicolons
 // or hashes, which it reads as syntax.
 func mermaidText(s string) string {
-	return strings.NewReplacer(":", " ", ";", ",", "#", "").Replace(s)
+	return strings.NewReplacer(": ", " ", ":", " ", ";", ",", "#", "").Replace(s)
 }
 
 func baseName(path string) string {

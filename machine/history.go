@@ -24,7 +24,7 @@ type history struct {
 type record struct {
 	at       int64 // UnixNano
 	err      error
-	from, to states.State
+	from, to sid
 	trig     trig
 	cause    states.Cause
 	failures uint16
@@ -32,9 +32,9 @@ type record struct {
 	seq      uint32
 }
 
-func (h *history) add(t *Transition, tr trig) {
+func (h *history) add(t *Transition, from, to sid, tr trig) {
 	r := record{
-		at: t.At.UnixNano(), err: t.Err, from: t.From, to: t.To, trig: tr, cause: t.Cause,
+		at: t.At.UnixNano(), err: t.Err, from: from, to: to, trig: tr, cause: t.Cause,
 		failures: clamp16(t.Failures), attempts: clamp16(t.Attempts), seq: uint32(t.Seq),
 	}
 	h.mu.Lock()
@@ -54,7 +54,7 @@ func (h *history) snapshot() []Transition {
 	for i := range h.recs {
 		r := h.recs[(h.next+i)%len(h.recs)]
 		out = append(out, Transition{
-			Seq: uint64(r.seq), At: time.Unix(0, r.at), From: r.from, To: r.to,
+			Seq: uint64(r.seq), At: time.Unix(0, r.at), From: h.spec.name(r.from), To: h.spec.name(r.to),
 			Trigger: h.spec.trigName(r.trig), Cause: r.cause, Err: r.err,
 			Failures: int(r.failures), Attempts: int(r.attempts),
 		})

@@ -156,7 +156,7 @@ func TestPlannedRecyclesSpendNoBudget(t *testing.T) {
 			}
 		}
 		for _, tr := range trs[2 : len(trs)-2] { // from the first ready to Close
-			if !tr.To.HasSession() {
+			if m.Spec().Calls(tr.To) != machine.Serve {
 				t.Fatalf("calls had no session during a recycle: %v\n%s", tr, rec.timeline())
 			}
 		}
@@ -432,8 +432,9 @@ func TestCloseIsIdempotentAndBounded(t *testing.T) {
 }
 
 // TestCloseAsTeardownStarts: Close asked just as a failure's teardown is about to start
-// (lost and close in one batch). Close in tearing-down changes only the books, so the
-// teardown must still run, once, and the machine must reach closed.
+// (lost and close in one batch). Close jumps the queue (the close rule), so it is close
+// that leads to tearing-down; the teardown must run once, and the machine must reach
+// closed.
 func TestCloseAsTeardownStarts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		srv := &fakeServer{up: true}
@@ -442,7 +443,7 @@ func TestCloseAsTeardownStarts(t *testing.T) {
 		waitState(t, m, states.Ready, time.Second)
 		m.Post(machine.Event{Trigger: states.Lost, Cause: states.CauseLost, Session: srv.current()})
 		closeMachine(t, m) // posts close into the same batch: the owner has not run yet
-		want := []string{"idle>connecting", "connecting>ready", "ready>tearing-down", "tearing-down>tearing-down", "tearing-down>closed"}
+		want := []string{"idle>connecting", "connecting>ready", "ready>tearing-down", "tearing-down>closed"}
 		if diff := cmp.Diff(want, rec.path()); diff != "" {
 			t.Errorf("path (-want +got):\n%s", diff)
 		}
@@ -536,7 +537,7 @@ func TestBreakBeforeMakeAsDocumented(t *testing.T) {
 	}
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{start: time.Now()}
-		m := machine.New(spec, machine.Options{Name: t.Name(), Invoker: &fakeServer{up: true}, Logger: quiet, Observer: rec.observe})
+		m := machine.New(spec, machine.Options{Name: t.Name(), Effects: asEffects{&fakeServer{up: true}}, Logger: quiet, Observer: rec.observe})
 		m.Start()
 		waitState(t, m, states.Ready, time.Second)
 		m.Reconnect()

@@ -2,23 +2,16 @@ package machine
 
 import (
 	"fmt"
-	"io"
-	"os"
 	"strings"
 
 	"github.com/mcpfsm/mcpfsm/states"
 	yaml "go.yaml.in/yaml/v3"
 )
 
-// LoadSpecFile reads and loads a spec file. See LoadSpec.
+// LoadSpecFile reads and loads a spec file (a regular file of at most MaxSpecSize
+// bytes). See LoadSpec.
 func LoadSpecFile(path string, reg Registry) (*Spec, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	// Read one byte past the limit, so that Parse can say the file is too large.
-	data, err := io.ReadAll(io.LimitReader(f, MaxSpecSize+1))
+	data, err := ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -26,10 +19,12 @@ func LoadSpecFile(path string, reg Registry) (*Spec, error) {
 }
 
 // LoadSpec parses and validates a lifecycle spec and compiles it onto stateless. file
-// names data in messages. Every name the spec uses must be in the states vocabulary or
-// in reg. When anything is wrong the error is a *FileError listing every problem with
-// its file:line:column; no input, however malformed, makes LoadSpec panic, and no spec
-// it returns can make the engine panic.
+// names data in messages. Every trigger the spec uses must be in the states vocabulary,
+// and every guard, action, invoked effect and delay in reg (the guard "closing" is the
+// engine's). When anything is wrong the error is a *FileError listing every problem
+// with its file:line:column, all at once; no input, however malformed, makes LoadSpec
+// panic, and no spec it returns can make the engine panic or keep Close from reaching
+// a final state.
 func LoadSpec(file string, data []byte, reg Registry) (*Spec, error) {
 	l := &loader{YAMLReader: YAMLReader{File: file}, reg: reg, spec: &Spec{file: file}}
 	root := l.Parse(data)
@@ -37,10 +32,7 @@ func LoadSpec(file string, data []byte, reg Registry) (*Spec, error) {
 		return nil, l.Err()
 	}
 	l.read(root)
-	if err := l.Err(); err != nil {
-		return nil, err
-	}
-	l.check()
+	l.check() // on what could be read, so that every problem is reported in one pass
 	if err := l.Err(); err != nil {
 		return nil, err
 	}
@@ -55,8 +47,11 @@ type loader struct {
 	spec *Spec
 
 	statesKey *yaml.Node
-	declared  map[states.State]*yaml.Node // state name key nodes
-	pending   []pendingEdge               // edges whose target is resolved after every state is read
+	declared  map[sid]*yaml.Node // state name key nodes
+	pending   []pendingEdge      // edges whose target is resolved after every state is read
+	// unresolved: an edge's target did not resolve, so which states are reachable
+	// cannot be told.
+	unresolved bool
 }
 
 type pendingEdge struct {
@@ -78,13 +73,16 @@ func (l *loader) read(root *yaml.Node) {
 	if f := top["policies"]; f.Value != nil {
 		l.readPolicies(f)
 	}
+	l.spec.states = []*stateSpec{nil}
+	l.spec.byName = map[states.State]sid{}
+	l.declared = map[sid]*yaml.Node{}
 	if f := top["states"]; f.Value != nil {
 		l.statesKey = f.Key
 		l.readStates(f.Value)
 	}
 	if f := top["initial"]; f.Value != nil {
-		if st, ok := l.stateRef(f.Value, "initial state"); ok {
-			l.spec.initial = st
+		if id, ok := l.stateRef(f.Value, "initial state"); ok {
+			l.spec.initial = id
 		}
 	}
 	for _, p := range l.pending {
@@ -92,8 +90,11 @@ func (l *loader) read(root *yaml.Node) {
 			p.e.to = p.e.from
 			continue
 		}
-		if st, ok := l.stateRef(p.to, "target state"); ok {
-			p.e.to = st
+		if id, ok := l.stateRef(p.to, "target state"); ok {
+			p.e.to = id
+		} else {
+			l.spec.states[p.e.from].unsure = true
+			l.unresolved = true
 		}
 	}
 }
@@ -135,31 +136,68 @@ func (l *loader) readPolicies(f Field) {
 	}
 }
 
+// stateName is what a state may be called: lower-case words joined by - or _.
+func validStateName(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for i, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9' && i > 0, (r == '-' || r == '_') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 func (l *loader) readStates(n *yaml.Node) {
-	l.declared = map[states.State]*yaml.Node{}
-	names := stateNames()
 	for _, sf := range l.Mapping(n, "states") {
-		st, ok := states.ParseState(sf.Name())
-		if !ok {
-			l.Errorf(sf.Key, "unknown state %q%s", sf.Name(), didYouMean(sf.Name(), names))
+		name := sf.Name()
+		if !validStateName(name) {
+			l.Errorf(sf.Key, "state name %q must be lower-case letters and digits, words joined by - or _", capText(name))
 			continue
 		}
-		l.declared[st] = sf.Key
-		ss := &stateSpec{state: st}
+		if len(l.spec.states) > maxStates {
+			l.Errorf(sf.Key, "the spec declares more than %d states", maxStates)
+			return
+		}
+		id := sid(len(l.spec.states))
+		ss := &stateSpec{id: id, name: states.State(name)}
 		l.spec.states = append(l.spec.states, ss)
-		l.spec.byState[st] = ss
+		l.spec.byName[ss.name] = id
+		l.declared[id] = sf.Key
 		l.readState(ss, sf)
 	}
 }
 
 func (l *loader) readState(ss *stateSpec, sf Field) {
-	what := fmt.Sprintf("state %q", ss.state)
-	body := l.Struct(sf.Value, what, "description!", "final", "entry", "exit", "invoke", "on", "after")
+	what := fmt.Sprintf("state %q", ss.name)
+	body := l.Struct(sf.Value, what, "description!", "calls", "final", "entry", "exit", "invoke", "on", "after")
 	if f := body["description"]; f.Value != nil {
 		ss.desc, _ = l.String(f.Value, what+" description")
 	}
 	if f := body["final"]; f.Value != nil {
 		ss.final, _ = l.Bool(f.Value, what+" final")
+	}
+	switch f := body["calls"]; {
+	case f.Value != nil && ss.final:
+		l.Errorf(f.Key, "final state %q takes no calls: calls there fail with the connection closed", ss.name)
+	case f.Value != nil:
+		if v, ok := l.String(f.Value, what+" calls"); ok {
+			switch v {
+			case "serve":
+				ss.calls = Serve
+			case "wait":
+				ss.calls = Wait
+			case "fail":
+				ss.calls = FailFast
+			default:
+				l.Errorf(f.Value, "%s calls must be serve, wait or fail, not %q%s", what, capText(v), didYouMean(v, []string{"serve", "wait", "fail"}))
+			}
+		}
+	case !ss.final && body != nil:
+		l.Errorf(sf.Key, "%s does not say what calls do in it (calls: serve, wait or fail)", what)
 	}
 	if f := body["entry"]; f.Value != nil {
 		ss.entry = l.actions(f.Value, what+" entry")
@@ -169,16 +207,18 @@ func (l *loader) readState(ss *stateSpec, sf Field) {
 	}
 	if f := body["invoke"]; f.Value != nil {
 		ss.invoke = l.readInvoke(f.Value, what)
+		ss.unsure = ss.unsure || ss.invoke == nil
 	}
 	if f := body["on"]; f.Value != nil {
 		for _, tf := range l.Mapping(f.Value, what+" on") {
 			t, ok := states.ParseTrigger(tf.Name())
-			if !ok {
-				l.Errorf(tf.Key, "unknown trigger %q%s", tf.Name(), didYouMean(tf.Name(), triggerNames()))
+			if !ok || int(t) >= numTriggers {
+				l.Errorf(tf.Key, "unknown trigger %q%s", capText(tf.Name()), didYouMean(tf.Name(), triggerNames()))
+				ss.unsure = true // what it handles cannot be told
 				continue
 			}
 			for _, tn := range l.oneOrMany(tf.Value, fmt.Sprintf("transition on %s in %s", t, what)) {
-				e := &edge{from: ss.state, trigger: t, trig: t, name: t.String()}
+				e := &edge{from: ss.id, trigger: t, trig: t, name: t.String()}
 				l.readEdge(e, tn, fmt.Sprintf("transition on %s in %s", t, what), false)
 				ss.on[t] = append(ss.on[t], e)
 				l.spec.edges = append(l.spec.edges, e)
@@ -191,13 +231,18 @@ func (l *loader) readState(ss *stateSpec, sf Field) {
 			return
 		}
 		for _, tn := range f.Value.Content {
-			e := &edge{from: ss.state}
+			e := &edge{from: ss.id}
 			l.readEdge(e, tn, fmt.Sprintf("timed transition in %s", what), true)
 			if e.delay == nil {
-				continue
+				e.broken = true
+				e.delay = &delayRef{name: "?"}
 			}
 			if len(ss.after) == maxAfter {
 				l.Errorf(tn, "%s has more than %d timed transitions", what, maxAfter)
+				continue
+			}
+			if len(l.spec.timed) >= 255-afterBase {
+				l.Errorf(tn, "the spec has too many timed transitions")
 				continue
 			}
 			e.trig = trig(afterBase + len(l.spec.timed))
@@ -240,6 +285,8 @@ func (l *loader) readEdge(e *edge, n *yaml.Node, what string, timed bool) {
 		for _, g := range l.Strings(f.Value, what+" guard") {
 			if ref, ok := l.guardRef(g); ok {
 				e.guards = append(e.guards, ref)
+			} else {
+				e.broken = true
 			}
 		}
 	}
@@ -267,16 +314,20 @@ func (l *loader) readInvoke(n *yaml.Node, what string) *invokeSpec {
 	ok := true
 	if f := body["effect"]; f.Value != nil {
 		name, good := l.String(f.Value, what+" invoke effect")
+		reg, known := l.reg.Invokes[name]
 		switch {
 		case !good:
 			ok = false
-		case l.reg.Invokes[name].Outcomes != nil:
-			inv.name = name
+		case known && reg.Run != nil && reg.Outcomes != nil:
+			inv.name, inv.run = name, reg.Run
+		case known:
+			l.Errorf(f.Value, "invoked effect %q is not bound to code (its registry entry has no Run or no outcomes)", name)
+			ok = false
 		case l.reg.Actions[name].Do != nil:
 			l.Errorf(f.Value, "effect %q is instant: list it under entry, exit or effects, not invoke", name)
 			ok = false
 		default:
-			l.Errorf(f.Value, "unknown invoked effect %q%s", name, didYouMean(name, sortedKeys(l.reg.Invokes)))
+			l.Errorf(f.Value, "unknown invoked effect %q%s", capText(name), didYouMean(name, sortedKeys(l.reg.Invokes)))
 			ok = false
 		}
 	} else {
@@ -306,7 +357,7 @@ func (l *loader) actions(n *yaml.Node, what string) []actionRef {
 		case l.reg.Invokes[name].Outcomes != nil:
 			l.Errorf(an, "effect %q blocks: make it a state's invoke, not a listed effect", name)
 		default:
-			l.Errorf(an, "unknown effect %q%s", name, didYouMean(name, sortedKeys(l.reg.Actions)))
+			l.Errorf(an, "unknown effect %q%s", capText(name), didYouMean(name, sortedKeys(l.reg.Actions)))
 		}
 	}
 	return out
@@ -321,12 +372,16 @@ func (l *loader) guardRef(n *yaml.Node) (guardRef, bool) {
 	case len(words) == 2 && words[0] == "not":
 		ref.name, ref.negate = words[1], true
 	default:
-		l.Errorf(n, "guard %q must be a guard's name, or not and a guard's name", n.Value)
+		l.Errorf(n, "guard %q must be a guard's name, or not and a guard's name", capText(n.Value))
 		return ref, false
 	}
-	g, ok := l.reg.Guards[ref.name]
+	g, ok := engineGuards[ref.name]
+	if !ok {
+		g, ok = l.reg.Guards[ref.name]
+	}
 	if !ok || g.Test == nil {
-		l.Errorf(n, "unknown guard %q%s", ref.name, didYouMean(ref.name, sortedKeys(l.reg.Guards)))
+		names := append(sortedKeys(l.reg.Guards), closingGuard)
+		l.Errorf(n, "unknown guard %q%s", capText(ref.name), didYouMean(ref.name, names))
 		return ref, false
 	}
 	ref.test = g.Test
@@ -358,7 +413,7 @@ func (l *loader) delayRef(n *yaml.Node) *delayRef {
 			candidates = append(candidates, p.Name)
 		}
 	}
-	l.Errorf(n, "unknown delay %q%s", name, didYouMean(name, candidates))
+	l.Errorf(n, "unknown delay %q%s", capText(name), didYouMean(name, candidates))
 	return nil
 }
 
@@ -369,7 +424,7 @@ func (l *loader) durationPolicy(n *yaml.Node, what string) (PolicyInfo, bool) {
 	}
 	info, ok := LookupPolicy(name)
 	if !ok {
-		l.Errorf(n, "unknown policy %q%s", name, didYouMean(name, policyNames()))
+		l.Errorf(n, "unknown policy %q%s", capText(name), didYouMean(name, policyNames()))
 		return info, false
 	}
 	if info.Kind != KindDuration {
@@ -380,33 +435,21 @@ func (l *loader) durationPolicy(n *yaml.Node, what string) (PolicyInfo, bool) {
 }
 
 // stateRef resolves a reference to a state that the spec must declare.
-func (l *loader) stateRef(n *yaml.Node, what string) (states.State, bool) {
+func (l *loader) stateRef(n *yaml.Node, what string) (sid, bool) {
 	name, ok := l.String(n, what)
 	if !ok {
 		return 0, false
 	}
-	st, known := states.ParseState(name)
+	id, known := l.spec.byName[states.State(name)]
 	if !known {
-		declared := make([]string, 0, len(l.declared))
-		for s := range l.declared {
-			declared = append(declared, s.String())
+		declared := make([]string, 0, len(l.spec.byName))
+		for s := range l.spec.byName {
+			declared = append(declared, string(s))
 		}
-		l.Errorf(n, "unknown state %q%s", name, didYouMean(name, declared))
+		l.Errorf(n, "%s %q is not declared in states%s", what, capText(name), didYouMean(name, declared))
 		return 0, false
 	}
-	if l.declared[st] == nil {
-		l.Errorf(n, "state %q is not declared in states", name)
-		return 0, false
-	}
-	return st, true
-}
-
-func stateNames() []string {
-	var out []string
-	for _, s := range states.AllStates() {
-		out = append(out, s.String())
-	}
-	return out
+	return id, true
 }
 
 func triggerNames() []string {
@@ -415,4 +458,13 @@ func triggerNames() []string {
 		out = append(out, t.String())
 	}
 	return out
+}
+
+// capText shortens text quoted from a file to a readable length.
+func capText(s string) string {
+	const max = 60
+	if r := []rune(s); len(r) > max {
+		return string(r[:max]) + "…"
+	}
+	return s
 }

@@ -11,34 +11,33 @@ import (
 	"github.com/mcpfsm/mcpfsm/states"
 )
 
-// An Invoker runs the blocking effects a spec invokes (connect, probe, retire, teardown) for
-// one connection. The machine calls it only from its owner, one effect at a
-// time, under a context that ends at the effect's timeout policy or when Close
-// interrupts it (context.Cause tells which: ErrEffectTimeout or ErrClosed). It returns
-// the effect's outcome: an Event whose Trigger is one of the effect's declared outcomes.
-// It may return an Event with no Trigger when the outcome will be posted later (scripted
-// tests do); the machine then waits in the state for whatever comes.
-type Invoker interface {
-	Invoke(ctx context.Context, inv Invocation) Event
-}
-
-// An Invocation is what an Invoker is asked to run.
+// An Invocation is what an invoked effect is asked to run. The machine runs one effect
+// at a time, on its owner, under a context that ends at the effect's timeout policy or
+// when Close interrupts it (context.Cause tells which: ErrEffectTimeout or ErrClosed).
+// Its Run returns the effect's outcome: an Event whose Trigger is one of the effect's
+// declared outcomes. It may return an Event with no Trigger when the outcome will be
+// posted later (scripted tests do); the machine then waits in the state for whatever
+// comes.
 type Invocation struct {
 	Effect string       // the invoked effect's name, such as "connect"
 	State  states.State // the state that invoked it
-	// Timeout is when the effect's context ends, by the policy TimeoutPolicy.
+	// Now is when the effect begins: real time on a Machine, virtual time in a Sim.
+	Now time.Time
+	// Timeout is when the effect's context ends, by the policy TimeoutPolicy (or
+	// sooner, once Close has been asked for: see Machine.Close).
 	Timeout       time.Duration
 	TimeoutPolicy string
 	Vars          Vars      // the machine's extended state, a copy
 	Policies      *Policies // the machine's policies; read only
 }
 
-// Options configure a Machine. Only Invoker is required.
+// Options configure a Machine. Only Effects is required.
 type Options struct {
 	// Name identifies the connection in logs.
 	Name string
-	// Invoker runs the spec's invoked effects.
-	Invoker Invoker
+	// Effects carries out the spec's invoked effects: the registry the spec was
+	// loaded with binds each to code that runs on it (see Invoke.Run).
+	Effects Effects
 	// Policies override the spec's defaults; nil means the defaults.
 	Policies *Policies
 	// Logger receives a debug record per transition and a warning per failure;
@@ -71,26 +70,35 @@ type Options struct {
 type Machine struct {
 	name string
 	spec *Spec
-	inv  Invoker
+	fx   Effects
 	log  *slog.Logger
 	obs  func(Transition)
 
 	// Owned by whichever goroutine holds the owner role (see mailbox).
-	core         *core
-	timer        *time.Timer // the current state's next timed edge; runs onTimer
-	timerAt      time.Time   // what timer is set to; zero when stopped
-	closeApplied bool
-	entered      bool // the initial state has been entered
+	core     *core
+	timer    *time.Timer // the current state's next timed edge; runs onTimer
+	timerAt  time.Time   // what timer is set to; zero when stopped
+	entered  bool        // the initial state has been entered
+	closeSeq uint64      // core.seq when close was last applied; see closeDue
+	closeBy  time.Time   // when closing must be over: set as close is first applied
+	closeRun int         // close applications since Close; bounds a spec that loops
 
 	mbox    mailbox
 	eff     effectCtx
 	hist    history
 	polMu   sync.Mutex // guards pol against readers other than the owner
 	pol     Policies
-	state   atomic.Uint32 // states.State, published after each transition
-	changed atomic.Pointer[chan struct{}]
-	closing atomic.Bool
-	done    chan struct{}
+	state   atomic.Uint32 // the state's sid, published after each transition
+	since   atomic.Int64  // UnixNano of the last transition that changed the state
+	fails   atomic.Int32  // Vars.Failures after the last transition
+	lastBad atomic.Pointer[Failure]
+	nextAt  atomic.Int64 // UnixNano of the next timed edge's deadline; 0 if none
+	nextTr  atomic.Uint32
+	// Reconnects asked for, and applied: see Reconnecting.
+	asked, applied atomic.Uint64
+	changed        atomic.Pointer[chan struct{}]
+	closing        atomic.Bool
+	done           chan struct{}
 
 	watchMu  sync.Mutex                 // serializes changes to watchers
 	watchers atomic.Pointer[[]*watcher] // copy on write; read without the lock
@@ -101,7 +109,7 @@ type Machine struct {
 // final state (see Close).
 func New(spec *Spec, opts Options) *Machine {
 	m := &Machine{
-		name: opts.Name, spec: spec, inv: opts.Invoker, log: opts.Logger, obs: opts.Observer,
+		name: opts.Name, spec: spec, fx: opts.Effects, log: opts.Logger, obs: opts.Observer,
 		mbox: mailbox{running: true}, done: make(chan struct{}),
 		hist: history{limit: opts.History, spec: spec},
 		pol:  spec.defaults,
@@ -120,7 +128,9 @@ func New(spec *Spec, opts Options) *Machine {
 		rng = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
 	m.core = newCore(spec, &m.pol, rng)
+	m.closeSeq = ^uint64(0)
 	m.state.Store(uint32(spec.initial))
+	m.since.Store(time.Now().UnixNano())
 	m.eff.init(time.Now(), &m.closing)
 	m.timer = time.AfterFunc(time.Hour, m.onTimer)
 	m.timer.Stop()
@@ -135,7 +145,10 @@ func (m *Machine) Name() string { return m.name }
 func (m *Machine) Spec() *Spec { return m.spec }
 
 // State returns the machine's current state.
-func (m *Machine) State() states.State { return states.State(m.state.Load()) }
+func (m *Machine) State() states.State { return m.spec.name(sid(m.state.Load())) }
+
+// Calls returns what calls do in the machine's current state (0 once it is final).
+func (m *Machine) Calls() CallMode { return m.spec.states[m.state.Load()].calls }
 
 // Done is closed when the machine has reached its final state and its owner has
 // exited for good.
@@ -163,16 +176,30 @@ func (m *Machine) onTimer() {
 func (m *Machine) Start() { m.Post(Event{Trigger: states.Start}) }
 
 // Reconnect asks for a planned reconnect, which spends no retry budget. The default
-// lifecycle opens the new session before it closes the old one.
-func (m *Machine) Reconnect() { m.Post(Event{Trigger: states.Recycle}) }
+// lifecycle opens the new session before it closes the old one. Until the owner has
+// applied it, Reconnecting reports true.
+func (m *Machine) Reconnect() {
+	n := m.asked.Add(1)
+	if !m.Post(Event{Trigger: states.Recycle, reconnect: n}) {
+		m.applied.Store(n)
+	}
+}
 
-// Close asks the machine to close for good: it interrupts the effect running now, if
-// any, and close is applied ahead of anything else queued and before any further
-// effect starts, so that the session is torn down (bounded by the teardown timeout)
-// and the machine reaches its final state. It
-// returns nil once the owner has exited for good, or ctx's error if ctx ends first (the
-// machine still closes). It is idempotent and safe from any goroutine except the owner's
-// (an Observer must not call it).
+// Reconnecting reports whether a reconnect asked for has not been applied yet: a wait
+// that would give up in the state the machine is leaving (an open breaker) should
+// wait to see where it leads. Waiters are woken when it is applied.
+func (m *Machine) Reconnecting() bool { return m.applied.Load() < m.asked.Load() }
+
+// Close asks the machine to close for good. These are the engine's rules, whatever the
+// spec's actions say: the effect running now, if any, is interrupted; the guard
+// "closing" holds from then on; close is applied ahead of anything else queued, and
+// again in every state the machine enters, before that state's effect starts, until it
+// is final; and the effects that run meanwhile share one deadline, teardown_timeout
+// from the first close applied. LoadSpec proves that this reaches a final state from
+// every state; should a spec loop regardless, the machine is moved to its final state
+// by force. Close returns nil once the owner has exited for good, or ctx's error if
+// ctx ends first (the machine still closes). It is idempotent and safe from any
+// goroutine except the owner's (an Observer must not call it).
 func (m *Machine) Close(ctx context.Context) error {
 	if m.closing.CompareAndSwap(false, true) {
 		m.Post(Event{Trigger: states.Close})
@@ -188,9 +215,17 @@ func (m *Machine) Close(ctx context.Context) error {
 
 // SetPolicies makes the machine adopt new policies, without leaving its state: the
 // session, if any, is kept, timers already armed keep their deadlines, and every delay
-// and timeout from then on follows the new values. It returns false if the machine has
-// closed.
-func (m *Machine) SetPolicies(p Policies) bool { return m.Post(Event{policies: &p}) }
+// and timeout from then on follows the new values. Policies that Validate refuses are
+// refused; ErrClosed if the machine has closed.
+func (m *Machine) SetPolicies(p Policies) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	if !m.Post(Event{policies: &p}) {
+		return ErrClosed
+	}
+	return nil
+}
 
 // Policies returns the policies the machine was last given. It is safe from any
 // goroutine.
@@ -241,11 +276,12 @@ func (m *Machine) Wait(ctx context.Context, ok func(states.State) bool) (states.
 				}
 			}
 		}
-		st := m.State()
+		id := sid(m.state.Load())
+		st := m.spec.name(id)
 		if ok(st) {
 			return st, nil
 		}
-		if st.Final() {
+		if m.spec.states[id].final {
 			return st, ErrClosed
 		}
 		select {
@@ -255,6 +291,48 @@ func (m *Machine) Wait(ctx context.Context, ok func(states.State) bool) (states.
 		}
 	}
 }
+
+// A Failure is the last failure a machine saw: the cause of a transition, its error,
+// and when.
+type Failure struct {
+	Cause states.Cause
+	Err   error
+	At    time.Time
+}
+
+// A Status is what a machine can say of itself at once, without waiting for its owner.
+type Status struct {
+	State states.State
+	Calls CallMode // what calls do in State
+	Since time.Time
+	// Failures counts the failures that count since the connection was last healthy
+	// (toward the breaker).
+	Failures int
+	// LastFailure is the last transition whose cause was a failure, if any.
+	LastFailure *Failure
+	// Next is when the next timed transition is due (a probe, a retry, the end of a
+	// cooldown), and NextEdge what it is ("after backoff"); zero when none is armed.
+	Next     time.Time
+	NextEdge string
+}
+
+// Status returns the machine's status. It is cheap: a few atomic loads.
+func (m *Machine) Status() Status {
+	id := sid(m.state.Load())
+	st := Status{
+		State: m.spec.name(id), Calls: m.spec.states[id].calls,
+		Since: time.Unix(0, m.since.Load()), Failures: int(m.fails.Load()),
+		LastFailure: m.lastBad.Load(),
+	}
+	if at := m.nextAt.Load(); at != 0 && !m.spec.states[id].final {
+		st.Next = time.Unix(0, at)
+		st.NextEdge = m.spec.trigName(trig(m.nextTr.Load()))
+	}
+	return st
+}
+
+// LastFailure returns the last failure the machine saw, or nil.
+func (m *Machine) LastFailure() *Failure { return m.lastBad.Load() }
 
 // History returns the latest transitions, oldest first.
 func (m *Machine) History() []Transition { return m.hist.snapshot() }
@@ -350,7 +428,7 @@ func (m *Machine) run() {
 		m.follow(m.core.enter(time.Now()), time.Now())
 	}
 	var batch []Event
-	for !m.core.state.Final() {
+	for !m.core.final() {
 		m.settle()
 		var due, release bool
 		batch, due, release = m.mbox.take(batch)
@@ -359,14 +437,17 @@ func (m *Machine) run() {
 			return // another goroutine may be the owner from here on
 		}
 		now := time.Now()
-		if due {
+		if m.closeDue() {
+			now = m.follow(nil, now) // close jumps the queue
+		}
+		if due && !m.core.final() {
 			m.timerAt = time.Time{} // fired (or about to be re-armed by settle)
 			if t, ok := m.core.due(now); ok {
 				now = m.step(t, &Event{}, false, now)
 			}
 		}
 		for i := range batch {
-			if m.core.state.Final() {
+			if m.core.final() {
 				m.release(batch[i:])
 				break
 			}
@@ -389,12 +470,29 @@ func (m *Machine) handle(ev *Event, now time.Time) time.Time {
 		return now
 	}
 	if ev.Trigger == states.Close {
-		if m.closeApplied {
-			return now
+		return m.follow(nil, now) // applied by the close rule, if still due
+	}
+	if ev.reconnect != 0 {
+		// Marked applied once the reconnect has moved the machine (and before the
+		// effect that follows runs), and waiters woken even if it was ignored.
+		tr, inv, ok := m.core.apply(ev.Trigger, ev, false, now)
+		if ok {
+			m.publish(&tr, ev.Trigger)
 		}
-		m.closeApplied = true
+		m.applied.Store(ev.reconnect)
+		m.wake()
+		return m.follow(inv, now)
 	}
 	return m.step(ev.Trigger, ev, false, now)
+}
+
+// wake wakes the waiters of Wait to look at the machine again.
+func (m *Machine) wake() {
+	if m.changed.Load() != nil {
+		if ch := m.changed.Swap(nil); ch != nil {
+			close(*ch)
+		}
+	}
 }
 
 // step applies an event, then runs the invoked effects that follow. It returns the
@@ -404,7 +502,7 @@ func (m *Machine) step(t trig, ev *Event, fromInvoke bool, now time.Time) time.T
 	if !ok {
 		if m.log.Enabled(context.Background(), slog.LevelDebug) {
 			m.log.LogAttrs(context.Background(), slog.LevelDebug, "mcpfsm: event ignored",
-				slog.String("machine", m.name), slog.String("state", m.core.state.String()),
+				slog.String("machine", m.name), slog.String("state", string(m.spec.name(m.core.state))),
 				slog.String("trigger", m.spec.trigName(t)))
 		}
 		return now
@@ -415,65 +513,98 @@ func (m *Machine) step(t trig, ev *Event, fromInvoke bool, now time.Time) time.T
 
 // follow runs a state's invoked effect and applies its outcome, and so on, until the
 // machine rests in a state that invokes nothing or an effect leaves its outcome for
-// later.
+// later. Once Close has been asked for, it applies close in every state entered before
+// that state's effect starts (the close rule; see Close).
 func (m *Machine) follow(inv *invokeSpec, now time.Time) time.Time {
-	for inv != nil {
-		if m.closePending() {
-			// Close jumps the queue: it is applied before another effect starts,
-			// so an effect begun after Close was asked never keeps it waiting.
-			m.closeApplied = true
-			tr, next, ok := m.core.apply(states.Close, &Event{Trigger: states.Close}, false, now)
-			if ok {
-				m.publish(&tr, states.Close)
-				if !m.core.took.internal {
-					inv = next // the state close led to, and its effect
-					continue
-				}
+	for {
+		if m.closeDue() {
+			var next *invokeSpec
+			var moved bool
+			if next, moved, now = m.applyClose(now); moved {
+				inv = next // the state close led to, and its effect
+				continue
 			}
-			// Close stayed in this state (tearing-down marks the teardown as a
-			// close): the state's own effect still runs, now as part of closing.
+			// Close kept the machine where it is (tearing-down marks the teardown
+			// as a close): the state's own effect runs, now as part of closing.
+		}
+		if inv == nil {
+			return now
 		}
 		var out Event
 		out, now = m.invoke(inv, now)
 		if out.Trigger == 0 {
 			return now
 		}
-		if m.closePending() {
+		var afterClose *invokeSpec
+		if m.closeDue() {
 			// An outcome that arrives after Close was asked for is applied after
-			// close, and so is ignored unless the new state wants it.
-			now = m.applyClose(now)
+			// close, and so is ignored unless the state close led to wants it.
+			var moved bool
+			if afterClose, moved, now = m.applyClose(now); !moved {
+				afterClose = nil
+			} else if afterClose == nil && m.core.final() {
+				return now
+			}
 		}
 		tr, next, ok := m.core.apply(out.Trigger, &out, true, now)
 		if !ok {
-			return now
+			inv = afterClose
+			continue
 		}
 		m.publish(&tr, out.Trigger)
 		inv = next
 	}
-	return now
 }
 
-// closePending reports whether Close has been asked for and not yet applied.
-func (m *Machine) closePending() bool { return !m.closeApplied && m.closing.Load() }
+// closeDue reports whether the close rule has close to apply now: Close has been asked
+// for, the machine is not final, and it has moved since close was last applied.
+func (m *Machine) closeDue() bool {
+	return m.closing.Load() && !m.core.final() && m.closeSeq != m.core.seq
+}
 
-// applyClose applies close now, ahead of whatever is queued.
-func (m *Machine) applyClose(now time.Time) time.Time {
-	m.closeApplied = true
-	return m.step(states.Close, &Event{Trigger: states.Close}, false, now)
+// applyClose applies close in the current state, as the close rule has it, and
+// reports the invoked effect of the state it led to and whether it left the state.
+func (m *Machine) applyClose(now time.Time) (*invokeSpec, bool, time.Time) {
+	if m.closeBy.IsZero() {
+		m.closeBy = now.Add(m.pol.TeardownTimeout)
+	}
+	m.core.vars.Closing = true // the engine sets what the guard "closing" reads
+	m.closeRun++
+	if m.closeRun > 2*len(m.spec.states) {
+		// LoadSpec proves this cannot happen; should a spec loop regardless, the
+		// machine does not: it is moved to its final state by force.
+		tr := m.core.force(now)
+		m.closeSeq = m.core.seq
+		m.publish(&tr, states.Close)
+		return nil, true, now
+	}
+	tr, next, ok := m.core.apply(states.Close, &Event{Trigger: states.Close}, false, now)
+	m.closeSeq = m.core.seq
+	if !ok {
+		return nil, false, now
+	}
+	m.publish(&tr, states.Close)
+	return next, !m.core.took.internal, now
 }
 
 // invoke runs an invoked effect under its timeout and returns its outcome and the time
 // it finished.
 func (m *Machine) invoke(inv *invokeSpec, now time.Time) (Event, time.Time) {
-	if m.inv == nil {
+	if m.fx == nil {
 		return Event{}, now
 	}
-	// Effects begun before close was applied are Close's to interrupt; the teardown
-	// that close itself leads to is not.
+	// Effects begun before close was applied are Close's to interrupt; those that
+	// closing runs are not, and share closing's deadline.
 	timeout := m.core.durs[inv.timeout.field]
-	ctx := m.eff.begin(now, now.Add(timeout), !m.closeApplied)
-	out := m.inv.Invoke(ctx, Invocation{
-		Effect: inv.name, State: m.core.state, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
+	due := now.Add(timeout)
+	closing := !m.closeBy.IsZero()
+	if closing && m.closeBy.Before(due) {
+		due = m.closeBy
+		timeout = max(0, due.Sub(now))
+	}
+	ctx := m.eff.begin(now, due, !closing)
+	out := inv.run(ctx, m.fx, Invocation{
+		Effect: inv.name, State: m.spec.name(m.core.state), Now: now, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
 		Vars: m.core.vars, Policies: &m.pol,
 	})
 	m.eff.end()
@@ -485,8 +616,15 @@ func (m *Machine) invoke(inv *invokeSpec, now time.Time) (Event, time.Time) {
 
 // publish makes a transition visible: state, history, observer, watchers, waiters, log.
 func (m *Machine) publish(tr *Transition, t trig) {
-	m.state.Store(uint32(tr.To))
-	m.hist.add(tr, t)
+	m.state.Store(uint32(m.core.state))
+	if tr.From != tr.To {
+		m.since.Store(tr.At.UnixNano())
+	}
+	m.fails.Store(int32(min(tr.Failures, 1<<30)))
+	if tr.Cause.Failure() {
+		m.lastBad.Store(&Failure{Cause: tr.Cause, Err: tr.Err, At: tr.At})
+	}
+	m.hist.add(tr, m.core.took.from, m.core.state, t)
 	if m.obs != nil {
 		m.obs(*tr)
 	}
@@ -495,17 +633,13 @@ func (m *Machine) publish(tr *Transition, t trig) {
 			w.send(tr)
 		}
 	}
-	if m.changed.Load() != nil {
-		if ch := m.changed.Swap(nil); ch != nil {
-			close(*ch)
-		}
-	}
+	m.wake()
 	ctx := context.Background()
 	switch {
-	case tr.Cause.Counts():
+	case tr.Cause.Failure() && tr.Cause != states.CauseServer:
 		m.log.LogAttrs(ctx, slog.LevelWarn, "mcpfsm: connection failure",
 			slog.String("machine", m.name), slog.String("from", tr.From.String()), slog.String("to", tr.To.String()),
-			slog.String("trigger", tr.Trigger), slog.String("cause", tr.Cause.String()), slog.Any("err", tr.Err),
+			slog.String("trigger", tr.Trigger), slog.String("cause", tr.Cause.String()), slog.String("err", ErrorText(tr.Err)),
 			slog.Int("failures", tr.Failures))
 	case m.log.Enabled(ctx, slog.LevelDebug):
 		m.log.LogAttrs(ctx, slog.LevelDebug, "mcpfsm: transition",
@@ -526,8 +660,11 @@ func (m *Machine) settle() {
 	}
 	if next.IsZero() {
 		m.timer.Stop()
+		m.nextAt.Store(0)
 	} else {
 		m.timer.Reset(time.Until(next))
+		m.nextAt.Store(next.UnixNano())
+		m.nextTr.Store(uint32(m.core.nextTrig()))
 	}
 	m.timerAt = next
 }
@@ -543,6 +680,7 @@ func (m *Machine) release(evs []Event) {
 
 func (m *Machine) exit() {
 	m.release(m.mbox.close())
+	m.applied.Store(m.asked.Load())
 	m.timer.Stop()
 	m.eff.stop()
 	if ch := m.changed.Swap(nil); ch != nil {

@@ -75,7 +75,7 @@ func TestOneOwnerAtATime(t *testing.T) {
 	pol.BackoffBase, pol.BackoffMax = time.Millisecond, 3*time.Millisecond
 	pol.BreakerCooldown, pol.BreakerCooldownMax = 2*time.Millisecond, 5*time.Millisecond
 	m := machine.New(loadDefault(t), machine.Options{
-		Name: t.Name(), Invoker: srv, Policies: &pol, Logger: quiet, Observer: srv.observe,
+		Name: t.Name(), Effects: asEffects{srv}, Policies: &pol, Logger: quiet, Observer: srv.observe,
 	})
 	defer closeMachine(t, m)
 	m.Start()
@@ -158,7 +158,7 @@ func (s *goexitServer) Invoke(ctx context.Context, inv machine.Invocation) machi
 // fake) closes the machine rather than keep the role forever, so Close returns (found
 // by a second reader: the owner-as-a-role change had lost the deferred exit).
 func TestOwnerGoexitStillCloses(t *testing.T) {
-	m := machine.New(loadDefault(t), machine.Options{Name: t.Name(), Invoker: &goexitServer{}, Logger: quiet})
+	m := machine.New(loadDefault(t), machine.Options{Name: t.Name(), Effects: asEffects{&goexitServer{}}, Logger: quiet})
 	m.Start()
 	time.Sleep(50 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

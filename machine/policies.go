@@ -36,6 +36,9 @@ type Policies struct {
 	BreakerCooldownMultiplier float64       `policy:"breaker_cooldown_multiplier,factor"`
 	BreakerCooldownJitter     float64       `policy:"breaker_cooldown_jitter,fraction"`
 	BreakerCooldownMax        time.Duration `policy:"breaker_cooldown_max,duration"`
+
+	ParkInterval        time.Duration `policy:"park_interval,duration"`
+	AuthRecheckInterval time.Duration `policy:"auth_recheck_interval,duration,zero"`
 }
 
 // A PolicyKind is the kind of value a policy takes.
@@ -199,6 +202,53 @@ func (p *Policies) Set(name, text string) error {
 	}
 	return nil
 }
+
+// Validate reports every value out of its range (as Set would refuse it) and every
+// relation between values that is broken (a maximum below its base), or nil. Policies
+// built in Go must pass it before a machine adopts them: the zero Policies does not.
+func (p Policies) Validate() error {
+	v := reflect.ValueOf(&p).Elem()
+	var problems []string
+	for _, info := range policyTable {
+		f := v.Field(info.field)
+		switch info.Kind {
+		case KindDuration:
+			d := time.Duration(f.Int())
+			switch {
+			case d < 0:
+				problems = append(problems, fmt.Sprintf("%s %s is negative", info.Name, d))
+			case d == 0 && !info.ZeroIsOff:
+				problems = append(problems, fmt.Sprintf("%s is 0 (unset?): it must be positive", info.Name))
+			}
+		case KindCount:
+			if n := f.Int(); n < 1 {
+				problems = append(problems, fmt.Sprintf("%s %d is less than 1", info.Name, n))
+			}
+		case KindFactor:
+			if x := f.Float(); !(x >= 1 && x <= 1e6) {
+				problems = append(problems, fmt.Sprintf("%s %g is not between 1 and 1000000", info.Name, x))
+			}
+		case KindFraction:
+			if x := f.Float(); !(x >= 0 && x <= 1) {
+				problems = append(problems, fmt.Sprintf("%s %g is not between 0 and 1", info.Name, x))
+			}
+		}
+	}
+	for _, c := range p.check() {
+		problems = append(problems, c[1])
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	return &PolicyError{Problems: problems}
+}
+
+// A PolicyError lists what is wrong with a set of policies.
+type PolicyError struct {
+	Problems []string
+}
+
+func (e *PolicyError) Error() string { return "invalid policies: " + strings.Join(e.Problems, "; ") }
 
 // CheckPolicies reports a relation between policies that their values break (a maximum
 // below its base), or "" when there is none.

@@ -2,6 +2,7 @@ package machine
 
 import (
 	"container/heap"
+	"context"
 	"math/rand/v2"
 	"time"
 
@@ -9,16 +10,14 @@ import (
 )
 
 // A World is what a simulated connection talks to: it carries out the spec's invoked
-// effects and may act on its own (a server that dies, a caller that calls) through the
-// Env it is started with. The same World can drive a Sim, in virtual time on one
-// goroutine, or a Machine, whose Invoker then waits out each effect's duration.
+// effects (it is the Effects the spec's registry binds them to, with each outcome saying
+// how long the effect took, Event.Took) and may act on its own (a server that dies, a
+// caller that calls) through the Env it is started with. The same World can drive a
+// Sim, in virtual time on one goroutine, or a Machine, whose Effects then wait out each
+// effect's duration.
 type World interface {
 	// Start schedules the world's own doings. It is called once, before anything else.
 	Start(env Env)
-	// Invoke carries out an invoked effect that begins at now, and returns its outcome
-	// and how long it took. An effect that hangs takes inv.Timeout and returns the
-	// outcome its timeout gives.
-	Invoke(inv Invocation, now time.Time) (Event, time.Duration)
 	// Observe sees every transition as it happens.
 	Observe(tr Transition)
 }
@@ -27,8 +26,9 @@ type World interface {
 type Env interface {
 	// Now is the current instant.
 	Now() time.Time
-	// State is the connection's state now.
+	// State is the connection's state now, and Calls what calls do in it.
 	State() states.State
+	Calls() CallMode
 	// Post delivers an event to the connection, as a watcher or a caller would.
 	Post(ev Event)
 	// At runs fn at instant t (or at once if t has passed), in instant order.
@@ -36,9 +36,9 @@ type Env interface {
 }
 
 // A Sim runs a spec's lifecycle in virtual time: the same core a Machine runs, with
-// its timers on a virtual clock and its effects carried out by a World. It runs on the
-// caller's goroutine, so a simulated day takes milliseconds, and with the same seed it
-// takes the same path every time.
+// its timers on a virtual clock and its effects carried out by a World, through the
+// same bindings. It runs on the caller's goroutine, so a simulated day takes
+// milliseconds, and with the same seed it takes the same path every time.
 type Sim struct {
 	core  *core
 	world World
@@ -80,7 +80,10 @@ func NewSim(spec *Spec, opts SimOptions) *Sim {
 func (s *Sim) Now() time.Time { return s.now }
 
 // State returns the simulated connection's state.
-func (s *Sim) State() states.State { return s.core.state }
+func (s *Sim) State() states.State { return s.core.spec.name(s.core.state) }
+
+// Calls returns what calls do in the simulated connection's state.
+func (s *Sim) Calls() CallMode { return s.core.spec.states[s.core.state].calls }
 
 // Vars returns the simulated connection's extended state.
 func (s *Sim) Vars() Vars { return s.core.vars }
@@ -102,7 +105,7 @@ func (s *Sim) At(t time.Time, fn func()) {
 // transitions that fall due on the way, in instant order (a doing before a timer due at
 // the same instant). It stops early if the connection closes.
 func (s *Sim) RunUntil(t time.Time) {
-	for !s.core.state.Final() {
+	for !s.core.final() {
 		next, isTimer := s.next()
 		if next.IsZero() || next.After(t) {
 			break
@@ -144,16 +147,16 @@ func (s *Sim) apply(t trig, ev *Event, fromInvoke bool) {
 	s.follow(inv)
 }
 
-// follow runs invoked effects in virtual time, each taking the time the world says,
+// follow runs invoked effects in virtual time, each taking the time its outcome says,
 // and applies their outcomes.
 func (s *Sim) follow(inv *invokeSpec) {
 	for inv != nil {
 		timeout := s.core.durs[inv.timeout.field]
-		out, took := s.world.Invoke(Invocation{
-			Effect: inv.name, State: s.core.state, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
+		out := inv.run(context.Background(), s.world, Invocation{
+			Effect: inv.name, State: s.State(), Now: s.now, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
 			Vars: s.core.vars, Policies: s.core.pol,
-		}, s.now)
-		s.now = s.now.Add(min(max(took, 0), timeout))
+		})
+		s.now = s.now.Add(min(max(out.Took, 0), timeout))
 		if out.Trigger == 0 {
 			return
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
 )
 
 func cmpDiff(want, got string) string { return cmp.Diff(want, got) }
@@ -19,8 +20,42 @@ func TestDefaultSpecLoads(t *testing.T) {
 	if got := spec.Initial().String(); got != "idle" {
 		t.Errorf("initial = %s, want idle", got)
 	}
-	if n := len(spec.States()); n != 11 {
-		t.Errorf("%d states, want 11", n)
+	var got []string
+	for _, st := range spec.States() {
+		mode := st.Calls.String()
+		if st.Final {
+			mode = "final"
+		}
+		got = append(got, string(st.Name)+":"+mode)
+	}
+	want := []string{
+		"idle:wait", "connecting:wait", "ready:serve", "probing:serve", "replacing:serve", "retiring:serve",
+		"tearing-down:wait", "backing-off:wait", "breaker-open:fail", "half-open:wait", "parked:fail",
+		"unauthorized:fail", "closed:final",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("states and their calls (-want +got):\n%s", diff)
+	}
+	if spec.Calls(states.Ready) != machine.Serve || spec.Calls("nowhere") != 0 || !spec.Final(states.Closed) || spec.Final(states.Ready) {
+		t.Error("Calls and Final disagree with States")
+	}
+}
+
+// TestUnboundInvoke: a registry that declares an invoked effect but binds no code to it
+// is a load error at the invoke's position, not a panic when the state is entered.
+func TestUnboundInvoke(t *testing.T) {
+	reg := effects.Registry()
+	invokes := map[string]machine.Invoke{}
+	for name, inv := range reg.Invokes {
+		invokes[name] = inv
+	}
+	probe := invokes["probe"]
+	probe.Run = nil
+	invokes["probe"] = probe
+	reg.Invokes = invokes
+	_, err := machine.LoadSpec("transitions.yaml", defaultSpecYAML(t), reg)
+	if err == nil || !strings.Contains(err.Error(), `invoked effect "probe" is not bound to code`) || !strings.Contains(err.Error(), "transitions.yaml:") {
+		t.Fatalf("a spec invoking an unbound effect: %v", err)
 	}
 }
 

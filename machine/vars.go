@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 // beside the state itself. Only the owner touches it.
 type Vars struct {
 	// Failures counts failures of the connection (causes that count: lost, timeout,
-	// expired) since it was last seen healthy. It trips the breaker.
+	// expired, protocol) since it was last seen healthy. The engine counts them.
 	Failures int
 	// Attempts counts passes through backing off since a session last came up. It
 	// sets the backoff delay.
@@ -19,17 +20,22 @@ type Vars struct {
 	// Cooldown is the breaker's current cooldown; 0 until the breaker first opens.
 	Cooldown time.Duration
 	// Planned is set while a teardown that was asked for is under way; such a
-	// teardown spends no budget.
+	// teardown spends no budget. A failure that counts clears it.
 	Planned bool
-	// Closing is set once Close has been asked for.
+	// Closing is set by the engine once Close has been asked for; the guard
+	// "closing" reads it.
 	Closing bool
 	// Probed is set once the current session has passed a probe.
 	Probed bool
 	// SessionStart is when the current session came up.
 	SessionStart time.Time
 	// LastCause and LastErr are the class and error of the last event that had one.
+	// The engine sets them before guards are evaluated.
 	LastCause states.Cause
 	LastErr   error
+	// Streak counts the failures in a row, up to the last, whose cause was
+	// LastCause: three protocol errors in a row make a Streak of 3.
+	Streak int
 }
 
 // A Registry binds the names a spec may use to the code behind them. Package effects
@@ -42,7 +48,8 @@ type Registry struct {
 }
 
 // A Guard is a named condition on a transition. It must be pure: it reads Vars and
-// Policies and changes nothing. A spec may negate it ("not planned").
+// Policies and changes nothing. A spec may negate it ("not planned"). The guard
+// "closing" is the engine's own (Vars.Closing) and needs no entry.
 type Guard struct {
 	Doc  string
 	Test func(v *Vars, p *Policies) bool
@@ -55,12 +62,19 @@ type Action struct {
 	Do  func(v *Vars, p *Policies, now time.Time)
 }
 
+// Effects is the value that carries out a machine's invoked effects (Options.Effects,
+// SimOptions.World). Which type it must have is its registry's business: each Invoke's
+// Run knows it (package effects binds its invokes to the methods of effects.Effects).
+type Effects = any
+
 // An Invoke is a named blocking effect that a state runs on entry (connect, probe,
 // teardown), under a timeout the spec names. Its result is one of its Outcomes, which
-// the state must handle. The code that runs it is the machine's Invoker.
+// the state must handle. Run is the code: it carries the effect out on the machine's
+// Effects. An Invoke without Run is unbound: a spec that invokes it does not load.
 type Invoke struct {
 	Doc      string
 	Outcomes []states.Trigger
+	Run      func(ctx context.Context, fx Effects, inv Invocation) Event
 }
 
 // A Delay is a named delay function for a timed transition, such as the backoff for the
@@ -70,4 +84,14 @@ type Delay struct {
 	Doc    string
 	Policy string
 	Next   func(v *Vars, p *Policies, r *rand.Rand) (time.Duration, bool)
+}
+
+// closingGuard is the engine's own guard: Close has been asked for.
+const closingGuard = "closing"
+
+var engineGuards = map[string]Guard{
+	closingGuard: {
+		Doc:  "Close was asked for (the engine sets it, whatever the spec's actions say).",
+		Test: func(v *Vars, _ *Policies) bool { return v.Closing },
+	},
 }

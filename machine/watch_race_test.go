@@ -30,7 +30,7 @@ func (s *instantServer) Invoke(ctx context.Context, inv machine.Invocation) mach
 // panicked with "send on closed channel" (found by a second reader; -race shows it in
 // well under a second).
 func TestWatchStopWhileTransitioning(t *testing.T) {
-	m := machine.New(loadDefault(t), machine.Options{Name: t.Name(), Invoker: &instantServer{}, Logger: quiet})
+	m := machine.New(loadDefault(t), machine.Options{Name: t.Name(), Effects: asEffects{&instantServer{}}, Logger: quiet})
 	defer closeMachine(t, m)
 	m.Start()
 
@@ -67,7 +67,7 @@ func TestWatchStopWhileTransitioning(t *testing.T) {
 func TestWatchAsMachineExits(t *testing.T) {
 	spec := loadDefault(t)
 	for i := 0; i < 500; i++ {
-		m := machine.New(spec, machine.Options{Name: t.Name(), Invoker: &instantServer{}, Logger: quiet})
+		m := machine.New(spec, machine.Options{Name: t.Name(), Effects: asEffects{&instantServer{}}, Logger: quiet})
 		var wg sync.WaitGroup
 		var chs []<-chan machine.Transition
 		var mu sync.Mutex

@@ -15,6 +15,7 @@ import (
 // A Result is what a simulation did.
 type Result struct {
 	Scenario    Scenario
+	Spec        *machine.Spec
 	Start       time.Time
 	Transitions []machine.Transition
 	Summary     Summary
@@ -24,7 +25,7 @@ type Result struct {
 type Summary struct {
 	Duration        time.Duration
 	Transitions     int
-	ConnectAttempts int   // connects begun (entries into connecting and half-open)
+	ConnectAttempts int   // connects begun (entries into a state that invokes connect)
 	AttemptsPerHour []int // connects begun in each hour of simulated time
 	Failures        int   // transitions whose cause counts (lost, timeout, expired)
 	// Detect is, for each fault (down, frozen, restart) that found a session up and
@@ -42,22 +43,23 @@ type Summary struct {
 // seed, in virtual time.
 func Run(spec *machine.Spec, pol *machine.Policies, sc Scenario, seed uint64) Result {
 	sc.defaults()
-	w := NewWorld(sc)
+	w := NewWorld(spec, sc)
 	sim := machine.NewSim(spec, machine.SimOptions{World: w, Policies: pol, Rand: rand.New(rand.NewPCG(seed, seed))})
 	start := sim.Now()
 	sim.Post(machine.Event{Trigger: states.Start})
 	sim.RunUntil(start.Add(sc.Duration))
 	trs := sim.Transitions()
-	return Result{Scenario: sc, Start: start, Transitions: trs, Summary: Summarize(sc, start, trs, w.Calls())}
+	return Result{Scenario: sc, Spec: spec, Start: start, Transitions: trs, Summary: Summarize(spec, sc, start, trs, w.Calls())}
 }
 
-// Summarize computes a Summary from a scenario's transitions.
-func Summarize(sc Scenario, start time.Time, trs []machine.Transition, calls CallStats) Summary {
+// Summarize computes a Summary from a scenario's transitions through spec's states:
+// what each state means for calls, and which states connect, are the spec's to say.
+func Summarize(spec *machine.Spec, sc Scenario, start time.Time, trs []machine.Transition, calls CallStats) Summary {
 	s := Summary{Duration: sc.Duration, Transitions: len(trs), Calls: calls, TimeIn: map[states.State]time.Duration{}}
 	end := start.Add(sc.Duration)
 	s.AttemptsPerHour = make([]int, int((sc.Duration+time.Hour-1)/time.Hour))
 	for i, tr := range trs {
-		if tr.To == states.Connecting || tr.To == states.HalfOpen {
+		if info, _ := spec.State(tr.To); info.Invoke == "connect" && tr.From != tr.To {
 			s.ConnectAttempts++
 			if h := int(tr.At.Sub(start) / time.Hour); h < len(s.AttemptsPerHour) {
 				s.AttemptsPerHour[h]++
@@ -77,8 +79,9 @@ func Summarize(sc Scenario, start time.Time, trs []machine.Transition, calls Cal
 	}
 	// Detection and recovery, fault by fault: a fault lasts from a change to down,
 	// frozen or restart until the next change.
+	serves := func(st states.State) bool { return spec.Calls(st) == machine.Serve }
 	before := func(t time.Time) states.State { // the state just before t
-		st := states.Idle
+		st := spec.Initial()
 		for _, tr := range trs {
 			if !tr.At.Before(t) {
 				break
@@ -95,8 +98,8 @@ func Summarize(sc Scenario, start time.Time, trs []machine.Transition, calls Cal
 		}
 		return machine.Transition{}, false
 	}
-	lostSession := func(tr machine.Transition) bool { return tr.From.HasSession() && tr.To == states.TearingDown }
-	ready := func(tr machine.Transition) bool { return tr.To.HasSession() }
+	lostSession := func(tr machine.Transition) bool { return serves(tr.From) && !serves(tr.To) }
+	ready := func(tr machine.Transition) bool { return serves(tr.To) }
 	for i, c := range sc.Timeline {
 		if c.Condition == Up {
 			continue
@@ -106,7 +109,7 @@ func Summarize(sc Scenario, start time.Time, trs []machine.Transition, calls Cal
 		if i+1 < len(sc.Timeline) {
 			until = start.Add(sc.Timeline[i+1].At)
 		}
-		hadSession := before(at).HasSession()
+		hadSession := serves(before(at))
 		lost, found := firstAfter(at, until, lostSession)
 		if found && hadSession {
 			s.Detect = append(s.Detect, lost.At.Sub(at))
@@ -148,9 +151,9 @@ func (r Result) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "time to recover:    %s\n", durs(s.Recover))
 	fmt.Fprintf(w, "calls:              %d made, %d answered, %d failed fast, %d failed\n", s.Calls.Made, s.Calls.Answered, s.Calls.FailedFast, s.Calls.Failed)
 	var parts []string
-	for _, st := range states.AllStates() {
-		if d := s.TimeIn[st]; d > 0 {
-			parts = append(parts, fmt.Sprintf("%s %s (%.1f%%)", st, fmtDur(d), 100*float64(d)/float64(s.Duration)))
+	for _, info := range r.Spec.States() {
+		if d := s.TimeIn[info.Name]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s %s (%.1f%%)", info.Name, fmtDur(d), 100*float64(d)/float64(s.Duration)))
 		}
 	}
 	fmt.Fprintf(w, "time per state:     %s\n", strings.Join(parts, ", "))

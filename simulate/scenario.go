@@ -28,6 +28,8 @@ const (
 	Down    Condition = "down"    // refuses connections; a live stdio session dies
 	Frozen  Condition = "frozen"  // accepts and never answers
 	Restart Condition = "restart" // comes back at once knowing no session (an instant, not a lasting condition)
+	Missing Condition = "missing" // cannot be started or reached as configured (a missing command): retrying cannot help
+	Garbage Condition = "garbage" // answers with what is not MCP
 )
 
 // A Change is the server's condition from an instant on.
@@ -111,6 +113,12 @@ func Builtin() map[string]Scenario {
 			Calls: Calls{Every: 10 * time.Second},
 		},
 		{
+			Name: "missing-command", Description: "A stdio server's command is missing for two hours, then installed; a call every minute.",
+			Duration: 3 * time.Hour, Transport: "stdio",
+			Timeline: []Change{{0, Missing}, {2 * time.Hour, Up}},
+			Calls:    Calls{Every: time.Minute},
+		},
+		{
 			Name: "stdio-crashes", Description: "A stdio server crashes every 20 minutes and is respawned; a call every minute.",
 			Duration: time.Hour, Transport: "stdio",
 			Timeline: []Change{{0, Up}, {20 * time.Minute, Down}, {20*time.Minute + 5*time.Second, Up}, {40 * time.Minute, Down}, {40*time.Minute + 5*time.Second, Up}},
@@ -143,7 +151,7 @@ func BuiltinNames() []string {
 //	transport: http                # or stdio; http by default
 //	timeline:                      # the server's condition from each instant on
 //	  - {at: 0s, server: up}
-//	  - {at: 10m, server: down}    # up, down, frozen, or restart (an instant)
+//	  - {at: 10m, server: down}    # up, down, frozen, restart (an instant), missing or garbage
 //	  - {at: 12m, server: up}
 //	repeat: 10m                    # optional: replay the timeline every 10m
 //	calls: {every: 30s, timeout: 10s, idempotent: false}   # optional
@@ -195,10 +203,10 @@ func Load(name string, data []byte) (Scenario, error) {
 				if v := ch["server"].Value; v != nil {
 					s, _ := r.String(v, "server")
 					switch Condition(s) {
-					case Up, Down, Frozen, Restart:
+					case Up, Down, Frozen, Restart, Missing, Garbage:
 						c.Condition = Condition(s)
 					default:
-						r.Errorf(v, "server %q is not up, down, frozen or restart", s)
+						r.Errorf(v, "server %q is not up, down, frozen, restart, missing or garbage", s)
 					}
 				}
 				sc.Timeline = append(sc.Timeline, c)

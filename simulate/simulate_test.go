@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/simulate"
 	"github.com/mcpfsm/mcpfsm/states"
@@ -46,12 +47,12 @@ func TestSimulationAgreesWithMachine(t *testing.T) {
 				t.Fatalf("the simulation did little: %v", want)
 			}
 			synctest.Test(t, func(t *testing.T) {
-				w := simulate.NewWorld(sc)
+				w := simulate.NewWorld(spec, sc)
 				var mu sync.Mutex
 				var trs []machine.Transition
 				env := &machineEnv{}
 				m := machine.New(spec, machine.Options{
-					Invoker: worldInvoker{w}, Rand: rand.New(rand.NewPCG(42, 42)), Logger: quiet(),
+					Effects: worldEffects{w}, Rand: rand.New(rand.NewPCG(42, 42)), Logger: quiet(),
 					Observer: func(tr machine.Transition) {
 						mu.Lock()
 						trs = append(trs, tr)
@@ -82,13 +83,14 @@ func TestSimulationAgreesWithMachine(t *testing.T) {
 	}
 }
 
-// worldInvoker runs a World's effects for a Machine: each waits out the time the world
-// says it takes.
-type worldInvoker struct{ w *simulate.World }
+// worldEffects runs a World's effects for a Machine, through the same bindings as the
+// Sim: each waits out the time the world says it takes.
+type worldEffects struct{ w *simulate.World }
 
-func (wi worldInvoker) Invoke(ctx context.Context, inv machine.Invocation) machine.Event {
-	ev, took := wi.w.Invoke(inv, time.Now())
-	t := time.NewTimer(took)
+var _ effects.Effects = worldEffects{}
+
+func (we worldEffects) wait(ctx context.Context, ev machine.Event) machine.Event {
+	t := time.NewTimer(ev.Took)
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -97,15 +99,36 @@ func (wi worldInvoker) Invoke(ctx context.Context, inv machine.Invocation) machi
 	return ev
 }
 
+func (we worldEffects) Connect(ctx context.Context, inv machine.Invocation) machine.Event {
+	return we.wait(ctx, we.w.Connect(ctx, inv))
+}
+
+func (we worldEffects) Replace(ctx context.Context, inv machine.Invocation) machine.Event {
+	return we.wait(ctx, we.w.Replace(ctx, inv))
+}
+
+func (we worldEffects) Probe(ctx context.Context, inv machine.Invocation) machine.Event {
+	return we.wait(ctx, we.w.Probe(ctx, inv))
+}
+
+func (we worldEffects) Teardown(ctx context.Context, inv machine.Invocation) machine.Event {
+	return we.wait(ctx, we.w.Teardown(ctx, inv))
+}
+
+func (we worldEffects) Retire(ctx context.Context, inv machine.Invocation) machine.Event {
+	return we.wait(ctx, we.w.Retire(ctx, inv))
+}
+
 // machineEnv is a World's Env over a Machine, with a goroutine per scheduled doing.
 type machineEnv struct {
 	m  *machine.Machine
 	wg sync.WaitGroup
 }
 
-func (e *machineEnv) Now() time.Time        { return time.Now() }
-func (e *machineEnv) State() states.State   { return e.m.State() }
-func (e *machineEnv) Post(ev machine.Event) { e.m.Post(ev) }
+func (e *machineEnv) Now() time.Time          { return time.Now() }
+func (e *machineEnv) State() states.State     { return e.m.State() }
+func (e *machineEnv) Calls() machine.CallMode { return e.m.Calls() }
+func (e *machineEnv) Post(ev machine.Event)   { e.m.Post(ev) }
 func (e *machineEnv) At(at time.Time, fn func()) {
 	if !at.After(time.Now()) {
 		fn() // due already: now, before anything that follows

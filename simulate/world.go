@@ -1,10 +1,12 @@
 package simulate
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 )
@@ -14,13 +16,16 @@ var (
 	errRefused = errors.New("simulated: connection refused")
 	errExited  = errors.New("simulated: the server process exited")
 	errExpired = errors.New("simulated: session not found (the server restarted)")
+	errMissing = errors.New("simulated: exec: no such file or directory")
+	errGarbage = errors.New("simulated: invalid character 'x' looking for beginning of value")
 )
 
 // A World plays a Scenario: it is the server the connection talks to, and the caller
 // that calls through it. It implements machine.World. Its methods are safe for use
 // from a Machine's goroutines.
 type World struct {
-	sc Scenario
+	sc   Scenario
+	spec *machine.Spec
 
 	mu      sync.Mutex
 	env     machine.Env
@@ -45,10 +50,10 @@ type CallStats struct {
 	Failed     int // waited out their timeout, or the connection closed
 }
 
-// NewWorld returns a world that plays sc.
-func NewWorld(sc Scenario) *World {
+// NewWorld returns a world that plays sc against a connection running spec.
+func NewWorld(spec *machine.Spec, sc Scenario) *World {
 	sc.defaults()
-	return &World{sc: sc, cond: Up}
+	return &World{sc: sc, spec: spec, cond: Up}
 }
 
 // Scenario returns the scenario the world plays.
@@ -100,56 +105,82 @@ func (w *World) change(c Condition) {
 	}
 }
 
-// Invoke carries out connect, probe, retire and teardown against the scripted server. It
-// implements machine.World.
-func (w *World) Invoke(inv machine.Invocation, now time.Time) (machine.Event, time.Duration) {
+var _ effects.Effects = (*World)(nil)
+
+// Connect carries out a connect against the scripted server. The World implements
+// effects.Effects: the same bindings as a live connection's.
+func (w *World) Connect(_ context.Context, inv machine.Invocation) machine.Event {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	failFast := time.Millisecond
-	switch inv.Effect {
-	case "connect":
-		switch w.cond {
-		case Down:
-			err := errRefused
-			if w.sc.Transport == "stdio" {
-				err = errExited
-			}
-			return machine.Event{Trigger: states.ConnectFailed, Cause: states.CauseLost, Err: err}, failFast
-		case Frozen:
-			return machine.Event{Trigger: states.ConnectFailed, Cause: states.CauseTimeout, Err: errTimeout(inv)}, inv.Timeout
+	switch w.cond {
+	case Down:
+		err := errRefused
+		if w.sc.Transport == "stdio" {
+			err = errExited
 		}
-		w.nextID++
-		w.session.id, w.session.epoch, w.session.start = w.nextID, w.epoch, now.Add(w.sc.ConnectTime)
-		return machine.Event{Trigger: states.Connected, Session: w.nextID}, w.sc.ConnectTime
-	case "probe":
-		id := w.session.id
-		switch {
-		case w.cond == Frozen:
-			return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseTimeout, Err: errTimeout(inv), Session: id}, inv.Timeout
-		case w.cond == Down:
-			return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errRefused, Session: id}, failFast
-		case w.session.epoch != w.epoch:
-			return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseExpired, Err: errExpired, Session: id}, w.sc.ProbeTime
-		}
-		if age := inv.Policies.MaxSessionAge; age > 0 && now.Sub(w.session.start) >= age {
-			return machine.Event{Trigger: states.Recycle, Session: id}, w.sc.ProbeTime
-		}
-		return machine.Event{Trigger: states.ProbeOK, Session: id}, w.sc.ProbeTime
-	case "teardown":
-		if w.cond == Frozen && w.session.epoch == w.epoch {
-			// A frozen server never answers the close: it is forced at the deadline.
-			return machine.Event{Trigger: states.TornDown, Cause: states.CauseArtifact, Err: errTimeout(inv)}, inv.Timeout
-		}
-		return machine.Event{Trigger: states.TornDown}, w.sc.CloseTime
-	case "retire":
-		// The replaced session: the server it was opened on is the one that is up.
-		if w.cond == Frozen {
-			return machine.Event{Trigger: states.Retired, Cause: states.CauseArtifact, Err: errTimeout(inv)}, inv.Timeout
-		}
-		return machine.Event{Trigger: states.Retired}, w.sc.CloseTime
+		return machine.Event{Trigger: states.ConnectFailed, Cause: states.CauseLost, Err: err, Took: failFast}
+	case Frozen:
+		return machine.Event{Trigger: states.ConnectFailed, Cause: states.CauseTimeout, Err: errTimeout(inv), Took: inv.Timeout}
+	case Missing:
+		return machine.Event{Trigger: states.ConnectFailed, Cause: states.CauseConfig, Err: errMissing, Took: failFast}
+	case Garbage:
+		return machine.Event{Trigger: states.ConnectFailed, Cause: states.CauseProtocol, Err: errGarbage, Took: failFast}
 	}
-	return machine.Event{}, 0
+	w.nextID++
+	w.session.id, w.session.epoch, w.session.start = w.nextID, w.epoch, inv.Now.Add(w.sc.ConnectTime)
+	return machine.Event{Trigger: states.Connected, Session: w.nextID, Took: w.sc.ConnectTime}
 }
+
+// Replace is a connect while a session serves.
+func (w *World) Replace(ctx context.Context, inv machine.Invocation) machine.Event {
+	return w.Connect(ctx, inv)
+}
+
+// Probe carries out a probe against the scripted server.
+func (w *World) Probe(_ context.Context, inv machine.Invocation) machine.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	id := w.session.id
+	switch {
+	case w.cond == Frozen:
+		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseTimeout, Err: errTimeout(inv), Session: id, Took: inv.Timeout}
+	case w.cond == Down || w.cond == Missing:
+		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errRefused, Session: id, Took: failFast}
+	case w.cond == Garbage:
+		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseProtocol, Err: errGarbage, Session: id, Took: failFast}
+	case w.session.epoch != w.epoch:
+		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseExpired, Err: errExpired, Session: id, Took: w.sc.ProbeTime}
+	}
+	if age := inv.Policies.MaxSessionAge; age > 0 && inv.Now.Sub(w.session.start) >= age {
+		return machine.Event{Trigger: states.Recycle, Session: id, Took: w.sc.ProbeTime}
+	}
+	return machine.Event{Trigger: states.ProbeOK, Session: id, Took: w.sc.ProbeTime}
+}
+
+// Teardown closes the session on the scripted server.
+func (w *World) Teardown(_ context.Context, inv machine.Invocation) machine.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cond == Frozen && w.session.epoch == w.epoch {
+		// A frozen server never answers the close: it is forced at the deadline.
+		return machine.Event{Trigger: states.TornDown, Cause: states.CauseArtifact, Err: errTimeout(inv), Took: inv.Timeout}
+	}
+	return machine.Event{Trigger: states.TornDown, Took: w.sc.CloseTime}
+}
+
+// Retire closes the replaced session: the server it was opened on is the one that is
+// up.
+func (w *World) Retire(_ context.Context, inv machine.Invocation) machine.Event {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cond == Frozen {
+		return machine.Event{Trigger: states.Retired, Cause: states.CauseArtifact, Err: errTimeout(inv), Took: inv.Timeout}
+	}
+	return machine.Event{Trigger: states.Retired, Took: w.sc.CloseTime}
+}
+
+// failFast is how long a failure that needs no waiting takes.
+const failFast = time.Millisecond
 
 func errTimeout(inv machine.Invocation) error {
 	return errors.New("simulated: " + inv.Effect + ": no answer within " + inv.Timeout.String() + " (" + inv.TimeoutPolicy + ")")
@@ -159,14 +190,13 @@ func errTimeout(inv machine.Invocation) error {
 func (w *World) call() {
 	w.mu.Lock()
 	env := w.env
-	st := env.State()
 	w.calls.Made++
 	deadline := env.Now().Add(w.sc.Calls.Timeout)
 	var report *machine.Event
-	switch {
-	case st == states.BreakerOpen:
+	switch calls := env.Calls(); {
+	case calls == machine.FailFast:
 		w.calls.FailedFast++
-	case st.HasSession():
+	case calls == machine.Serve:
 		switch {
 		case w.cond == Frozen:
 			// The call hangs until its caller gives up; that says nothing about
@@ -184,7 +214,7 @@ func (w *World) call() {
 		default:
 			w.calls.Answered++
 		}
-	case st.Final():
+	case calls == 0: // final
 		w.calls.Failed++
 	default:
 		w.wait(deadline)
@@ -216,12 +246,12 @@ func (w *World) wait(deadline time.Time) {
 func (w *World) Observe(tr machine.Transition) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch {
-	case tr.To.HasSession():
+	switch w.spec.Calls(tr.To) {
+	case machine.Serve:
 		w.calls.Answered += len(w.waiting)
-	case tr.To == states.BreakerOpen:
+	case machine.FailFast:
 		w.calls.FailedFast += len(w.waiting)
-	case tr.To.Final():
+	case 0: // final
 		w.calls.Failed += len(w.waiting)
 	default:
 		return

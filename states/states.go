@@ -1,81 +1,37 @@
-// Package states is the vocabulary of an MCP connection's lifecycle: the names of its
-// states, of the triggers that move it between them, and of the causes a failure can
-// have. A lifecycle spec (transitions.yaml) may use only these names; what it decides is
-// how they connect.
+// Package states is the vocabulary Go code speaks to a connection's lifecycle: the
+// triggers that effects and callers emit, and the causes a failure can have. The states
+// themselves are data: a lifecycle spec (transitions.yaml) declares them, each with what
+// calls do in it. The constants below name the states of the default spec, for the code
+// and tests that refer to them; nothing in the engine depends on any of them existing.
 //
-// The values are small integers so that they travel through the machine without
-// allocating; their String methods give the names used in YAML, logs and graphs.
+// Triggers and causes are small integers so that they travel through the machine
+// without allocating; their String methods give the names used in YAML, logs and graphs.
 package states
 
-// A State is one of the states a connection can be in.
-type State uint8
+// A State is the name of a state, as a lifecycle spec declares it ("ready",
+// "breaker-open"). Which states exist, and what each means for calls, is the spec's to
+// say.
+type State string
 
-// The states of a connection. The zero State is not a state.
+// The states of the default lifecycle, transitions.yaml.
 const (
-	Idle        State = iota + 1 // not connected, and not trying to be
-	Connecting                   // dialing, initializing and listing tools
-	Ready                        // a live session serves calls
-	Probing                      // a live session serves calls while it is checked
-	Replacing                    // a live session serves calls while a new one connects to take its place
-	Retiring                     // the new session serves calls while the one it replaced finishes and closes
-	TearingDown                  // the session is being closed
-	BackingOff                   // waiting before the next connect attempt
-	BreakerOpen                  // too many failures: calls fail fast until a cooldown ends
-	HalfOpen                     // one trial connect after a cooldown
-	Closed                       // closed for good; final
+	Idle         State = "idle"         // not connected, and not trying to be
+	Connecting   State = "connecting"   // dialing, initializing and restoring the session's state
+	Ready        State = "ready"        // a live session serves calls
+	Probing      State = "probing"      // a live session serves calls while it is checked
+	Replacing    State = "replacing"    // a live session serves calls while a new one connects to take its place
+	Retiring     State = "retiring"     // the new session serves calls while the one it replaced finishes and closes
+	TearingDown  State = "tearing-down" // the session is being closed
+	BackingOff   State = "backing-off"  // waiting before the next connect attempt
+	BreakerOpen  State = "breaker-open" // too many failures: calls fail fast until a cooldown ends
+	HalfOpen     State = "half-open"    // one trial connect after a cooldown
+	Parked       State = "parked"       // a failure retrying cannot fix: calls fail fast, attempts are rare
+	Unauthorized State = "unauthorized" // the server refused our credentials: calls fail fast until they change
+	Closed       State = "closed"       // closed for good; final
 )
 
-var stateNames = [...]string{
-	Idle:        "idle",
-	Connecting:  "connecting",
-	Ready:       "ready",
-	Probing:     "probing",
-	Replacing:   "replacing",
-	Retiring:    "retiring",
-	TearingDown: "tearing-down",
-	BackingOff:  "backing-off",
-	BreakerOpen: "breaker-open",
-	HalfOpen:    "half-open",
-	Closed:      "closed",
-}
-
-// String returns the state's name as written in a spec, such as "breaker-open".
-func (s State) String() string {
-	if int(s) < len(stateNames) && stateNames[s] != "" {
-		return stateNames[s]
-	}
-	return "state(" + itoa(int(s)) + ")"
-}
-
-// MarshalText encodes s as its name, for JSON and other text formats.
-func (s State) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
-
-// Final reports whether nothing can leave s.
-func (s State) Final() bool { return s == Closed }
-
-// HasSession reports whether a connection in s holds a live session that calls may use.
-func (s State) HasSession() bool {
-	return s == Ready || s == Probing || s == Replacing || s == Retiring
-}
-
-// AllStates returns every state in declaration order.
-func AllStates() []State {
-	out := make([]State, 0, len(stateNames)-1)
-	for s := Idle; s <= Closed; s++ {
-		out = append(out, s)
-	}
-	return out
-}
-
-// ParseState returns the state with the given name.
-func ParseState(name string) (State, bool) {
-	for s := Idle; s <= Closed; s++ {
-		if stateNames[s] == name {
-			return s, true
-		}
-	}
-	return 0, false
-}
+// String returns the state's name.
+func (s State) String() string { return string(s) }
 
 // A Trigger is a named event that may move a connection from one state to another.
 // Timed transitions have no Trigger of their own: a spec declares them with "after".
@@ -84,7 +40,7 @@ type Trigger uint8
 // The triggers. The zero Trigger is not a trigger.
 const (
 	Start         Trigger = iota + 1 // begin connecting
-	Connected                        // outcome of connect: the session is initialized and its tools listed
+	Connected                        // outcome of connect: the session is initialized and its state restored
 	ConnectFailed                    // outcome of connect: it did not succeed
 	ProbeOK                          // outcome of probe: the server answered
 	ProbeFailed                      // outcome of probe: the server did not answer in time, or answered wrongly
@@ -93,6 +49,7 @@ const (
 	TornDown                         // outcome of teardown: the session is closed
 	Retired                          // outcome of retire: the replaced session is closed
 	Close                            // close the connection for good
+	Credentials                      // the credentials changed (a login, a new token): worth trying again
 )
 
 var triggerNames = [...]string{
@@ -106,6 +63,7 @@ var triggerNames = [...]string{
 	TornDown:      "torn_down",
 	Retired:       "retired",
 	Close:         "close",
+	Credentials:   "credentials",
 }
 
 // String returns the trigger's name as written in a spec, such as "connect_failed".
@@ -119,7 +77,7 @@ func (t Trigger) String() string {
 // AllTriggers returns every trigger in declaration order.
 func AllTriggers() []Trigger {
 	out := make([]Trigger, 0, len(triggerNames)-1)
-	for t := Start; t <= Close; t++ {
+	for t := Start; int(t) < len(triggerNames); t++ {
 		out = append(out, t)
 	}
 	return out
@@ -127,7 +85,7 @@ func AllTriggers() []Trigger {
 
 // ParseTrigger returns the trigger with the given name.
 func ParseTrigger(name string) (Trigger, bool) {
-	for t := Start; t <= Close; t++ {
+	for t := Start; int(t) < len(triggerNames); t++ {
 		if triggerNames[t] == name {
 			return t, true
 		}
@@ -136,8 +94,9 @@ func ParseTrigger(name string) (Trigger, bool) {
 }
 
 // A Cause is the class of an error, decided once by the classifier in package effects.
-// Only CauseLost, CauseTimeout and CauseExpired are failures of the connection: they count toward the
-// retry budget and the breaker. The others are reported but spend nothing.
+// Only the causes whose Counts method says so are failures of the connection: they
+// count toward the retry budget and the breaker. The others are reported but spend
+// nothing.
 type Cause uint8
 
 // The causes. The zero Cause means there was no error.
@@ -149,8 +108,9 @@ const (
 	CauseExpired        // the server no longer knows the session (HTTP 404 after a restart)
 	CauseServer         // the server or a tool answered with an error: the connection is fine
 	CauseAuth           // the server refused our credentials
-	CauseProtocol       // the server spoke something that is not MCP
+	CauseProtocol       // the server's bytes are not MCP (garbage), or it failed the handshake
 	CauseCanceled       // the caller gave up: not the connection's fault
+	CauseConfig         // the server cannot be run or reached as configured: retrying cannot help
 )
 
 var causeNames = [...]string{
@@ -163,6 +123,7 @@ var causeNames = [...]string{
 	CauseAuth:     "auth",
 	CauseProtocol: "protocol",
 	CauseCanceled: "canceled",
+	CauseConfig:   "config",
 }
 
 // String returns the cause's name, such as "expired".
@@ -173,14 +134,36 @@ func (c Cause) String() string {
 	return "cause(" + itoa(int(c)) + ")"
 }
 
+// MarshalText encodes c as its name, for JSON and other text formats.
+func (c Cause) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// ParseCause returns the cause with the given name.
+func ParseCause(name string) (Cause, bool) {
+	for c := CauseNone; int(c) < len(causeNames); c++ {
+		if causeNames[c] == name {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
 // Counts reports whether c is a failure of the connection, one that spends retry budget
-// and counts toward the breaker.
-func (c Cause) Counts() bool { return c == CauseLost || c == CauseTimeout || c == CauseExpired }
+// and counts toward the breaker: the transport was lost, the server timed out, it forgot
+// the session, or what it sent was not MCP.
+func (c Cause) Counts() bool {
+	return c == CauseLost || c == CauseTimeout || c == CauseExpired || c == CauseProtocol
+}
+
+// Failure reports whether c is a failure at all, counting or not: anything but no
+// error, an artifact of our own teardown, or a caller that gave up.
+func (c Cause) Failure() bool {
+	return c != CauseNone && c != CauseArtifact && c != CauseCanceled
+}
 
 // AllCauses returns every cause, CauseNone first.
 func AllCauses() []Cause {
 	out := make([]Cause, 0, len(causeNames))
-	for c := CauseNone; c <= CauseCanceled; c++ {
+	for c := CauseNone; int(c) < len(causeNames); c++ {
 		out = append(out, c)
 	}
 	return out

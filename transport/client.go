@@ -11,6 +11,9 @@ import (
 type Client interface {
 	CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error)
 	ListTools(ctx context.Context) ([]*mcp.Tool, error)
+	Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error
+	InitializeResult() *mcp.InitializeResult
+	ID() string
 	Probe(ctx context.Context) error
 	Close(ctx context.Context) error
 	Closing() bool

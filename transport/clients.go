@@ -24,6 +24,7 @@ type clientKey struct {
 
 // A sharedClient is a Client and the sessions using it.
 type sharedClient struct {
+	own      bool // the caller's client (Options.MCPClient): not shared here
 	key      clientKey
 	c        *mcp.Client
 	refs     int                             // sessions holding it, under clients.mu
@@ -63,7 +64,7 @@ func acquireClient(impl *mcp.Implementation, tools bool) *sharedClient {
 // notification that arrives before bind (while the session initializes) is not
 // reported: the session's first ListTools comes after it.
 func (sc *sharedClient) bind(cs *mcp.ClientSession, s *Session) {
-	if sc.sessions == nil {
+	if sc.own || sc.sessions == nil {
 		return
 	}
 	clients.mu.Lock()
@@ -74,6 +75,9 @@ func (sc *sharedClient) bind(cs *mcp.ClientSession, s *Session) {
 // release drops a session's hold on the Client, and forgets cs (nil if the session
 // never connected).
 func (sc *sharedClient) release(cs *mcp.ClientSession) {
+	if sc.own {
+		return
+	}
 	clients.mu.Lock()
 	defer clients.mu.Unlock()
 	if cs != nil && sc.sessions != nil {

@@ -17,6 +17,7 @@ const (
 	OpListTools = "list tools" // Session.ListTools
 	OpProbe     = "probe"      // Session.Probe
 	OpClose     = "close"      // Session.Close
+	OpRequest   = "request"    // Session.Request
 	OpEnd       = "end"        // the connection ended by itself (Options.OnEnd)
 )
 

@@ -32,6 +32,10 @@ type Options struct {
 	// which handles notifications in order: it must return promptly (post an
 	// event; the caller coalesces and re-lists).
 	OnToolsChanged func()
+	// MCPClient, if set, is the SDK client to connect with (see NewClient): its
+	// handlers answer what the server sends, and OnToolsChanged is ignored. The ctx
+	// given to Dial flows into its handlers' contexts.
+	MCPClient *mcp.Client
 	// Logger receives the session's own events; discarded if nil. Nothing it
 	// logs contains a secret.
 	Logger *slog.Logger
@@ -296,8 +300,12 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 
 // connect builds the SDK transport for cfg and connects a client over it.
 func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.ClientSession, error) {
-	s.onTools = opts.OnToolsChanged
-	s.client = acquireClient(opts.Client, s.onTools != nil)
+	if opts.MCPClient != nil {
+		s.client = &sharedClient{c: opts.MCPClient, own: true}
+	} else {
+		s.onTools = opts.OnToolsChanged
+		s.client = acquireClient(opts.Client, s.onTools != nil)
+	}
 
 	var inner mcp.Transport
 	var sopts *mcp.ClientSessionOptions

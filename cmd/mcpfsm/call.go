@@ -68,7 +68,7 @@ still printed) or the call failed (the error goes to stderr).`, stderr)
 	}()
 	cctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	res, err := conn.CallTool(cctx, tool, arguments)
+	res, err := conn.CallTool(cctx, &mcp.CallToolParams{Name: tool, Arguments: arguments})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

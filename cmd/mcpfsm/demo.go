@@ -210,7 +210,7 @@ func (d *demo) call(ctx context.Context, conn *mcpfsm.Conn, tool string, args an
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := conn.CallTool(ctx, tool, args)
+	res, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 	took := time.Since(start).Round(time.Millisecond)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -218,9 +218,9 @@ func (d *demo) call(ctx context.Context, conn *mcpfsm.Conn, tool string, args an
 	case err == nil:
 		d.okCalls++
 		fmt.Fprintf(d.out, "   call %s → %s   (%s)\n", tool, resultText(res), took)
-	case errors.Is(err, mcpfsm.ErrBreakerOpen):
+	case errors.Is(err, mcpfsm.ErrUnavailable):
 		d.fastFail++
-		fmt.Fprintf(d.out, "   call %s failed fast in %s: breaker open\n", tool, took)
+		fmt.Fprintf(d.out, "   call %s failed fast in %s: %s\n", tool, took, shorten(err.Error(), 120))
 	default:
 		d.badCalls++
 		fmt.Fprintf(d.out, "   call %s failed after %s: %s\n", tool, took, shorten(err.Error(), 120))
@@ -239,7 +239,7 @@ func (d *demo) wait(ctx context.Context, conn *mcpfsm.Conn, ok func(machine.Tran
 	d.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	_, err := conn.Machine().Wait(ctx, func(states.State) bool {
+	_, err := conn.WaitState(ctx, func(states.State) bool {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		for _, tr := range d.trs[seen:] {

@@ -49,7 +49,7 @@ taken shows how many times it was taken.`, stderr)
 	}
 	var opts machine.GraphOptions
 	if *trace != "" {
-		path, err := readTrace(*trace, *server)
+		path, err := readTrace(spec, *trace, *server)
 		if err != nil {
 			fmt.Fprintln(stderr, "mcpfsm graph:", err)
 			return 1
@@ -68,7 +68,7 @@ taken shows how many times it was taken.`, stderr)
 }
 
 // readTrace reads the transitions of one server from JSON lines.
-func readTrace(file, server string) ([]machine.Transition, error) {
+func readTrace(spec *machine.Spec, file, server string) ([]machine.Transition, error) {
 	var r io.Reader = os.Stdin
 	if file != "-" {
 		f, err := os.Open(file)
@@ -95,10 +95,12 @@ func readTrace(file, server string) ([]machine.Transition, error) {
 		if server != "" && ev.Server != server {
 			continue
 		}
-		from, ok1 := states.ParseState(ev.From)
-		to, ok2 := states.ParseState(ev.To)
-		if !ok1 || !ok2 {
-			return nil, fmt.Errorf("%s: object %d: unknown state %q or %q", file, line, ev.From, ev.To)
+		from, to := states.State(ev.From), states.State(ev.To)
+		if _, ok1 := spec.State(from); !ok1 {
+			return nil, fmt.Errorf("%s: object %d: state %q is not in the lifecycle drawn", file, line, ev.From)
+		}
+		if _, ok2 := spec.State(to); !ok2 {
+			return nil, fmt.Errorf("%s: object %d: state %q is not in the lifecycle drawn", file, line, ev.To)
 		}
 		out = append(out, machine.Transition{At: ev.Time, From: from, To: to, Trigger: ev.Trigger})
 	}

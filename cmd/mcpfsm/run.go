@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -87,7 +88,7 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 	if *history {
 		histories = map[string][]machine.Transition{}
 		for _, name := range m.Servers() {
-			histories[name] = m.Conn(name).Machine().History()
+			histories[name] = m.Conn(name).History()
 		}
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -210,7 +211,7 @@ func (p *eventPrinter) summary(histories map[string][]machine.Transition) {
 	for _, name := range sortedNames(p.stats) {
 		st := p.stats[name]
 		var parts []string
-		for _, s := range states.AllStates() {
+		for _, s := range sortedStates(st.timeIn) {
 			if d := st.timeIn[s]; d > 0 {
 				parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Millisecond)))
 			}
@@ -233,5 +234,15 @@ func sortedNames[V any](m map[string]V) []string {
 		out = append(out, k)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// sortedStates returns the states of a time-in map, by name.
+func sortedStates(m map[states.State]time.Duration) []states.State {
+	out := make([]states.State, 0, len(m))
+	for s := range m {
+		out = append(out, s)
+	}
+	slices.Sort(out)
 	return out
 }

@@ -1,0 +1,449 @@
+package mcpfsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/effects"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// This file is the one call path: every request a Conn sends goes through call, which
+// acquires a session (waiting, or failing fast, as the state's call mode says), sends
+// the request, classifies a failure and reports it to the machine, and retries once on
+// the next session when effects.Judge says the request may be sent again.
+
+// A request is one kind of request, as the call path sees it.
+type request struct {
+	method string // as on the wire, such as "tools/call"
+	name   string // the tool, prompt or URI it is about, for errors
+	rule   effects.Retry
+	// tool, for tools/call: the retry rule is read from the tool's annotations on
+	// the session the call is sent on.
+	tool bool
+}
+
+// call sends a request through the connection: see the file's comment. run sends it
+// on one session.
+func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.Context, s *session) (T, error)) (T, error) {
+	var zero T
+	var failed *session // the session a first attempt failed on
+	var first *CallError
+	rep := reportFrom(ctx)
+	if lv := c.levelMeta.Load(); lv != nil {
+		ctx = context.WithValue(ctx, levelKey{}, *lv)
+	}
+	for {
+		s, st, err := c.acquire(ctx, failed)
+		if err != nil {
+			return zero, c.noSession(r, st, err, first)
+		}
+		res, err := run(ctx, s)
+		ownClose := s.ownClose()
+		c.release(s)
+		if rep != nil {
+			rep.Attempts++
+		}
+		if err == nil {
+			s.answered.Store(time.Now().UnixNano())
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			// The caller gave up; that says nothing about the connection.
+			return zero, &CallError{Server: c.name, Method: r.method, Name: r.name, State: st, Cause: states.CauseCanceled, Retried: failed != nil, Err: err}
+		}
+		rule := r.rule
+		if r.tool {
+			rule = toolRule(s, r.name)
+		}
+		v := effects.Judge(err, ownClose, rule)
+		if v.Cause == states.CauseServer {
+			s.answered.Store(time.Now().UnixNano()) // an answer all the same
+		}
+		c.report(s, v.Cause, err)
+		if v.MayHaveRun {
+			err = fmt.Errorf("%w: %w", ErrMayHaveRun, err)
+		}
+		ce := &CallError{Server: c.name, Method: r.method, Name: r.name, State: st, Cause: v.Cause, Retried: failed != nil, Err: err}
+		if failed != nil || !v.Retry {
+			return zero, ce
+		}
+		if rep != nil {
+			rep.First = ce
+		}
+		failed, first = s, ce
+	}
+}
+
+// toolRule returns the retry rule of a call of the named tool on s: safe if the tool is
+// annotated read-only or idempotent.
+func toolRule(s *session, name string) effects.Retry {
+	if p := s.tools.items.Load(); p != nil {
+		for _, t := range *p {
+			if t.Name == name && t.Annotations != nil && (t.Annotations.ReadOnlyHint || t.Annotations.IdempotentHint) {
+				return effects.RetrySafe
+			}
+		}
+	}
+	return effects.RetryIfNotRun
+}
+
+// acquire returns a session to send on, counted in flight, other than avoid, and the
+// state it was acquired in: at once if one is up, else once the machine has one. It
+// fails fast in a state whose calls fail fast, unless a reconnect asked for is about
+// to move the machine.
+func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.State, error) {
+	if s := c.tryAcquire(); s != nil {
+		if s != avoid {
+			return s, c.m.State(), nil
+		}
+		c.release(s)
+	}
+	for {
+		st, err := c.m.Wait(ctx, func(st states.State) bool {
+			cur := c.current.Load()
+			return cur != nil && cur != avoid || c.spec.Calls(st) == machine.FailFast && !c.m.Reconnecting()
+		})
+		switch {
+		case errors.Is(err, machine.ErrClosed):
+			return nil, st, ErrClosed
+		case err != nil:
+			return nil, st, &notReadyError{ctxErr: err, last: c.m.LastFailure()}
+		}
+		if s := c.tryAcquire(); s != nil {
+			if s != avoid {
+				return s, st, nil
+			}
+			c.release(s)
+			continue
+		}
+		if c.spec.Calls(st) == machine.FailFast && !c.m.Reconnecting() {
+			return nil, st, &unavailableError{state: st, last: c.m.LastFailure()}
+		}
+	}
+}
+
+// noSession is the error of a request that found no session to run on: err says why.
+// When a first attempt had failed and this was to be the retry, the request ran once,
+// not twice: the error is the first attempt's, with why it was not retried.
+func (c *Conn) noSession(r request, st states.State, err error, first *CallError) error {
+	if first != nil {
+		first.Err = fmt.Errorf("%w (not retried: %w)", first.Err, err)
+		return first
+	}
+	cause := states.CauseNone
+	switch {
+	case errors.Is(err, ErrNotReady):
+		cause = states.CauseCanceled
+	case errors.Is(err, ErrUnavailable):
+		if f := c.m.LastFailure(); f != nil {
+			cause = f.Cause
+		}
+	}
+	return &CallError{Server: c.name, Method: r.method, Name: r.name, State: st, Cause: cause, Err: err, unsent: true}
+}
+
+// A CallReport says how a request went through a connection; ask for one with
+// WithReport.
+type CallReport struct {
+	// Attempts is how many times the request was sent: 2 if it was retried on a new
+	// session.
+	Attempts int
+	// First is the error of the first attempt when the request was retried (whatever
+	// became of the retry).
+	First error
+}
+
+type reportKey struct{}
+
+// WithReport returns a context under which a Conn's request fills r with how it went:
+// whether it was retried on a new session, and why.
+func WithReport(ctx context.Context, r *CallReport) context.Context {
+	return context.WithValue(ctx, reportKey{}, r)
+}
+
+func reportFrom(ctx context.Context) *CallReport {
+	r, _ := ctx.Value(reportKey{}).(*CallReport)
+	return r
+}
+
+type progressKey struct{}
+
+// WithProgress returns a context under which a Conn's CallTool asks the server for
+// progress notifications and hands them to f (as well as to Handlers.Progress). A call
+// that is retried on a new session keeps its progress token, so f sees the retry's
+// progress too. f must return promptly.
+func WithProgress(ctx context.Context, f func(*mcp.ProgressNotificationParams)) context.Context {
+	return context.WithValue(ctx, progressKey{}, f)
+}
+
+// CallTool calls a tool, waiting for a session if none is up. Arguments nil are sent
+// as {} (servers written with the TypeScript SDK reject null). p is not modified.
+//
+// A tool that fails returns a result with IsError set and a nil error: that is the
+// tool's answer, and it says nothing about the connection. An error is a *CallError. A
+// call that fails because the session broke is reported to the machine (once per
+// session), which replaces the session; the call is then retried once on the next
+// session if the server cannot have run it (the session had expired: HTTP 404, or the
+// server could not be reached at all) or if the tool is annotated readOnlyHint or
+// idempotentHint. Otherwise the error wraps ErrMayHaveRun: a non-idempotent call is
+// never run twice. Every call returns before its context ends.
+func (c *Conn) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	var cp mcp.CallToolParams
+	if p != nil {
+		cp = *p
+	}
+	if cp.Arguments == nil {
+		cp.Arguments = map[string]any{}
+	}
+	if f, ok := ctx.Value(progressKey{}).(func(*mcp.ProgressNotificationParams)); ok && f != nil {
+		token := fmt.Sprintf("mcpfsm-%s-%d", c.name, c.progressID.Add(1))
+		cp.Meta = cloneMeta(cp.Meta)
+		cp.SetProgressToken(token)
+		c.progress.Store(token, f)
+		defer c.progress.Delete(token)
+	}
+	return call(ctx, c, request{method: "tools/call", name: cp.Name, tool: true}, func(ctx context.Context, s *session) (*mcp.CallToolResult, error) {
+		return s.s.CallTool(ctx, &cp)
+	})
+}
+
+func cloneMeta(m mcp.Meta) mcp.Meta {
+	out := make(mcp.Meta, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// send is the call path for the requests that are reads (safe to send again): it runs
+// f on the session's SDK session.
+func send[R any](ctx context.Context, c *Conn, method, name string, rule effects.Retry, f func(ctx context.Context, cs *mcp.ClientSession) (R, error)) (R, error) {
+	return call(ctx, c, request{method: method, name: name, rule: rule}, func(ctx context.Context, s *session) (R, error) {
+		var res R
+		err := s.s.Request(ctx, transport.OpRequest, name, func(ctx context.Context, cs *mcp.ClientSession) error {
+			var err error
+			res, err = f(ctx, cs)
+			return err
+		})
+		return res, err
+	})
+}
+
+// ListTools lists one page of the server's tools (params may be nil: the first page).
+// Tools walks every page.
+func (c *Conn) ListTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.ListToolsResult, error) {
+	return send(ctx, c, "tools/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
+		return cs.ListTools(ctx, orEmpty(p))
+	})
+}
+
+// Tools iterates over every tool of the server, page by page (each page a request
+// through the call path), for at most transport.MaxListPages pages.
+func (c *Conn) Tools(ctx context.Context, p *mcp.ListToolsParams) iter.Seq2[*mcp.Tool, error] {
+	return pages(ctx, orEmpty(p), func(ctx context.Context, p *mcp.ListToolsParams) ([]*mcp.Tool, string, error) {
+		res, err := c.ListTools(ctx, p)
+		if err != nil {
+			return nil, "", err
+		}
+		return res.Tools, res.NextCursor, nil
+	}, func(p *mcp.ListToolsParams, cursor string) { p.Cursor = cursor })
+}
+
+// ListPrompts lists one page of the server's prompts. Prompts walks every page.
+func (c *Conn) ListPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
+	return send(ctx, c, "prompts/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
+		return cs.ListPrompts(ctx, orEmpty(p))
+	})
+}
+
+// Prompts iterates over every prompt of the server, page by page.
+func (c *Conn) Prompts(ctx context.Context, p *mcp.ListPromptsParams) iter.Seq2[*mcp.Prompt, error] {
+	return pages(ctx, orEmpty(p), func(ctx context.Context, p *mcp.ListPromptsParams) ([]*mcp.Prompt, string, error) {
+		res, err := c.ListPrompts(ctx, p)
+		if err != nil {
+			return nil, "", err
+		}
+		return res.Prompts, res.NextCursor, nil
+	}, func(p *mcp.ListPromptsParams, cursor string) { p.Cursor = cursor })
+}
+
+// GetPrompt gets a prompt.
+func (c *Conn) GetPrompt(ctx context.Context, p *mcp.GetPromptParams) (*mcp.GetPromptResult, error) {
+	name := ""
+	if p != nil {
+		name = p.Name
+	}
+	return send(ctx, c, "prompts/get", name, effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.GetPromptResult, error) {
+		return cs.GetPrompt(ctx, p)
+	})
+}
+
+// ListResources lists one page of the server's resources. Resources walks every page.
+func (c *Conn) ListResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
+	return send(ctx, c, "resources/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
+		return cs.ListResources(ctx, orEmpty(p))
+	})
+}
+
+// Resources iterates over every resource of the server, page by page.
+func (c *Conn) Resources(ctx context.Context, p *mcp.ListResourcesParams) iter.Seq2[*mcp.Resource, error] {
+	return pages(ctx, orEmpty(p), func(ctx context.Context, p *mcp.ListResourcesParams) ([]*mcp.Resource, string, error) {
+		res, err := c.ListResources(ctx, p)
+		if err != nil {
+			return nil, "", err
+		}
+		return res.Resources, res.NextCursor, nil
+	}, func(p *mcp.ListResourcesParams, cursor string) { p.Cursor = cursor })
+}
+
+// ListResourceTemplates lists one page of the server's resource templates.
+// ResourceTemplates walks every page.
+func (c *Conn) ListResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
+	return send(ctx, c, "resources/templates/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
+		return cs.ListResourceTemplates(ctx, orEmpty(p))
+	})
+}
+
+// ResourceTemplates iterates over every resource template of the server, page by page.
+func (c *Conn) ResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) iter.Seq2[*mcp.ResourceTemplate, error] {
+	return pages(ctx, orEmpty(p), func(ctx context.Context, p *mcp.ListResourceTemplatesParams) ([]*mcp.ResourceTemplate, string, error) {
+		res, err := c.ListResourceTemplates(ctx, p)
+		if err != nil {
+			return nil, "", err
+		}
+		return res.ResourceTemplates, res.NextCursor, nil
+	}, func(p *mcp.ListResourceTemplatesParams, cursor string) { p.Cursor = cursor })
+}
+
+// ReadResource reads a resource.
+func (c *Conn) ReadResource(ctx context.Context, p *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
+	uri := ""
+	if p != nil {
+		uri = p.URI
+	}
+	return send(ctx, c, "resources/read", uri, effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
+		return cs.ReadResource(ctx, p)
+	})
+}
+
+// Complete asks the server to complete an argument of a prompt or a resource template.
+func (c *Conn) Complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.CompleteResult, error) {
+	return send(ctx, c, "completion/complete", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CompleteResult, error) {
+		return cs.Complete(ctx, p)
+	})
+}
+
+// Ping checks the server answers, through the call path (a probe is the machine's own
+// business; see the lifecycle's keepalive).
+func (c *Conn) Ping(ctx context.Context, p *mcp.PingParams) error {
+	_, err := send(ctx, c, "ping", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (struct{}, error) {
+		return struct{}{}, cs.Ping(ctx, p)
+	})
+	return err
+}
+
+// orEmpty returns p, or a new zero P when p is nil.
+func orEmpty[P any](p *P) *P {
+	if p == nil {
+		return new(P)
+	}
+	return p
+}
+
+// pages iterates over a paginated list, following cursors, for at most
+// transport.MaxListPages pages and transport.MaxListItems items; a server that repeats
+// a cursor, or keeps going past the caps, ends the iteration with an error.
+func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *P) ([]T, string, error), setCursor func(*P, string)) iter.Seq2[T, error] {
+	return func(yield func(T, error) bool) {
+		var zero T
+		p := *first
+		seen := map[string]bool{}
+		items := 0
+		for n := 0; ; n++ {
+			if n >= transport.MaxListPages {
+				yield(zero, fmt.Errorf("%w: more than %d pages", transport.ErrListTooLong, transport.MaxListPages))
+				return
+			}
+			list, next, err := page(ctx, &p)
+			if err != nil {
+				yield(zero, err)
+				return
+			}
+			for _, it := range list {
+				if items++; items > transport.MaxListItems {
+					yield(zero, fmt.Errorf("%w: more than %d items", transport.ErrListTooLong, transport.MaxListItems))
+					return
+				}
+				if !yield(it, nil) {
+					return
+				}
+			}
+			if next == "" {
+				return
+			}
+			if seen[next] {
+				yield(zero, fmt.Errorf("%w: the server repeated the cursor %q", transport.ErrListTooLong, capText(next, 64)))
+				return
+			}
+			seen[next] = true
+			setCursor(&p, next)
+		}
+	}
+}
+
+// listAll lists every page of a list on one session (the connect effect's own
+// listing, and re-lists: not through the call path).
+func listAll[T any](ctx context.Context, s *session, method string, page func(context.Context, *mcp.ClientSession, string) ([]T, string, error)) ([]T, error) {
+	var out []T
+	err := s.s.Request(ctx, transport.OpRequest, method, func(ctx context.Context, cs *mcp.ClientSession) error {
+		for item, err := range pages(ctx, new(struct{ cursor string }), func(ctx context.Context, p *struct{ cursor string }) ([]T, string, error) {
+			return page(ctx, cs, p.cursor)
+		}, func(p *struct{ cursor string }, c string) { p.cursor = c }) {
+			if err != nil {
+				return err
+			}
+			out = append(out, item)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func listPromptsPage(ctx context.Context, cs *mcp.ClientSession, cursor string) ([]*mcp.Prompt, string, error) {
+	res, err := cs.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: cursor})
+	if err != nil {
+		return nil, "", err
+	}
+	return res.Prompts, res.NextCursor, nil
+}
+
+// listResources lists every resource and resource template of s's server.
+func listResources(ctx context.Context, s *session) (resourceList, error) {
+	var l resourceList
+	var err error
+	l.resources, err = listAll(ctx, s, "resources/list", func(ctx context.Context, cs *mcp.ClientSession, cursor string) ([]*mcp.Resource, string, error) {
+		res, err := cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		return res.Resources, res.NextCursor, nil
+	})
+	if err != nil {
+		return l, err
+	}
+	l.templates, err = listAll(ctx, s, "resources/templates/list", func(ctx context.Context, cs *mcp.ClientSession, cursor string) ([]*mcp.ResourceTemplate, string, error) {
+		res, err := cs.ListResourceTemplates(ctx, &mcp.ListResourceTemplatesParams{Cursor: cursor})
+		if err != nil {
+			return nil, "", err
+		}
+		return res.ResourceTemplates, res.NextCursor, nil
+	})
+	return l, err
+}

@@ -1,0 +1,610 @@
+package mcpfsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/effects"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// This file is the half of a Conn that owns its sessions: the invoked effects of the
+// lifecycle (effects.Effects), which open, check and close sessions on the machine's
+// owner, one at a time. Other goroutines (a session's end, a call that finds its
+// session broken) only report to the machine; calls read the current session.
+
+// A session is one live SDK session of a Conn, as calls see it.
+type session struct {
+	id    uint64 // unique within its Conn, from 1
+	conn  *Conn
+	s     transport.Client
+	start time.Time
+
+	reported atomic.Bool  // a failure of this session has been reported to the machine
+	inflight atomic.Int64 // calls in flight on it
+	draining atomic.Bool  // no new call may start on it
+	drained  chan struct{}
+	answered atomic.Int64 // UnixNano of the last answer a caller's request got on it
+
+	tools     relister[[]*mcp.Tool]
+	prompts   relister[[]*mcp.Prompt]
+	resources relister[resourceList]
+}
+
+// resourceList is a server's resources and resource templates, listed together: a
+// resources/list_changed notification may concern either.
+type resourceList struct {
+	resources []*mcp.Resource
+	templates []*mcp.ResourceTemplate
+}
+
+// sessionKey keys the session in the context given to Dial, which the SDK hands on to
+// every handler of the session's notifications and requests: that is how a shared
+// SDK client finds the connection a message came for.
+type sessionKey struct{}
+
+func sessionFrom(ctx context.Context) *session {
+	s, _ := ctx.Value(sessionKey{}).(*session)
+	return s
+}
+
+// release ends a call counted by tryAcquire.
+func (c *Conn) release(s *session) {
+	if s.inflight.Add(-1) == 0 && s.draining.Load() {
+		select {
+		case s.drained <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// tryAcquire returns the current session with a call counted in flight on it, or nil
+// if there is none or it is being torn down. The caller must release it.
+func (c *Conn) tryAcquire() *session {
+	s := c.current.Load()
+	if s == nil {
+		return nil
+	}
+	s.inflight.Add(1)
+	// Counted before looking again: a teardown that stored nil and set draining
+	// after this either sees the count and waits, or is seen here.
+	if s.draining.Load() || c.current.Load() != s {
+		c.release(s)
+		return nil
+	}
+	return s
+}
+
+// ownClose reports whether an error a call got on s now is an artifact of our own
+// close: s is being closed, and not because it failed (a failure was reported, by the
+// session's end, a probe or a call, before the teardown it set off).
+func (s *session) ownClose() bool { return s.s.Closing() && !s.reported.Load() }
+
+// report tells the machine that s is broken, with the cause the classifier gave err.
+// Only the first report of a session is posted; only a cause that counts is a report.
+func (c *Conn) report(s *session, cause states.Cause, err error) {
+	if !cause.Counts() || !s.reported.CompareAndSwap(false, true) {
+		return
+	}
+	c.m.Post(machine.Event{Trigger: states.Lost, Cause: cause, Err: err, Session: s.id})
+}
+
+// lifecycle is the side of a Conn that its machine drives: it implements
+// effects.Effects, whose methods the machine's owner calls, one at a time. (A type of
+// its own, so that the effects are not methods of the exported Conn.)
+type lifecycle Conn
+
+var _ effects.Effects = (*lifecycle)(nil)
+
+// Connect opens the connection's first session, or its next after a teardown.
+func (l *lifecycle) Connect(ctx context.Context, inv machine.Invocation) machine.Event {
+	return (*Conn)(l).connect(ctx, inv)
+}
+
+// Replace opens a session while the current one serves (make before break); connect
+// leaves the one it replaces for Retire.
+func (l *lifecycle) Replace(ctx context.Context, inv machine.Invocation) machine.Event {
+	return (*Conn)(l).connect(ctx, inv)
+}
+
+// Probe, Teardown and Retire: see the Conn methods of the same names in lower case.
+func (l *lifecycle) Probe(ctx context.Context, inv machine.Invocation) machine.Event {
+	return (*Conn)(l).probe(ctx, inv)
+}
+
+// Teardown closes the live session.
+func (l *lifecycle) Teardown(ctx context.Context, inv machine.Invocation) machine.Event {
+	return (*Conn)(l).teardown(ctx, inv)
+}
+
+// Retire closes the replaced session.
+func (l *lifecycle) Retire(ctx context.Context, inv machine.Invocation) machine.Event {
+	return (*Conn)(l).retire(ctx, inv)
+}
+
+// connect dials, initializes, lists what is listened for and restores the session
+// state, then makes the new session the one calls use. A live session it replaces is
+// left for retire.
+func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Event {
+	v := c.cfg.Load()
+	c.nextID++
+	s := &session{id: c.nextID, conn: c, drained: make(chan struct{}, 1)}
+	ev := c.open(context.WithValue(ctx, sessionKey{}, s), inv, v.cfg, s)
+	c.last.Store(&attempt{gen: v.gen, err: ev.Err})
+	return ev
+}
+
+func (c *Conn) open(ctx context.Context, inv machine.Invocation, cfg transport.Config, s *session) machine.Event {
+	ts, err := c.opts.dial(ctx, cfg, transport.Options{
+		MCPClient: c.client,
+		Logger:    c.opts.Logger,
+		OnEnd:     func(err error) { c.report(s, endCause(err), err) },
+	})
+	if err != nil {
+		return c.connectFailed(ctx, inv, err)
+	}
+	s.s, s.start = ts, time.Now()
+	if c.opts.onOpen != nil {
+		c.opts.onOpen(s)
+	}
+	lists, err := c.list(ctx, s)
+	if err == nil {
+		err = c.restoreAndSwap(ctx, s, lists)
+	}
+	if err != nil {
+		ev := c.connectFailed(ctx, inv, err)
+		c.closeNow(ctx, s)
+		return ev
+	}
+	return machine.Event{Trigger: states.Connected, Session: s.id}
+}
+
+// connectFailed is the outcome of a connect that failed with err. A server that
+// answered the handshake or the restore with an error, or with something that is not
+// MCP, failed the connect all the same: that is a protocol failure, and it counts.
+func (c *Conn) connectFailed(ctx context.Context, inv machine.Invocation, err error) machine.Event {
+	cause, err := effects.ClassifyEffect(ctx, inv, err, false)
+	if cause == states.CauseServer {
+		cause, err = states.CauseProtocol, &handshakeError{err}
+	}
+	return machine.Event{Trigger: states.ConnectFailed, Cause: cause, Err: err}
+}
+
+// handshakeError is a server's error answer that failed a connect.
+type handshakeError struct{ err error }
+
+func (e *handshakeError) Error() string { return "the server failed the handshake: " + e.err.Error() }
+func (e *handshakeError) Unwrap() error { return e.err }
+
+// listing is what a connect listed of a new session.
+type listing struct {
+	tools     []*mcp.Tool
+	prompts   []*mcp.Prompt
+	resources *resourceList
+}
+
+// list lists the new session's tools, and its prompts and resources if someone listens
+// for them (a handler is set) and the server has them.
+func (c *Conn) list(ctx context.Context, s *session) (listing, error) {
+	var l listing
+	tools, err := s.s.ListTools(ctx)
+	if err != nil {
+		return l, err
+	}
+	l.tools = tools
+	caps := serverCaps(s)
+	if c.hs.PromptsChanged != nil && caps.Prompts != nil {
+		if l.prompts, err = listAll(ctx, s, "prompts/list", listPromptsPage); err != nil {
+			return l, err
+		}
+	}
+	if c.hs.ResourcesChanged != nil && caps.Resources != nil {
+		rl, err := listResources(ctx, s)
+		if err != nil {
+			return l, err
+		}
+		l.resources = &rl
+	}
+	return l, nil
+}
+
+// serverCaps returns what the server of s said it can do.
+func serverCaps(s *session) *mcp.ServerCapabilities {
+	if r := s.s.InitializeResult(); r != nil && r.Capabilities != nil {
+		return r.Capabilities
+	}
+	return &mcp.ServerCapabilities{}
+}
+
+// restoreAndSwap re-establishes on s what the user established on the connection's
+// sessions (the log level, the resource subscriptions), then makes s the session calls
+// use and delivers its lists, if they changed, to the handlers. Both happen under the
+// session state's lock, so that a change the user makes meanwhile is either restored
+// here or, once recorded after the swap, followed up on s (see Conn.changeState). After
+// a reconnect, every subscribed resource is reported updated once: an update may have
+// been missed while no session was up.
+func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error {
+	c.stateMu.Lock()
+	level, subs := c.level, c.subscribedLocked()
+	if err := c.restore(ctx, s, level, subs); err != nil {
+		c.stateMu.Unlock()
+		return err
+	}
+	s.tools.items.Store(&l.tools)
+	if l.prompts != nil {
+		s.prompts.items.Store(&l.prompts)
+	}
+	if l.resources != nil {
+		s.resources.items.Store(l.resources)
+	}
+	c.listMu.Lock() // no re-list of the old session delivers its lists after these
+	old := c.current.Swap(s)
+	c.deliverTools(l.tools)
+	if l.prompts != nil {
+		c.deliverPrompts(l.prompts)
+	}
+	if l.resources != nil {
+		c.deliverResources(*l.resources)
+	}
+	c.listMu.Unlock()
+	c.stateMu.Unlock()
+	if old != nil {
+		// Make before break: calls move to the new session now; the old one
+		// finishes those in flight and is closed by retire (or teardown).
+		old.draining.Store(true)
+		old.tools.close()
+		old.prompts.close()
+		old.resources.close()
+		c.closeRetired(ctx) // one that a spec without retire left open
+		c.retired = old
+	}
+	for _, r := range []interface{ start(*Conn, *session) }{&s.tools, &s.prompts, &s.resources} {
+		r.start(c, s) // for a change that came while connecting
+	}
+	if s.id > 1 && c.hs.ResourceUpdated != nil {
+		for _, uri := range subs {
+			c.hs.ResourceUpdated(context.WithoutCancel(ctx), &mcp.ResourceUpdatedNotificationParams{URI: uri})
+		}
+	}
+	return nil
+}
+
+// restore sets level and subscribes to subs on s. A failure is the new session's: it
+// does not become the one calls use.
+func (c *Conn) restore(ctx context.Context, s *session, level mcp.LoggingLevel, subs []string) error {
+	if level != "" {
+		err := s.s.Request(ctx, transport.OpRequest, "logging/setLevel", func(ctx context.Context, cs *mcp.ClientSession) error {
+			return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+		})
+		if err != nil {
+			return &restoreError{what: fmt.Sprintf("log level %q", level), err: err}
+		}
+	}
+	return forEachLimit(ctx, subs, restoreParallel, func(ctx context.Context, uri string) error {
+		err := s.s.Request(ctx, transport.OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
+			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+		})
+		if err != nil {
+			return &restoreError{what: fmt.Sprintf("subscription to %q", uri), err: err}
+		}
+		return nil
+	})
+}
+
+// restoreParallel is how many subscriptions a restore sends at once.
+const restoreParallel = 8
+
+// restoreError is a failure to restore part of the session state on a new session.
+type restoreError struct {
+	what string
+	err  error
+}
+
+func (e *restoreError) Error() string { return "restoring the " + e.what + ": " + e.err.Error() }
+func (e *restoreError) Unwrap() error { return e.err }
+
+// forEachLimit runs fn on every item, at most n at once, and returns the first error
+// (the others stop once they see ctx end).
+func forEachLimit[T any](ctx context.Context, items []T, n int, fn func(context.Context, T) error) error {
+	if len(items) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+		sem   = make(chan struct{}, n)
+	)
+	for _, it := range items {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(ctx, it); err != nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		})
+	}
+	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = context.Cause(ctx)
+	}
+	return first
+}
+
+// probe checks the live session with a request that reaches the server, unless a
+// caller's request got an answer on it within the keepalive interval (traffic proves
+// the server alive); if it answered, a session older than max_session_age is recycled.
+// The check comes first even then: a session whose replacement cannot be opened serves
+// on, and must still be found dead if its server dies.
+func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event {
+	s := c.current.Load()
+	if s == nil {
+		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errNoSession}
+	}
+	healthy := machine.Event{Trigger: states.ProbeOK, Session: s.id}
+	if age := inv.Policies.MaxSessionAge; age > 0 && time.Since(s.start) >= age {
+		healthy.Trigger = states.Recycle
+	}
+	if every := inv.Policies.KeepaliveInterval; every > 0 && time.Since(time.Unix(0, s.answered.Load())) < every {
+		return healthy
+	}
+	err := s.s.Probe(ctx)
+	if err == nil {
+		return healthy
+	}
+	cause, err := effects.ClassifyEffect(ctx, inv, err, false)
+	if cause == states.CauseServer {
+		// The server answered, with an error: the connection works.
+		return healthy
+	}
+	s.reported.Store(true) // the probe reports it; calls need not
+	return machine.Event{Trigger: states.ProbeFailed, Cause: cause, Err: err, Session: s.id}
+}
+
+var errNoSession = errors.New("no session")
+
+// endCause classifies the error a session ended with by itself. Whatever it says, the
+// session is gone: an end that classifies as no failure that counts (a server or
+// protocol error, a clean exit) is still the transport lost, or the machine would wait
+// for a probe or a call to find out.
+func endCause(err error) states.Cause {
+	if c := effects.Classify(err, false); c.Counts() {
+		return c
+	}
+	return states.CauseLost
+}
+
+// retire closes the session Replace replaced, once the calls in flight on it have
+// finished (for up to half of teardown_timeout). Like a planned teardown's, its error
+// counts only if it holds a real failure.
+func (c *Conn) retire(ctx context.Context, inv machine.Invocation) machine.Event {
+	s := c.retired
+	c.retired = nil
+	if s == nil {
+		return machine.Event{Trigger: states.Retired}
+	}
+	drain(ctx, s, inv.Policies.TeardownTimeout/2)
+	cause, err := effects.CloseOutcome(ctx, inv, c.closeNow(ctx, s))
+	return machine.Event{Trigger: states.Retired, Cause: cause, Err: err}
+}
+
+// closeRetired closes the session connect replaced at once, if retire has not.
+func (c *Conn) closeRetired(ctx context.Context) {
+	if s := c.retired; s != nil {
+		c.retired = nil
+		_ = c.closeNow(ctx, s)
+	}
+}
+
+// drain waits, for up to d or until ctx ends, for the calls in flight on s to finish.
+// s is draining: no new call starts on it.
+func drain(ctx context.Context, s *session, d time.Duration) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for s.inflight.Load() > 0 && ctx.Err() == nil {
+		select {
+		case <-s.drained:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// teardown closes the current session, and the session it replaced if that one has
+// not been retired (Close came first). A planned teardown first lets the calls in
+// flight finish (for up to half of teardown_timeout) while new calls wait for the next
+// session. Its error counts only if the teardown was planned and the error holds a real
+// failure: after a failure, the failure was counted when it was found.
+func (c *Conn) teardown(ctx context.Context, inv machine.Invocation) machine.Event {
+	c.closeRetired(ctx)
+	s := c.current.Swap(nil)
+	if s == nil {
+		return machine.Event{Trigger: states.TornDown}
+	}
+	s.draining.Store(true)
+	if inv.Vars.Planned {
+		drain(ctx, s, inv.Policies.TeardownTimeout/2)
+	}
+	cause, err := effects.CloseOutcome(ctx, inv, c.closeNow(ctx, s))
+	if !inv.Vars.Planned && cause != states.CauseNone {
+		cause = states.CauseArtifact // the failure behind this teardown was counted already
+	}
+	return machine.Event{Trigger: states.TornDown, Cause: cause, Err: err}
+}
+
+// closeNow closes s under ctx and waits for its re-lists to end.
+func (c *Conn) closeNow(ctx context.Context, s *session) error {
+	if c.opts.onClose != nil {
+		c.opts.onClose(s)
+	}
+	s.tools.close()
+	s.prompts.close()
+	s.resources.close()
+	err := s.s.Close(ctx)
+	s.tools.wait()
+	s.prompts.wait()
+	s.resources.wait()
+	return err
+}
+
+// A relister re-lists one kind of a session's list (tools, prompts, resources) after
+// the server says it changed, coalescing bursts: one re-list at a time, and one more
+// after it if a notification came meanwhile. Re-lists start only while the session is
+// open for them: from the end of connect (whose own listing comes first) to the start
+// of its close, which then waits for them. A notification before connect has listed
+// just marks the list dirty.
+type relister[T any] struct {
+	items atomic.Pointer[T]
+
+	mu      sync.Mutex
+	open    bool // re-lists may start
+	running bool // a re-list goroutine is running
+	dirty   bool // a notification came since the last listing began
+	wg      sync.WaitGroup
+}
+
+// changed records a list_changed notification and starts a re-list if one is due.
+func (r *relister[T]) changed(c *Conn, s *session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dirty = true
+	r.startLocked(c, s)
+}
+
+// start opens the session for re-lists, and starts one for a change that came while
+// connecting.
+func (r *relister[T]) start(c *Conn, s *session) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.open = true
+	r.startLocked(c, s)
+}
+
+func (r *relister[T]) startLocked(c *Conn, s *session) {
+	if r.dirty && r.open && !r.running {
+		r.running = true
+		r.wg.Add(1)
+		go r.loop(c, s)
+	}
+}
+
+// close stops re-lists from starting; wait waits for the one running to end.
+func (r *relister[T]) close() {
+	r.mu.Lock()
+	r.open = false
+	r.mu.Unlock()
+}
+
+func (r *relister[T]) wait() { r.wg.Wait() }
+
+// loop lists until no notification came during the last listing, and delivers each
+// new list while s is the connection's session.
+func (r *relister[T]) loop(c *Conn, s *session) {
+	defer r.wg.Done()
+	for {
+		r.mu.Lock()
+		if !r.dirty || !r.open {
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.dirty = false
+		r.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
+		items, err := relist[T](ctx, s)
+		cancel()
+		if err != nil {
+			// The session is failing; its watcher or a probe will tell. A later
+			// notification may try again.
+			r.mu.Lock()
+			r.running = false
+			r.mu.Unlock()
+			return
+		}
+		r.items.Store(&items)
+		c.listMu.Lock()
+		if c.current.Load() == s {
+			c.deliver(any(items))
+		}
+		c.listMu.Unlock()
+	}
+}
+
+// relistTimeout bounds a re-list after a list_changed notification.
+const relistTimeout = 10 * time.Second
+
+// relist lists the kind of list T is, from s.
+func relist[T any](ctx context.Context, s *session) (T, error) {
+	var zero T
+	var out any
+	var err error
+	switch any(zero).(type) {
+	case []*mcp.Tool:
+		out, err = s.s.ListTools(ctx)
+	case []*mcp.Prompt:
+		out, err = listAll(ctx, s, "prompts/list", listPromptsPage)
+	case resourceList:
+		out, err = listResources(ctx, s)
+	}
+	if err != nil {
+		return zero, err
+	}
+	return out.(T), nil
+}
+
+// deliver hands a new list to its handler if it differs from the one last delivered.
+// c.listMu is held.
+func (c *Conn) deliver(items any) {
+	switch l := items.(type) {
+	case []*mcp.Tool:
+		c.deliverTools(l)
+	case []*mcp.Prompt:
+		c.deliverPrompts(l)
+	case resourceList:
+		c.deliverResources(l)
+	}
+}
+
+func (c *Conn) deliverTools(tools []*mcp.Tool) {
+	if c.hs.ToolsChanged != nil && (c.sent.tools == nil || !reflect.DeepEqual(*c.sent.tools, tools)) {
+		c.sent.tools = &tools
+		c.hs.ToolsChanged(tools)
+	}
+}
+
+func (c *Conn) deliverPrompts(prompts []*mcp.Prompt) {
+	if c.hs.PromptsChanged != nil && (c.sent.prompts == nil || !reflect.DeepEqual(*c.sent.prompts, prompts)) {
+		c.sent.prompts = &prompts
+		c.hs.PromptsChanged(prompts)
+	}
+}
+
+func (c *Conn) deliverResources(l resourceList) {
+	if c.hs.ResourcesChanged != nil && (c.sent.resources == nil || !reflect.DeepEqual(*c.sent.resources, l)) {
+		c.sent.resources = &l
+		c.hs.ResourcesChanged(l.resources, l.templates)
+	}
+}
+
+// delivered is what a Conn last handed its list handlers, to tell a change. Under
+// listMu.
+type delivered struct {
+	tools     *[]*mcp.Tool
+	prompts   *[]*mcp.Prompt
+	resources *resourceList
+}

@@ -1,0 +1,93 @@
+package mcpfsm
+
+import (
+	"context"
+	"slices"
+
+	"github.com/mcpfsm/mcpfsm/effects"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The session state: what a user establishes on a session (the log level, resource
+// subscriptions), which a Conn re-establishes on every new session before calls move
+// to it (see restoreAndSwap). The roots are the client's and need no restoring: a new
+// session's server asks for them.
+
+// SetLoggingLevel sets the lowest level of the log messages the server sends
+// (Handlers.LoggingMessage sees them). Once the server has accepted it, the level is
+// part of the connection: every later session is set to it before calls move there.
+func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams) error {
+	level := orEmpty(p).Level
+	return c.changeState(ctx, "logging/setLevel", string(level), func(ctx context.Context, cs *mcp.ClientSession) error {
+		return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+	}, func() {
+		c.level = level
+		c.levelMeta.Store(&level)
+	})
+}
+
+// Subscribe asks the server for notifications/resources/updated about a resource
+// (Handlers.ResourceUpdated sees them). Once the server has accepted it, the
+// subscription is part of the connection: every later session subscribes before calls
+// move there, and after a reconnect the resource is reported updated once, since an
+// update may have been missed while no session was up. A subscription the server
+// rejects is an error and is not kept.
+func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
+	uri := orEmpty(p).URI
+	return c.changeState(ctx, "resources/subscribe", uri, func(ctx context.Context, cs *mcp.ClientSession) error {
+		return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+	}, func() {
+		if !slices.Contains(c.subs, uri) {
+			c.subs = append(c.subs, uri)
+		}
+	})
+}
+
+// Unsubscribe cancels a subscription; later sessions do not restore it.
+func (c *Conn) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error {
+	uri := orEmpty(p).URI
+	return c.changeState(ctx, "resources/unsubscribe", uri, func(ctx context.Context, cs *mcp.ClientSession) error {
+		return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+	}, func() {
+		c.subs = slices.DeleteFunc(c.subs, func(s string) bool { return s == uri })
+	})
+}
+
+// Subscriptions returns the URIs the connection is subscribed to, in the order they
+// were subscribed.
+func (c *Conn) Subscriptions() []string {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	return slices.Clone(c.subs)
+}
+
+// changeState sends a request that changes the session state (idempotent, so safe to
+// send again), and records the change once the server has accepted it. If calls moved
+// to a new session while the request was in flight, that session's restore could not
+// know of the change: it is sent there too. (A session that comes up after the record
+// restores it: restore and swap hold stateMu, as the record does.)
+func (c *Conn) changeState(ctx context.Context, method, name string, f func(context.Context, *mcp.ClientSession) error, record func()) error {
+	var on *session
+	send := func() error {
+		_, err := call(ctx, c, request{method: method, name: name, rule: effects.RetrySafe}, func(ctx context.Context, s *session) (struct{}, error) {
+			on = s
+			return struct{}{}, s.s.Request(ctx, transport.OpRequest, name, f)
+		})
+		return err
+	}
+	if err := send(); err != nil {
+		return err
+	}
+	c.stateMu.Lock()
+	record()
+	moved := c.current.Load()
+	c.stateMu.Unlock()
+	if moved != nil && moved != on {
+		return send()
+	}
+	return nil
+}
+
+// subscribedLocked returns the subscriptions to restore. stateMu is held.
+func (c *Conn) subscribedLocked() []string { return slices.Clone(c.subs) }
