@@ -44,7 +44,14 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 		if err != nil {
 			return zero, c.noSession(r, st, err, first)
 		}
-		res, err := run(ctx, s)
+		rctx := ctx
+		if c.answers {
+			// The SDK answers a 2026-07-28 server's input requests (SEP-2322) with the
+			// client's handlers under the request's context: they find the session
+			// there, as they find it in the connection's context otherwise.
+			rctx = context.WithValue(ctx, sessionKey{}, s)
+		}
+		res, err := run(rctx, s)
 		ownClose := s.ownClose()
 		c.release(s)
 		if rep != nil {

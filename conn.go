@@ -67,8 +67,9 @@ type Conn struct {
 	m      *machine.Machine
 	opts   Options
 	hs     *Handlers
-	client *mcp.Client
-	shared bool // client is a Manager's: roots are the Manager's
+	client  *mcp.Client
+	shared  bool // client is a Manager's: roots are the Manager's
+	answers bool // the client answers requests of the server (sampling, elicitation, roots)
 
 	// The sessions: see sessions.go.
 	cfg     atomic.Pointer[versioned] // read by connect; replaced by Reconfigure
@@ -129,6 +130,7 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	hs := opts.Handlers
 	c := &Conn{name: cfg.Name, spec: spec, opts: opts, hs: &hs, client: opts.client, shared: opts.client != nil}
 	c.cfg.Store(&versioned{cfg, 1})
+	c.answers = kindOf(&hs, opts.Roots != nil)&(kindRoots|kindSampling|kindSamplingTools|kindElicit) != 0
 	if c.client == nil {
 		c.client = newSDKClient(opts.Client, kindOf(&hs, opts.Roots != nil))
 		if len(opts.Roots) > 0 {

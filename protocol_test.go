@@ -1,0 +1,563 @@
+package mcpfsm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The whole protocol through one connection (issue 12): requests beyond tools, what a
+// server sends on its own, and the session state carried across reconnects.
+
+// sessionState calls the test server's state tool: what the session the call ran on
+// received.
+func (c *conn) sessionState(ctx context.Context) testserver.SessionState {
+	c.t.Helper()
+	res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "state"})
+	if err != nil {
+		c.t.Fatalf("state: %v\n%s", err, c.timeline())
+	}
+	st, err := testserver.State(res)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return st
+}
+
+// session returns the id the Conn gave its current session, or 0.
+func (c *conn) session() uint64 {
+	if s := c.current.Load(); s != nil {
+		return s.id
+	}
+	return 0
+}
+
+// waitNewSession waits until a session other than old serves calls.
+func (c *conn) waitNewSession(old uint64, within time.Duration) {
+	c.t.Helper()
+	c.waitFor(func(st states.State) bool { return c.session() != old && c.session() != 0 }, within)
+}
+
+// seen gathers what handlers see, for tests to wait on.
+type seen[T any] struct {
+	mu   sync.Mutex
+	got  []T
+	more chan struct{}
+}
+
+func newSeen[T any]() *seen[T] { return &seen[T]{more: make(chan struct{}, 1)} }
+
+func (r *seen[T]) add(v T) {
+	r.mu.Lock()
+	r.got = append(r.got, v)
+	r.mu.Unlock()
+	select {
+	case r.more <- struct{}{}:
+	default:
+	}
+}
+
+func (r *seen[T]) all() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.got)
+}
+
+// waitFor waits until ok accepts what was recorded so far.
+func (r *seen[T]) waitFor(t *testing.T, what string, ok func([]T) bool, within time.Duration) []T {
+	t.Helper()
+	deadline := time.After(within)
+	for {
+		if got := r.all(); ok(got) {
+			return got
+		}
+		select {
+		case <-r.more:
+		case <-deadline:
+			t.Fatalf("waiting for %s: recorded %v", what, r.all())
+		}
+	}
+}
+
+func count[T comparable](list []T, v T) int {
+	n := 0
+	for _, x := range list {
+		if x == v {
+			n++
+		}
+	}
+	return n
+}
+
+// TestScenario_SubscriptionsSurviveReconnect: two subscriptions; the stdio server is
+// killed; after the respawn both are subscribed on the new session (the server saw the
+// subscribes), each was reported updated once for the gap, and updates keep coming.
+// On protocol 2025-11-25 a subscribe is answered, so the new session has both before
+// calls move to it; on 2026-07-28 (the SDK's subscriptions/listen) it is not, and the
+// test waits for the server to record them.
+func TestScenario_SubscriptionsSurviveReconnect(t *testing.T) {
+	for _, proto := range []string{"2025-11-25", ""} {
+		name := proto
+		if name == "" {
+			name = "latest"
+		}
+		t.Run(name, func(t *testing.T) {
+			opts := testserver.Options{}
+			if proto != "" {
+				opts.ProtocolVersions = []string{proto}
+			}
+			updated := newSeen[string]()
+			c := open(t, stdioConfig(t, opts), nil, func(o *Options) {
+				o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			uris := []string{testserver.ResourceA, testserver.ResourceB}
+			for _, uri := range uris {
+				if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := c.Subscriptions(); !slices.Equal(got, uris) {
+				t.Fatalf("Subscriptions = %v", got)
+			}
+			first := c.session()
+			pidText, err := c.callText(ctx, "pid", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pid int
+			if err := json.Unmarshal([]byte(pidText), &pid); err != nil || pid <= 0 {
+				t.Fatalf("pid = %q", pidText)
+			}
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			c.waitNewSession(first, 20*time.Second)
+
+			// Both subscriptions reached the new server.
+			var st testserver.SessionState
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				st = c.sessionState(ctx)
+				if slices.Equal(st.Subscriptions, uris) || proto != "" || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if diff := cmp.Diff(uris, st.Subscriptions); diff != "" {
+				t.Errorf("the new session's subscriptions (-want +got):\n%s", diff)
+			}
+			// One update each for the gap.
+			got := updated.waitFor(t, "the gap's updates", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
+			if count(got, uris[0]) != 1 || count(got, uris[1]) != 1 {
+				t.Errorf("updates after the reconnect: %v, want one for each subscription", got)
+			}
+			// And real updates keep arriving.
+			if n, err := c.callText(ctx, "touch", map[string]any{"uri": uris[0]}); err != nil || n != "1" {
+				t.Fatalf("touch: %q, %v", n, err)
+			}
+			updated.waitFor(t, "a new update", func(got []string) bool { return count(got, uris[0]) == 2 }, 10*time.Second)
+		})
+	}
+}
+
+// TestScenario_LogLevelSurvivesReconnect: the level is set to warning; the HTTP server
+// restarts and forgets its sessions; the new session is set to warning before any call
+// reaches it, and info messages stay filtered.
+func TestScenario_LogLevelSurvivesReconnect(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	logs := newSeen[string]()
+	c := open(t, httpConfig(h), nil, func(o *Options) {
+		o.Handlers.LoggingMessage = func(_ context.Context, p *mcp.LoggingMessageParams) { logs.add(string(p.Level)) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "warning"}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.session()
+	h.Restart(true)
+	time.Sleep(100 * time.Millisecond) // see TestScenario_SessionExpiredReinitAndRetry
+	if text, err := c.callText(ctx, "log", map[string]any{"level": "info", "text": "quiet"}); err != nil || text != "filtered" {
+		t.Fatalf("an info message after the restart: %q, %v\n%s", text, err, c.timeline())
+	}
+	if c.session() == first {
+		t.Fatalf("no new session after the restart:\n%s", c.timeline())
+	}
+	st := c.sessionState(ctx)
+	if st.LogLevel != "warning" {
+		t.Errorf("the new session's level = %q, want warning", st.LogLevel)
+	}
+	set := slices.Index(st.Methods, "logging/setLevel")
+	call := slices.Index(st.Methods, "tools/call")
+	if set < 0 || call < 0 || set > call {
+		t.Errorf("the new session received %v: want logging/setLevel before any tools/call", st.Methods)
+	}
+	if text, err := c.callText(ctx, "log", map[string]any{"level": "error", "text": "loud"}); err != nil || text != "sent" {
+		t.Fatalf("an error message: %q, %v", text, err)
+	}
+	got := logs.waitFor(t, "the error message", func(got []string) bool { return slices.Contains(got, "error") }, 10*time.Second)
+	if slices.Contains(got, "info") {
+		t.Errorf("an info message came through: %v", got)
+	}
+}
+
+// TestScenario_ProgressThroughRetry: a read-only slow tool reports progress to the
+// call's callback; the session expires mid-call (the HTTP server restarts and forgets
+// it); the call is retried on the next session, the callback sees the retry's progress,
+// and the caller gets the result.
+func TestScenario_ProgressThroughRetry(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	c := open(t, httpConfig(h), nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	progress := newSeen[float64]()
+	var report CallReport
+	done := make(chan error, 1)
+	var res *mcp.CallToolResult
+	go func() {
+		var err error
+		cctx := WithReport(WithProgress(ctx, func(p *mcp.ProgressNotificationParams) { progress.add(p.Progress) }), &report)
+		res, err = c.CallTool(cctx, &mcp.CallToolParams{Name: "slow_progress", Arguments: map[string]any{"ms": 100, "steps": 8}})
+		done <- err
+	}()
+	progress.waitFor(t, "the first attempt's progress", func(got []float64) bool { return len(got) >= 2 }, 10*time.Second)
+	h.Restart(true)
+	if err := <-done; err != nil {
+		t.Fatalf("the call: %v\n%s", err, c.timeline())
+	}
+	if text := res.Content[0].(*mcp.TextContent).Text; text != "progressed 8" {
+		t.Errorf("result %q", text)
+	}
+	if report.Attempts != 2 || report.First == nil {
+		t.Errorf("report %+v: want the call retried once", report)
+	}
+	// The retry's progress starts over. (Its last notification may come after the
+	// result, and is then not the call's to see: it has returned.)
+	got := progress.all()
+	restarts, after := 0, 0
+	for i := 1; i < len(got); i++ {
+		if got[i] <= got[i-1] {
+			restarts++
+		}
+		if restarts > 0 {
+			after++
+		}
+	}
+	if restarts != 1 || after < 4 {
+		t.Errorf("progress seen %v: want the first attempt's, then most of the retry's", got)
+	}
+}
+
+// TestScenario_ServerRequestsDuringCall: a tool that asks the client for sampling and
+// then elicitation during a call gets the handlers' answers, over stdio and streamable
+// HTTP (on both protocol versions: requests before 2026-07-28, input requests on it).
+func TestScenario_ServerRequestsDuringCall(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	for name, cfg := range map[string]transport.Config{
+		"stdio":      stdioConfig(t, testserver.Options{}),
+		"stdio-2025": stdioConfig(t, testserver.Options{ProtocolVersions: []string{"2025-11-25"}}),
+		"http":       httpConfig(h),
+	} {
+		t.Run(name, func(t *testing.T) {
+			var asked atomic.Int32
+			c := open(t, cfg, nil, func(o *Options) {
+				o.Handlers.CreateMessage = func(_ context.Context, p *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
+					asked.Add(1)
+					return &mcp.CreateMessageResult{Model: "test", Role: "assistant", Content: &mcp.TextContent{Text: "the model says hi"}}, nil
+				}
+				o.Handlers.Elicit = func(_ context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
+					asked.Add(1)
+					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}, nil
+				}
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			text, err := c.callText(ctx, "sample_then_elicit", map[string]any{"prompt": "hello", "message": "ok?"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := "the model says hi\naccept {\"answer\":\"yes\"}"; text != want || asked.Load() != 2 {
+				t.Errorf("answer %q (handlers asked %d times), want %q", text, asked.Load(), want)
+			}
+		})
+	}
+}
+
+// TestScenario_RootsAnnounced: with no roots configured the client does not advertise
+// roots (a server that asks gets method-not-found); with roots, the server lists them,
+// a change reaches it as roots/list_changed, and after a reconnect the new session lists
+// the current roots.
+func TestScenario_RootsAnnounced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	h := testserver.StartHTTP(t, testserver.Options{})
+	none := open(t, httpConfig(h), nil, nil)
+	res, err := none.CallTool(ctx, &mcp.CallToolParams{Name: "roots"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "method not found") {
+		t.Errorf("roots/list to a client without roots: %+v", res.Content[0])
+	}
+	if err := none.SetRoots(&mcp.Root{URI: "file:///x"}); err == nil {
+		t.Error("SetRoots on a connection opened without roots succeeded")
+	}
+
+	c := open(t, httpConfig(h), nil, func(o *Options) { o.Roots = []*mcp.Root{{URI: "file:///a", Name: "a"}} })
+	if text, err := c.callText(ctx, "roots", nil); err != nil || text != `["file:///a"]` {
+		t.Fatalf("roots = %q, %v", text, err)
+	}
+	if err := c.SetRoots(&mcp.Root{URI: "file:///a", Name: "a"}, &mcp.Root{URI: "file:///b", Name: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for c.sessionState(ctx).RootsListChanged == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := c.sessionState(ctx).RootsListChanged; n == 0 {
+		t.Fatal("the server never heard roots/list_changed")
+	}
+	first := c.session()
+	c.Reconnect()
+	c.waitNewSession(first, 20*time.Second)
+	if text, err := c.callText(ctx, "roots", nil); err != nil || text != `["file:///a","file:///b"]` {
+		t.Errorf("roots on the new session = %q, %v", text, err)
+	}
+}
+
+// TestScenario_PlannedReplacementRestoresBeforeSwap: during make before break, calls
+// move to the new session only once its level and subscriptions are in place: every
+// call on a new session, even one made in the window, finds them there.
+func TestScenario_PlannedReplacementRestoresBeforeSwap(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	c := open(t, httpConfig(h), nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "warning"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	firstID := c.sessionState(ctx).ID
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var seen []testserver.SessionState
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "state"})
+				if err != nil {
+					t.Errorf("a call during the replacement: %v", err)
+					return
+				}
+				st, _ := testserver.State(res)
+				mu.Lock()
+				seen = append(seen, st)
+				mu.Unlock()
+			}
+		})
+	}
+	for range 3 {
+		old := c.session()
+		c.Reconnect()
+		c.waitNewSession(old, 20*time.Second)
+	}
+	time.Sleep(50 * time.Millisecond) // a few calls on the last session
+	close(stop)
+	wg.Wait()
+	others := 0
+	for _, st := range seen {
+		if st.ID == firstID {
+			continue
+		}
+		others++
+		if st.LogLevel != "warning" || !slices.Contains(st.Subscriptions, testserver.ResourceA) {
+			t.Fatalf("a call on a new session found it unrestored: level %q, subscriptions %v", st.LogLevel, st.Subscriptions)
+		}
+	}
+	if others == 0 {
+		t.Fatalf("no call reached a new session (%d calls)", len(seen))
+	}
+}
+
+// TestRequestsThroughConn: every client request of the protocol, through a Conn, with
+// the answers a raw session gets.
+func TestRequestsThroughConn(t *testing.T) {
+	cfg := transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}
+	prompts, resources := newSeen[int](), newSeen[int]()
+	c := open(t, cfg, nil, func(o *Options) {
+		o.Handlers.PromptsChanged = func(p []*mcp.Prompt) { prompts.add(len(p)) }
+		o.Handlers.ResourcesChanged = func(r []*mcp.Resource, _ []*mcp.ResourceTemplate) { resources.add(len(r)) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var tools []string
+	for tool, err := range c.Tools(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools = append(tools, tool.Name)
+	}
+	if !slices.Contains(tools, "echo") || !slices.Contains(tools, "state") {
+		t.Errorf("tools %v", tools)
+	}
+	var uris []string
+	for r, err := range c.Resources(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		uris = append(uris, r.URI)
+	}
+	if !slices.Contains(uris, testserver.ResourceA) {
+		t.Errorf("resources %v", uris)
+	}
+	var templates []string
+	for rt, err := range c.ResourceTemplates(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		templates = append(templates, rt.URITemplate)
+	}
+	if !slices.Contains(templates, testserver.ItemTemplate) {
+		t.Errorf("templates %v", templates)
+	}
+	read, err := c.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://items/42"})
+	if err != nil || len(read.Contents) != 1 || !strings.HasPrefix(read.Contents[0].Text, "item 42") {
+		t.Errorf("read = %+v, %v", read, err)
+	}
+	var names []string
+	for p, err := range c.Prompts(ctx, nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, p.Name)
+	}
+	if !slices.Contains(names, testserver.PromptGreet) {
+		t.Errorf("prompts %v", names)
+	}
+	got, err := c.GetPrompt(ctx, &mcp.GetPromptParams{Name: testserver.PromptGreet, Arguments: map[string]string{"name": "bob"}})
+	if err != nil || !strings.Contains(got.Messages[0].Content.(*mcp.TextContent).Text, "bob") {
+		t.Errorf("get prompt = %+v, %v", got, err)
+	}
+	_, err = c.GetPrompt(ctx, &mcp.GetPromptParams{Name: testserver.PromptGreet})
+	var ce *CallError
+	var je *jsonrpc.Error
+	if !errors.As(err, &ce) || ce.Cause != states.CauseServer || !errors.As(err, &je) || ce.Retried {
+		t.Errorf("a prompt missing its argument: %v", err)
+	}
+	comp, err := c.Complete(ctx, &mcp.CompleteParams{
+		Ref:      &mcp.CompleteReference{Type: "ref/prompt", Name: testserver.PromptGreet},
+		Argument: mcp.CompleteParamsArgument{Name: "name", Value: ""},
+	})
+	if err != nil || len(comp.Completion.Values) == 0 {
+		t.Errorf("complete = %+v, %v", comp, err)
+	}
+	if err := c.Ping(ctx, nil); err != nil {
+		t.Errorf("ping: %v", err)
+	}
+	info, ok := c.Server()
+	if !ok || info.Implementation == nil || info.Implementation.Name != "mcptestserver" || info.ProtocolVersion == "" || info.Capabilities.Resources == nil {
+		t.Errorf("server info %+v", info)
+	}
+	// A nil map of arguments goes out as {}, never null.
+	if _, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "counter"}); err != nil {
+		t.Errorf("a call with no arguments: %v", err)
+	}
+	// The list handlers: once as the session came up, again when the lists change.
+	prompts.waitFor(t, "the prompts as listed", func(got []int) bool { return len(got) >= 1 }, 10*time.Second)
+	if _, err := c.callText(ctx, "change_prompts", nil); err != nil {
+		t.Fatal(err)
+	}
+	prompts.waitFor(t, "the changed prompts", func(got []int) bool { return len(got) >= 2 && got[len(got)-1] == got[0]+1 }, 10*time.Second)
+	if _, err := c.callText(ctx, "change_resources", nil); err != nil {
+		t.Fatal(err)
+	}
+	resources.waitFor(t, "the changed resources", func(got []int) bool { return len(got) >= 2 && got[len(got)-1] == got[0]+1 }, 10*time.Second)
+	if l := c.Listed(); len(l.Prompts) != 2 || len(l.Tools) == 0 || len(l.Resources) == 0 || len(l.ResourceTemplates) == 0 {
+		t.Errorf("Listed = %d tools, %d prompts, %d resources, %d templates", len(l.Tools), len(l.Prompts), len(l.Resources), len(l.ResourceTemplates))
+	}
+}
+
+// TestHandlersBadInput: a handler that panics fails that request with an error the
+// server sees, and the connection lives on; a handler that blocks is bounded by the
+// request's context; a request for a capability not advertised gets method-not-found;
+// a subscription the server refuses is an error and is not kept.
+func TestHandlersBadInput(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	blocked := make(chan struct{})
+	c := open(t, httpConfig(h), nil, func(o *Options) {
+		o.Handlers.CreateMessage = func(context.Context, *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
+			panic("the model exploded")
+		}
+		o.Handlers.Elicit = func(ctx context.Context, _ *mcp.ElicitParams) (*mcp.ElicitResult, error) {
+			close(blocked)
+			<-ctx.Done() // until the server gives up on the request
+			return nil, ctx.Err()
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "sample", Arguments: map[string]any{"prompt": "hi"}})
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "the client's handler failed") {
+		t.Errorf("a panicking handler: %+v, %v", res, err)
+	}
+	if text, err := c.callText(ctx, "echo", map[string]any{"text": "alive"}); err != nil || text != "alive" {
+		t.Fatalf("after the panic: %q, %v", text, err)
+	}
+
+	short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+	start := time.Now()
+	_, err = c.CallTool(short, &mcp.CallToolParams{Name: "elicit", Arguments: map[string]any{"message": "?"}})
+	cancelShort()
+	<-blocked
+	if took := time.Since(start); err == nil || took > 5*time.Second {
+		t.Errorf("a call whose elicitation blocks: %v after %s", err, took)
+	}
+	if text, err := c.callText(ctx, "echo", map[string]any{"text": "still"}); err != nil || text != "still" {
+		t.Fatalf("after the blocked handler: %q, %v", text, err)
+	}
+
+	plain := open(t, httpConfig(h), nil, nil)
+	for tool, args := range map[string]map[string]any{"sample": {"prompt": "x"}, "elicit": {"message": "x"}} {
+		res, err := plain.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+		// The SDK's server refuses elicitation itself when the client did not
+		// advertise it; sampling it sends, and gets method-not-found.
+		if text := res.Content[0].(*mcp.TextContent).Text; err != nil || !res.IsError ||
+			!strings.Contains(text, "method not found") && !strings.Contains(text, "does not support") {
+			t.Errorf("%s without a handler: %q, %v", tool, text, err)
+		}
+	}
+
+	if err := plain.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://nowhere"}); err == nil {
+		t.Error("a subscription the server refuses succeeded")
+	}
+	if got := plain.Subscriptions(); len(got) != 0 {
+		t.Errorf("a refused subscription was kept: %v", got)
+	}
+}
