@@ -58,7 +58,7 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 			rep.Attempts++
 		}
 		if err == nil {
-			s.answered.Store(time.Now().UnixNano())
+			c.answeredOn(s)
 			return res, nil
 		}
 		if ctx.Err() != nil {
@@ -71,7 +71,7 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 		}
 		v := effects.Judge(err, ownClose, rule)
 		if v.Cause == states.CauseServer {
-			s.answered.Store(time.Now().UnixNano()) // an answer all the same
+			c.answeredOn(s) // an answer all the same
 		}
 		c.report(s, v.Cause, err)
 		if v.MayHaveRun {
@@ -85,6 +85,19 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 			rep.First = ce
 		}
 		failed, first = s, ce
+	}
+}
+
+// answeredOn notes that a request got an answer on s: traffic that spares the next
+// probe; and, the first time it comes on a session that has lived a breaker cooldown,
+// proof that the connection is healthy (the spec's answered trigger), so that a
+// connection that is not probed (keepalive_interval 0) does not count failures from
+// one good session to the next for ever.
+func (c *Conn) answeredOn(s *session) {
+	now := time.Now()
+	s.answered.Store(now.UnixNano())
+	if !s.proved.Load() && now.Sub(s.start) >= time.Duration(c.healthyAfter.Load()) && s.proved.CompareAndSwap(false, true) {
+		c.m.Post(machine.Event{Trigger: states.Answered, Session: s.id})
 	}
 }
 

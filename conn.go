@@ -70,6 +70,9 @@ type Conn struct {
 	client  *mcp.Client
 	shared  bool // client is a Manager's: roots are the Manager's
 	answers bool // the client answers requests of the server (sampling, elicitation, roots)
+	// healthyAfter is how long a session must have lived for an answer on it to
+	// prove the connection healthy: the breaker cooldown (see answeredOn).
+	healthyAfter atomic.Int64
 
 	// The sessions: see sessions.go.
 	cfg     atomic.Pointer[versioned] // read by connect; replaced by Reconfigure
@@ -141,6 +144,7 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 		Name: cfg.Name, Effects: (*lifecycle)(c), Policies: opts.Policies, Logger: opts.Logger,
 		Observer: opts.Observer, History: opts.History, Rand: opts.Rand,
 	})
+	c.healthyAfter.Store(int64(c.m.Policies().BreakerCooldown))
 	c.m.Start()
 	return c, nil
 }
@@ -182,6 +186,9 @@ func (c *Conn) SetPolicies(p machine.Policies) error {
 	err := c.m.SetPolicies(p)
 	if errors.Is(err, machine.ErrClosed) {
 		return ErrClosed
+	}
+	if err == nil {
+		c.healthyAfter.Store(int64(p.BreakerCooldown))
 	}
 	return err
 }

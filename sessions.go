@@ -33,6 +33,7 @@ type session struct {
 	draining atomic.Bool  // no new call may start on it
 	drained  chan struct{}
 	answered atomic.Int64 // UnixNano of the last answer a caller's request got on it
+	proved   atomic.Bool  // an answer proved the connection healthy (see answeredOn)
 
 	tools     relister[[]*mcp.Tool]
 	prompts   relister[[]*mcp.Prompt]

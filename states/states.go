@@ -50,6 +50,7 @@ const (
 	Retired                          // outcome of retire: the replaced session is closed
 	Close                            // close the connection for good
 	Credentials                      // the credentials changed (a login, a new token): worth trying again
+	Answered                         // a session that has lived a while answered a request: it is healthy
 )
 
 var triggerNames = [...]string{
@@ -64,6 +65,7 @@ var triggerNames = [...]string{
 	Retired:       "retired",
 	Close:         "close",
 	Credentials:   "credentials",
+	Answered:      "answered",
 }
 
 // String returns the trigger's name as written in a spec, such as "connect_failed".

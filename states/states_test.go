@@ -13,7 +13,7 @@ func TestNamesRoundTrip(t *testing.T) {
 			t.Errorf("ParseCause(%q) = %v, %v", c, got, ok)
 		}
 	}
-	if len(AllTriggers()) != 11 || len(AllCauses()) != 10 {
+	if len(AllTriggers()) != 12 || len(AllCauses()) != 10 {
 		t.Errorf("vocabulary sizes: %d triggers, %d causes", len(AllTriggers()), len(AllCauses()))
 	}
 	if _, ok := ParseTrigger("Close"); ok {
