@@ -62,11 +62,11 @@ type Options struct {
 // any number of goroutines: each goes straight to the current session; only a failure
 // is reported to the machine. Open one with Open.
 type Conn struct {
-	name   string
-	spec   *machine.Spec
-	m      *machine.Machine
-	opts   Options
-	hs     *Handlers
+	name    string
+	spec    *machine.Spec
+	m       *machine.Machine
+	opts    Options
+	hs      *Handlers
 	client  *mcp.Client
 	shared  bool // client is a Manager's: roots are the Manager's
 	answers bool // the client answers requests of the server (sampling, elicitation, roots)
