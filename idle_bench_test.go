@@ -107,10 +107,17 @@ func idleMachinesOnce(b *testing.B) {
 	// Configured as transport.Dial configures its client: tool-list changes are
 	// listened for, and the tool list is asked for once (the SDK keeps it).
 	client := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "1"}, &mcp.ClientOptions{
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {},
+		ToolListChangedHandler:     func(context.Context, *mcp.ToolListChangedRequest) {},
+		PromptListChangedHandler:   func(context.Context, *mcp.PromptListChangedRequest) {},
+		ResourceListChangedHandler: func(context.Context, *mcp.ResourceListChangedRequest) {},
+		ResourceUpdatedHandler:     func(context.Context, *mcp.ResourceUpdatedNotificationRequest) {},
+		LoggingMessageHandler:      func(context.Context, *mcp.LoggingMessageRequest) {},
+		CreateMessageHandler:       func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) { return nil, nil },
+		ElicitationHandler:         func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) { return nil, nil },
 	})
 	sdk := make([]*mcp.ClientSession, idleMachines)
 	srv := make([]*mcp.ServerSession, idleMachines)
+	lists := make([][]any, idleMachines) // what each client holds: its lists, as a Conn with list handlers does
 	for i := range sdk {
 		st, ct := mcp.NewInMemoryTransports()
 		ss, err := server.Connect(ctx, st, nil)
@@ -121,9 +128,23 @@ func idleMachinesOnce(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := cs.ListTools(ctx, nil); err != nil {
+		tools, err := cs.ListTools(ctx, nil)
+		if err != nil {
 			b.Fatal(err)
 		}
+		prompts, err := cs.ListPrompts(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		resources, err := cs.ListResources(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		templates, err := cs.ListResourceTemplates(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lists[i] = []any{tools.Tools, prompts.Prompts, resources.Resources, templates.ResourceTemplates}
 		sdk[i], srv[i] = cs, ss
 	}
 	base := measure()
@@ -139,6 +160,7 @@ func idleMachinesOnce(b *testing.B) {
 	}
 	clear(sdk)
 	clear(srv)
+	clear(lists)
 	after := measure()
 
 	// The machines. Each probes first at a uniformly random point of its first
@@ -147,11 +169,14 @@ func idleMachinesOnce(b *testing.B) {
 	pol.KeepaliveInterval = *idleKeepaliveFlag
 	var probes atomic.Int64
 	cfg := transport.Config{Name: "idle", InMemory: &transport.InMemory{Server: server}}
-	opts := Options{Policies: &pol, Logger: quiet, Observer: func(tr machine.Transition) {
+	opts := Options{Policies: &pol, Logger: quiet, Handlers: everyHandler(), Observer: func(tr machine.Transition) {
 		if tr.To == states.Probing {
 			probes.Add(1)
 		}
 	}}
+	// One SDK client for all, as a Manager shares one among connections whose
+	// handlers advertise the same.
+	opts.client = newSDKClient(nil, kindOf(&opts.Handlers, false))
 	t0 := time.Now()
 	conns := openConns(b, idleMachines, cfg, opts)
 	b.Logf("opened %d connections in %s", idleMachines, time.Since(t0).Round(time.Millisecond))
@@ -200,6 +225,22 @@ func idleMachinesOnce(b *testing.B) {
 	b.ReportMetric(extra, "extra-wakeups/machine/min")
 	b.ReportMetric(probesPerMin*solo+max(0, extra), "wakeups/machine/min")
 	b.ReportMetric(0, "ns/op")
+}
+
+// everyHandler returns Handlers with every field set (to handlers that do nothing):
+// what an idle connection costs with all it can listen for.
+func everyHandler() Handlers {
+	return Handlers{
+		CreateMessage:       func(context.Context, *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) { return nil, nil },
+		Elicit:              func(context.Context, *mcp.ElicitParams) (*mcp.ElicitResult, error) { return nil, nil },
+		ElicitationComplete: func(context.Context, *mcp.ElicitationCompleteParams) {},
+		LoggingMessage:      func(context.Context, *mcp.LoggingMessageParams) {},
+		Progress:            func(context.Context, *mcp.ProgressNotificationParams) {},
+		ResourceUpdated:     func(context.Context, *mcp.ResourceUpdatedNotificationParams) {},
+		ToolsChanged:        func([]*mcp.Tool) {},
+		PromptsChanged:      func([]*mcp.Prompt) {},
+		ResourcesChanged:    func([]*mcp.Resource, []*mcp.ResourceTemplate) {},
+	}
 }
 
 // soloProbeWakeups returns how many goroutine wake-ups one keepalive probe takes, with

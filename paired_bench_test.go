@@ -26,36 +26,14 @@ import (
 // -benchtime=Nx for N pairs.
 func BenchmarkCallToolPaired(b *testing.B) {
 	ctx := context.Background()
-	echo := &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}
 	run := func(b *testing.B, cs *mcp.ClientSession, c *Conn, callers int, phase time.Duration) {
-		sdk := func() error {
-			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: echo.Name, Arguments: echo.Arguments})
+		paired(b, func() error {
+			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs})
 			return err
-		}
-		ours := func() error {
+		}, func() error {
 			_, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: benchArgs})
 			return err
-		}
-		var ratios []float64
-		i := 0
-		for b.Loop() {
-			var perSDK, perOurs float64
-			if i%2 == 0 {
-				perSDK, perOurs = timePhase(b, sdk, callers, phase), timePhase(b, ours, callers, phase)
-			} else {
-				perOurs, perSDK = timePhase(b, ours, callers, phase), timePhase(b, sdk, callers, phase)
-			}
-			ratios = append(ratios, perOurs/perSDK)
-			i++
-		}
-		if testing.Verbose() {
-			b.Logf("ratios: %.3f", ratios)
-		}
-		lo, hi := stats.MedianCI(ratios)
-		b.ReportMetric(stats.Median(ratios), "machine/sdk")
-		b.ReportMetric(lo, "ci-lo")
-		b.ReportMetric(hi, "ci-hi")
-		b.ReportMetric(0, "ns/op")
+		}, callers, phase)
 	}
 	b.Run("inmemory", func(b *testing.B) {
 		run(b, sdkSession(b), readyConn(b), 1, 100*time.Millisecond)
@@ -67,6 +45,70 @@ func BenchmarkCallToolPaired(b *testing.B) {
 		cs, c := sdkHTTPSession(b), readyHTTPConn(b)
 		run(b, cs, c, 1, 100*time.Millisecond)
 	})
+}
+
+// BenchmarkReadResourcePaired is BenchmarkCallToolPaired for resources/read (of a
+// templated resource), in memory and over streamable HTTP.
+func BenchmarkReadResourcePaired(b *testing.B) {
+	ctx := context.Background()
+	params := func() *mcp.ReadResourceParams { return &mcp.ReadResourceParams{URI: "test://items/42"} }
+	run := func(b *testing.B, cs *mcp.ClientSession, c *Conn) {
+		paired(b, func() error {
+			_, err := cs.ReadResource(ctx, params())
+			return err
+		}, func() error {
+			_, err := c.ReadResource(ctx, params())
+			return err
+		}, 1, 100*time.Millisecond)
+	}
+	b.Run("inmemory", func(b *testing.B) { run(b, sdkSession(b), readyConn(b)) })
+	b.Run("http", func(b *testing.B) { run(b, sdkHTTPSession(b), readyHTTPConn(b)) })
+}
+
+// BenchmarkGetPromptPaired is BenchmarkCallToolPaired for prompts/get, in memory and
+// over streamable HTTP.
+func BenchmarkGetPromptPaired(b *testing.B) {
+	ctx := context.Background()
+	params := func() *mcp.GetPromptParams {
+		return &mcp.GetPromptParams{Name: testserver.PromptGreet, Arguments: map[string]string{"name": "bob"}}
+	}
+	run := func(b *testing.B, cs *mcp.ClientSession, c *Conn) {
+		paired(b, func() error {
+			_, err := cs.GetPrompt(ctx, params())
+			return err
+		}, func() error {
+			_, err := c.GetPrompt(ctx, params())
+			return err
+		}, 1, 100*time.Millisecond)
+	}
+	b.Run("inmemory", func(b *testing.B) { run(b, sdkSession(b), readyConn(b)) })
+	b.Run("http", func(b *testing.B) { run(b, sdkHTTPSession(b), readyHTTPConn(b)) })
+}
+
+// paired times sdk and ours in alternating phases, one pair per op, and reports
+// machine/sdk, the median of the pairs' ratios of time per request, with ci-lo and
+// ci-hi, a 95% confidence interval of that median.
+func paired(b *testing.B, sdk, ours func() error, callers int, phase time.Duration) {
+	var ratios []float64
+	i := 0
+	for b.Loop() {
+		var perSDK, perOurs float64
+		if i%2 == 0 {
+			perSDK, perOurs = timePhase(b, sdk, callers, phase), timePhase(b, ours, callers, phase)
+		} else {
+			perOurs, perSDK = timePhase(b, ours, callers, phase), timePhase(b, sdk, callers, phase)
+		}
+		ratios = append(ratios, perOurs/perSDK)
+		i++
+	}
+	if testing.Verbose() {
+		b.Logf("ratios: %.3f", ratios)
+	}
+	lo, hi := stats.MedianCI(ratios)
+	b.ReportMetric(stats.Median(ratios), "machine/sdk")
+	b.ReportMetric(lo, "ci-lo")
+	b.ReportMetric(hi, "ci-hi")
+	b.ReportMetric(0, "ns/op")
 }
 
 // timePhase runs call from callers goroutines for about d, and returns the time per
