@@ -93,3 +93,100 @@ func ExampleDefaultSpec_simulate() {
 	// attempts in the dead hour: 19
 	// back in use within the cooldown cap: true
 }
+
+// Read a resource and subscribe to it. The subscription is part of the connection: if
+// the server restarts, the new session subscribes again before any call reaches it, and
+// the handler hears once that the resource may have changed meanwhile.
+func ExampleConn_ReadResource() {
+	ctx := context.Background()
+	updates := make(chan string, 1)
+	conn, err := mcpfsm.Open(transport.Config{
+		Name:     "example",
+		InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})},
+	}, mcpfsm.Options{Handlers: mcpfsm.Handlers{
+		ResourceUpdated: func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updates <- p.URI },
+	}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close(ctx)
+	res, err := conn.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static/a"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Contents[0].Text)
+	if err := conn.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://static/a"}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	// The test server's touch tool changes the resource.
+	if _, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "touch", Arguments: map[string]any{"uri": "test://static/a"}}); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("updated:", <-updates)
+	fmt.Println("subscribed:", conn.Subscriptions())
+	// Output:
+	// a v0
+	// updated: test://static/a
+	// subscribed: [test://static/a]
+}
+
+// List a server's prompts (every page) and get one.
+func ExampleConn_GetPrompt() {
+	ctx := context.Background()
+	conn, err := mcpfsm.Open(transport.Config{
+		Name:     "example",
+		InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})},
+	}, mcpfsm.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close(ctx)
+	for p, err := range conn.Prompts(ctx, nil) {
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		fmt.Println("prompt:", p.Name)
+	}
+	res, err := conn.GetPrompt(ctx, &mcp.GetPromptParams{Name: "greet", Arguments: map[string]string{"name": "bob"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Messages[0].Content.(*mcp.TextContent).Text)
+	// Output:
+	// prompt: greet
+	// Hello, bob!
+}
+
+// Answer what a server asks of the client during a call: here the test server's
+// sample tool asks for sampling (a language model's answer). The client advertises
+// sampling because a handler is set.
+func ExampleHandlers() {
+	ctx := context.Background()
+	conn, err := mcpfsm.Open(transport.Config{
+		Name:     "example",
+		InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})},
+	}, mcpfsm.Options{Handlers: mcpfsm.Handlers{
+		CreateMessage: func(_ context.Context, p *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Model: "stub", Role: "assistant", Content: &mcp.TextContent{Text: "42"}}, nil
+		},
+	}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer conn.Close(ctx)
+	res, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "sample", Arguments: map[string]any{"prompt": "the answer?"}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(res.Content[0].(*mcp.TextContent).Text)
+	// Output: 42
+}

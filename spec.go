@@ -1,11 +1,3 @@
-// Package mcpfsm keeps long-lived MCP client connections healthy. Each connection is an
-// explicit state machine (idle, connecting, ready, probing, replacing, retiring,
-// tearing-down, backing-off, breaker-open, half-open, closed) whose transitions and
-// policies are declared in a YAML lifecycle, executed by github.com/qmuntal/stateless,
-// with every side effect run by the connection's owner, one goroutine at a time.
-//
-// This package is the face for embedders: the default lifecycle is embedded, and the
-// functions here load it or a spec of your own with the effects of package effects.
 package mcpfsm
 
 import (
