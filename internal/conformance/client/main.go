@@ -5,8 +5,7 @@
 // to its end; the suite's checks decide whether it passed.
 //
 // Every request a scenario makes goes through the [session] interface, opened by an
-// [opener]; the scenarios never see what implements it. Today that is the adapter over a
-// raw go-sdk ClientSession in sdk.go; it is to be replaced by one over mcpfsm.Conn.
+// [opener]: the adapter over an mcpfsm.Conn in conn.go. No raw SDK session is used.
 //
 // Modelled on the go-sdk's conformance/everything-client: one function per scenario.
 package main
@@ -127,7 +126,7 @@ const (
 
 func main() {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
-	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, openSDK(nil)))
+	os.Exit(run(context.Background(), os.Args[1:], os.Getenv, openConn(nil)))
 }
 
 // run runs the scenario named in the environment against the URL in args and returns the

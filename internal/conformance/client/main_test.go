@@ -55,7 +55,7 @@ func testServer(t *testing.T, addNumbers mcp.ToolHandler) (url string, open open
 		srv.CloseClientConnections()
 		srv.Close()
 	})
-	return srv.URL, openSDK(&http.Client{Transport: tr})
+	return srv.URL, openConn(&http.Client{Transport: tr})
 }
 
 func text(s string) *mcp.CallToolResult {
