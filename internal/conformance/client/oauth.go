@@ -32,4 +32,3 @@ func authHandler(oc *oauthConfig, httpClient *http.Client) (auth.OAuthHandler, e
 	}
 	return h, nil
 }
-
