@@ -96,6 +96,7 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 func (c *Conn) answeredOn(s *session) {
 	now := time.Now()
 	s.answered.Store(now.UnixNano())
+	c.ok.note(now, false)
 	if !s.proved.Load() && now.Sub(s.start) >= time.Duration(c.healthyAfter.Load()) && s.proved.CompareAndSwap(false, true) {
 		c.m.Post(machine.Event{Trigger: states.Answered, Session: s.id})
 	}

@@ -89,6 +89,8 @@ type Conn struct {
 	levelMeta atomic.Pointer[mcp.LoggingLevel] // level, for requests to carry (see withLogLevel)
 	subs      []string                         // subscribed URIs, in the order they were subscribed
 
+	ok success // the last request answered (see Status)
+
 	progress   sync.Map // progress token → func(*mcp.ProgressNotificationParams)
 	progressID atomic.Uint64
 }

@@ -483,3 +483,18 @@ func forEach(conns []*Conn, doing string, fn func(int, *Conn) error) error {
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// Status returns the status of every server, in config order.
+func (m *Manager) Status() []Status {
+	m.mu.Lock()
+	conns := make([]*Conn, 0, len(m.order))
+	for _, name := range m.order {
+		conns = append(conns, m.conns[name].conn)
+	}
+	m.mu.Unlock()
+	out := make([]Status, len(conns))
+	for i, c := range conns {
+		out[i] = c.Status()
+	}
+	return out
+}

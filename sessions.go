@@ -367,6 +367,7 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 	}
 	err := s.s.Probe(ctx)
 	if err == nil {
+		c.ok.note(time.Now(), true)
 		return healthy
 	}
 	cause, err := effects.ClassifyEffect(ctx, inv, err, false)

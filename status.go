@@ -1,0 +1,110 @@
+package mcpfsm
+
+import (
+	"encoding/json"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+)
+
+// A Status is what a connection can say of itself at once: where it is, what last
+// worked and what last failed, and what it will do next. Reading one takes a few atomic
+// loads and holds no lock across I/O. It encodes to JSON with stable field names.
+type Status struct {
+	Server string       `json:"server"`
+	State  states.State `json:"state"`
+	// Calls is what a call does in State: serve, wait or fail ("" once closed).
+	Calls machine.CallMode `json:"calls,omitempty"`
+	Since time.Time        `json:"since"` // when the connection entered State
+	// LastSuccess is the last time a request (a caller's, or a probe) was answered.
+	LastSuccess *Success `json:"lastSuccess,omitempty"`
+	// LastFailure is the last failure: its cause, its message (capped, without
+	// secrets), and when.
+	LastFailure *FailureStatus `json:"lastFailure,omitempty"`
+	// Failures counts the failures toward the breaker since the connection was last
+	// healthy; BreakerThreshold is where it opens.
+	Failures         int `json:"failures"`
+	BreakerThreshold int `json:"breakerThreshold"`
+	// Next is the next move the connection has scheduled (a probe, a retry, the end of
+	// a cooldown), if any.
+	Next *NextMove `json:"next,omitempty"`
+	// Session is the session calls use, if one is up.
+	Session *SessionStatus `json:"session,omitempty"`
+}
+
+// A Success is a request that was answered.
+type Success struct {
+	At   time.Time `json:"at"`
+	What string    `json:"what"` // "call" (a caller's request) or "probe"
+}
+
+// A FailureStatus is a failure, as a status shows it.
+type FailureStatus struct {
+	Cause   states.Cause `json:"cause"`
+	Message string       `json:"message"`
+	At      time.Time    `json:"at"`
+}
+
+// A NextMove is a timed transition the connection has armed.
+type NextMove struct {
+	What string    `json:"what"` // the transition, such as "after backoff"
+	At   time.Time `json:"at"`
+}
+
+// A SessionStatus describes the session calls use.
+type SessionStatus struct {
+	ID       string        `json:"id,omitempty"` // the MCP session ID; "" for stdio and some others
+	Started  time.Time     `json:"started"`
+	Age      time.Duration `json:"age"`
+	InFlight int64         `json:"inFlight"` // requests in flight on it
+	Server   ServerInfo    `json:"server"`
+}
+
+// MarshalJSON writes Age as a string ("1m30s").
+func (s SessionStatus) MarshalJSON() ([]byte, error) {
+	type plain SessionStatus
+	return json.Marshal(struct {
+		plain
+		Age string `json:"age"`
+	}{plain(s), s.Age.Round(time.Millisecond).String()})
+}
+
+// success is the last success a Conn saw: UnixNano and whether it was a probe.
+type success struct {
+	at    atomic.Int64
+	probe atomic.Bool
+}
+
+func (s *success) note(at time.Time, probe bool) {
+	s.probe.Store(probe)
+	s.at.Store(at.UnixNano())
+}
+
+// Status returns the connection's status.
+func (c *Conn) Status() Status {
+	ms := c.m.Status()
+	st := Status{
+		Server: c.name, State: ms.State, Calls: ms.Calls, Since: ms.Since,
+		Failures: ms.Failures, BreakerThreshold: c.m.Policies().BreakerThreshold,
+	}
+	if at := c.ok.at.Load(); at != 0 {
+		what := "call"
+		if c.ok.probe.Load() {
+			what = "probe"
+		}
+		st.LastSuccess = &Success{At: time.Unix(0, at), What: what}
+	}
+	if f := ms.LastFailure; f != nil {
+		st.LastFailure = &FailureStatus{Cause: f.Cause, Message: machine.ErrorText(f.Err), At: f.At}
+	}
+	if !ms.Next.IsZero() {
+		st.Next = &NextMove{What: ms.NextEdge, At: ms.Next}
+	}
+	if s := c.current.Load(); s != nil {
+		info, _ := c.Server()
+		st.Session = &SessionStatus{ID: info.SessionID, Started: s.start, Age: time.Since(s.start), InFlight: s.inflight.Load(), Server: info}
+	}
+	return st
+}
