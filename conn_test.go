@@ -5,6 +5,7 @@ import (
 	"errors"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,5 +49,52 @@ func TestCallNotRetriedReportsFirstFailure(t *testing.T) {
 	if ce.Cause != states.CauseArtifact || errors.Is(err, ErrMayHaveRun) || !errors.Is(err, ErrClosed) ||
 		!strings.Contains(err.Error(), "(not retried: ") {
 		t.Errorf("want the first attempt's cause (artifact) and why no retry (closed); got cause %s: %v", ce.Cause, err)
+	}
+}
+
+// blockingLister is a session whose tools/list waits for release, counting the
+// listings: a stand-in server that is slow to list.
+type blockingLister struct {
+	stubClient
+	lists   *atomic.Int32
+	release chan struct{}
+	started chan struct{}
+}
+
+func (b blockingLister) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
+	if b.lists.Add(1) > 1 { // the connect's own listing does not wait
+		b.started <- struct{}{}
+		<-b.release
+	}
+	return []*mcp.Tool{{Name: "echo"}}, nil
+}
+
+// TestToolRelistsCoalesce: notifications that the tool list changed, arriving while a
+// re-list runs, cost one more re-list after it, not one each. (The SDK's server
+// debounces its own notifications; this tests ours, at the client, with a server that
+// is slow to list.)
+func TestToolRelistsCoalesce(t *testing.T) {
+	var lists atomic.Int32
+	b := blockingLister{stubClient: stubClient{res: &mcp.CallToolResult{}}, lists: &lists, release: make(chan struct{}), started: make(chan struct{}, 2)}
+	c, err := Open(transport.Config{Name: "slow", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}},
+		Options{Logger: quietLogger(), dial: func(context.Context, transport.Config, transport.Options) (transport.Client, error) { return b, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	if err := c.WaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := c.current.Load()
+	s.tools.changed(c, s)
+	<-b.started // a re-list is running, and waits
+	for range 50 {
+		s.tools.changed(c, s)
+	}
+	close(b.release)
+	<-b.started // the one re-list that the 50 notifications cost
+	s.tools.wait()
+	if n := lists.Load(); n != 3 { // connect's, the first re-list's, and one more
+		t.Errorf("%d listings for 51 notifications, want 3 (connect's, then two re-lists)", n)
 	}
 }

@@ -153,3 +153,30 @@ func goid() int {
 	id, _ := strconv.Atoi(f[1])
 	return id
 }
+
+// waitServerCalls waits until the server has received at least n tools/call requests
+// for the named tool, as its state tool reports for the session the calls share (a
+// stdio or stateful HTTP session).
+func (c *conn) waitServerCalls(tool string, n int, within time.Duration) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	for {
+		res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "state"})
+		if err != nil {
+			c.t.Fatalf("state: %v", err)
+		}
+		st, err := testserver.State(res)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		if st.Tools[tool] >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			c.t.Fatalf("the server received %d calls of %s, want %d", st.Tools[tool], tool, n)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

@@ -328,6 +328,7 @@ func TestManagerReloadDuringConnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	accepting := make(chan struct{})
+	accepted := make(chan struct{}, 1)
 	defer func() { ln.Close(); <-accepting }()
 	go func() { // accept and never answer
 		defer close(accepting)
@@ -341,12 +342,16 @@ func TestManagerReloadDuringConnect(t *testing.T) {
 				return
 			}
 			held = append(held, c)
+			select {
+			case accepted <- struct{}{}:
+			default:
+			}
 		}
 	}()
 	live := testserver.StartHTTP(t, testserver.Options{Name: "live"})
 	pol := "    policies: {connect_timeout: 1s, backoff_base: 1m}\n"
 	m := newManager(t, managerConfig(t, fmt.Sprintf("version: 1\nservers:\n  moves:\n    url: http://%s/mcp\n%s", ln.Addr(), pol)), &events{})
-	time.Sleep(200 * time.Millisecond) // the connect to the hanging address is under way
+	<-accepted // the connect to the hanging address is under way
 	if st := m.Conn("moves").State(); st != states.Connecting {
 		t.Fatalf("state %v, want connecting", st)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -83,6 +84,9 @@ type SessionState struct {
 	// call is a tools/call of its own). Requests the client sent without
 	// waiting for an answer in between may appear in either order.
 	Methods []string `json:"methods"`
+	// Tools counts the tools/call requests the session received, by tool (every
+	// one, not only the first 100).
+	Tools map[string]int `json:"tools"`
 }
 
 // State decodes the text of a state tool result.
@@ -119,6 +123,7 @@ type sessionRecord struct {
 	subscribed []string
 	roots      int
 	methods    []string
+	tools      map[string]int // tools/call requests, by tool
 }
 
 // logSent is the context key under which the log tool learns whether its
@@ -342,6 +347,12 @@ func (st *server) recordMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
 			st.record(ss, func(r *sessionRecord) {
 				r.methods = appendBounded(r.methods, method)
+				if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && p != nil {
+					if r.tools == nil {
+						r.tools = map[string]int{}
+					}
+					r.tools[p.Name]++
+				}
 				if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok && p != nil {
 					r.level = string(p.Level)
 					r.levels = appendBounded(r.levels, r.level)
@@ -374,6 +385,7 @@ func (st *server) state(ss *mcp.ServerSession) SessionState {
 		out.Subscribed = slices.Clone(r.subscribed)
 		out.RootsListChanged = r.roots
 		out.Methods = slices.Clone(r.methods)
+		out.Tools = maps.Clone(r.tools)
 	})
 	slices.Sort(out.Subscriptions)
 	return out
