@@ -112,7 +112,7 @@ type run struct {
 
 	mu       sync.Mutex
 	trs      []machine.Transition
-	toolSets []time.Time // when Handlers.ToolsChanged was called
+	toolSets []toolSet // what Handlers.ToolsChanged was given, and when
 	calls    []*call
 	after    []*call // the calls of serves
 	failures []string
@@ -122,6 +122,12 @@ type run struct {
 	pauseMu  sync.Mutex
 	paused   bool           // the load starts no call; under pauseMu
 	callsWG  sync.WaitGroup // the load's calls in flight
+}
+
+// A toolSet is a tool list delivered to Handlers.ToolsChanged.
+type toolSet struct {
+	at    time.Time
+	names []string
 }
 
 // A call is one call of the load.
@@ -217,9 +223,12 @@ func (w *row) play(t *testing.T) {
 			r.errorf("detected as %v, want one of %v\n%s", det, w.detect, r.timeline())
 		}
 		// The bound: a probe comes within the keepalive interval and fails
-		// within the probe timeout; a fault on from the start fails the first
-		// connect within the connect timeout. A second of slack on top.
-		bound := r.pol.KeepaliveInterval + r.pol.ProbeTimeout + time.Second
+		// within the probe timeout; but one that finds a call answered within
+		// the interval sends nothing (the load's were, until the fault), so the
+		// first that reaches a silent server may be the one after it: two
+		// intervals. A fault on from the start fails the first connect within
+		// the connect timeout. A second of slack on top.
+		bound := 2*r.pol.KeepaliveInterval + r.pol.ProbeTimeout + time.Second
 		if w.atStart {
 			bound = r.pol.ConnectTimeout + time.Second
 		}
@@ -343,9 +352,13 @@ func (r *run) open(cfg transport.Config) {
 			r.trs = append(r.trs, tr)
 			r.mu.Unlock()
 		},
-		Handlers: mcpfsm.Handlers{ToolsChanged: func([]*mcp.Tool) {
+		Handlers: mcpfsm.Handlers{ToolsChanged: func(tools []*mcp.Tool) {
+			set := toolSet{at: time.Now()}
+			for _, t := range tools {
+				set.names = append(set.names, t.Name)
+			}
 			r.mu.Lock()
-			r.toolSets = append(r.toolSets, time.Now())
+			r.toolSets = append(r.toolSets, set)
 			r.mu.Unlock()
 		}},
 	})
