@@ -87,6 +87,9 @@ func churn(t *testing.T, kind string) {
 	}
 
 	var opened, tornDown atomic.Int64
+	var attempted atomic.Int64 // connect attempts over, whatever their outcome
+	spec := mcpfsm.DefaultSpec()
+	hasSession := func(st states.State) bool { return spec.Calls(st) == machine.Serve }
 	var causesMu sync.Mutex
 	causes := map[string]int{} // why sessions ended
 	conn, err := mcpfsm.Open(cfg, mcpfsm.Options{
@@ -96,10 +99,13 @@ func churn(t *testing.T, kind string) {
 			switch {
 			case tr.Trigger == states.Connected.String():
 				opened.Add(1)
+				attempted.Add(1)
+			case tr.Trigger == states.ConnectFailed.String():
+				attempted.Add(1)
 			case tr.From == states.TearingDown || tr.From == states.Retiring:
 				tornDown.Add(1) // a session closed: after a failure, or replaced
 			}
-			if tr.From.HasSession() && tr.To == states.TearingDown || tr.From == states.Retiring {
+			if hasSession(tr.From) && tr.To == states.TearingDown || tr.From == states.Retiring {
 				why := tr.Trigger // retired: replaced by a planned reconnect
 				if tr.Cause != states.CauseNone {
 					why += "/" + tr.Cause.String()
@@ -145,7 +151,7 @@ func churn(t *testing.T, kind string) {
 				issued.Add(1)
 				ctx, cancel := context.WithTimeout(context.Background(), churnCallTimeout)
 				deadline, _ := ctx.Deadline()
-				res, err := conn.CallTool(ctx, o.tool, map[string]any{"id": o.id})
+				res, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: o.tool, Arguments: map[string]any{"id": o.id}})
 				o.late = max(0, time.Since(deadline))
 				cancel()
 				o.err = err
@@ -166,8 +172,8 @@ func churn(t *testing.T, kind string) {
 	waitNext := func(before int64, what string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		if _, err := conn.Machine().Wait(ctx, func(st states.State) bool { return opened.Load() > before && st.HasSession() }); err != nil {
-			t.Fatalf("no new session after %s (cycle %d): %v (state %s)\n%v", what, before, err, conn.State(), conn.Machine().History())
+		if _, err := conn.WaitState(ctx, func(st states.State) bool { return opened.Load() > before && hasSession(st) }); err != nil {
+			t.Fatalf("no new session after %s (cycle %d): %v (state %s)\n%v", what, before, err, conn.State(), conn.History())
 		}
 	}
 	waitNext(0, "start")
@@ -186,9 +192,16 @@ func churn(t *testing.T, kind string) {
 			// is refused and keeps the old session; one asked for after it replaces it.
 			kind = "server down 20ms, a reconnect refused meanwhile"
 			flap.down()
+			tried := attempted.Load()
 			conn.Reconnect()
-			if err := conn.Machine().Sync(context.Background()); err != nil {
-				t.Fatal(err)
+			// The attempt it sets off ends (refused) before the server is back. Every
+			// attempt's end is a transition, which the Observer counts before waiters
+			// see it.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_, err := conn.WaitState(ctx, func(states.State) bool { return attempted.Load() > tried })
+			cancel()
+			if err != nil {
+				t.Fatalf("the reconnect asked for while the server was down was not tried: %v (state %s)\n%v", err, conn.State(), conn.History())
 			}
 			time.Sleep(20 * time.Millisecond)
 			flap.up(false)
@@ -262,8 +275,8 @@ func churn(t *testing.T, kind string) {
 		}
 		key := ce.Cause.String()
 		switch {
-		case errors.Is(o.err, mcpfsm.ErrBreakerOpen):
-			key += " (breaker open)"
+		case errors.Is(o.err, mcpfsm.ErrUnavailable):
+			key += " (unavailable)" // failed fast, or not retried because the retry would have
 		case errors.Is(o.err, mcpfsm.ErrNotReady):
 			key += " (not ready by the deadline)"
 		case errors.Is(o.err, mcpfsm.ErrMayHaveRun):
@@ -345,12 +358,12 @@ func TestAcceptedCallNotRunTwice(t *testing.T) {
 
 	held := make(chan error, 1)
 	go func() {
-		_, err := conn.CallTool(ctx, "hold", map[string]any{"id": "held"})
+		_, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{"id": "held"}})
 		held <- err
 	}()
 	<-started // the server is running it
 	flap.forget()
-	if _, err := conn.CallTool(ctx, "read", map[string]any{"id": "probe"}); err != nil {
+	if _, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"id": "probe"}}); err != nil {
 		t.Logf("the read that met the 404: %v", err) // it may be retried on the next session, or not
 	}
 	var err2 error

@@ -114,7 +114,7 @@ const (
 	downSilent = "silent"
 )
 
-// longRunServer is the scripted server: the machine's Invoker.
+// longRunServer is the scripted server: the machine's Effects.
 type longRunServer struct {
 	mode  string
 	start time.Time
@@ -177,54 +177,77 @@ func ended(ctx context.Context) (states.Cause, error) {
 	return effects.Classify(err, false), err
 }
 
-func (s *longRunServer) Invoke(ctx context.Context, inv machine.Invocation) machine.Event {
-	switch inv.Effect {
-	case "connect":
-		s.mu.Lock()
-		s.attempts = append(s.attempts, time.Since(s.start))
-		s.mu.Unlock()
-		if !s.waitUp(ctx) {
-			if ctx.Err() != nil {
-				cause, err := ended(ctx)
-				return machine.Event{Trigger: states.ConnectFailed, Cause: cause, Err: err}
-			}
-			time.Sleep(refuseLatency)
-			return machine.Event{Trigger: states.ConnectFailed, Cause: effects.Classify(errRefused, false), Err: errRefused}
+var _ effects.Effects = (*longRunServer)(nil)
+
+// Connect dials the scripted server: refused at once while it is crashed, hanging
+// until the connect timeout while it is silent.
+func (s *longRunServer) Connect(ctx context.Context, inv machine.Invocation) machine.Event {
+	s.mu.Lock()
+	s.attempts = append(s.attempts, time.Since(s.start))
+	s.mu.Unlock()
+	if !s.waitUp(ctx) {
+		if ctx.Err() != nil {
+			cause, err := ended(ctx)
+			return machine.Event{Trigger: states.ConnectFailed, Cause: cause, Err: err}
 		}
-		time.Sleep(connectLatency)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if !s.up {
-			return machine.Event{Trigger: states.ConnectFailed, Cause: states.CauseLost, Err: errExited}
-		}
-		s.next++
-		s.session = s.next
-		return machine.Event{Trigger: states.Connected, Session: s.session}
-	case "probe":
-		s.mu.Lock()
-		id := s.session
-		s.mu.Unlock()
-		if !s.waitUp(ctx) {
-			if ctx.Err() != nil {
-				cause, err := ended(ctx)
-				return machine.Event{Trigger: states.ProbeFailed, Cause: cause, Err: err, Session: id}
-			}
-			return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errExited, Session: id}
-		}
-		time.Sleep(probeLatency)
-		return machine.Event{Trigger: states.ProbeOK, Session: id}
-	case "teardown":
-		s.mu.Lock()
-		s.session = 0
-		s.mu.Unlock()
-		if !s.waitUp(ctx) && ctx.Err() != nil {
-			// Forced at the teardown timeout: our own doing, an artifact.
-			return machine.Event{Trigger: states.TornDown, Cause: states.CauseArtifact, Err: context.Cause(ctx)}
-		}
-		time.Sleep(closeLatency)
-		return machine.Event{Trigger: states.TornDown}
+		time.Sleep(refuseLatency)
+		return machine.Event{Trigger: states.ConnectFailed, Cause: effects.Classify(errRefused, false), Err: errRefused}
 	}
-	panic("long run: unknown effect " + inv.Effect)
+	time.Sleep(connectLatency)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.up {
+		return machine.Event{Trigger: states.ConnectFailed, Cause: states.CauseLost, Err: errExited}
+	}
+	s.next++
+	s.session = s.next
+	return machine.Event{Trigger: states.Connected, Session: s.session}
+}
+
+// Replace is a planned reconnect's connect. The day never asks for one (no Reconnect,
+// and max_session_age is 0 by default, so no probe recycles), but a connect is what it
+// would be.
+func (s *longRunServer) Replace(ctx context.Context, inv machine.Invocation) machine.Event {
+	return s.Connect(ctx, inv)
+}
+
+// Probe checks the live session.
+func (s *longRunServer) Probe(ctx context.Context, inv machine.Invocation) machine.Event {
+	s.mu.Lock()
+	id := s.session
+	s.mu.Unlock()
+	if !s.waitUp(ctx) {
+		if ctx.Err() != nil {
+			cause, err := ended(ctx)
+			return machine.Event{Trigger: states.ProbeFailed, Cause: cause, Err: err, Session: id}
+		}
+		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errExited, Session: id}
+	}
+	time.Sleep(probeLatency)
+	return machine.Event{Trigger: states.ProbeOK, Session: id}
+}
+
+// Teardown closes the live session: at once while the server is crashed, forced at
+// the teardown timeout while it is silent.
+func (s *longRunServer) Teardown(ctx context.Context, inv machine.Invocation) machine.Event {
+	s.mu.Lock()
+	s.session = 0
+	s.mu.Unlock()
+	return s.close(ctx, states.TornDown)
+}
+
+// Retire closes a replaced session (see Replace: the day has none).
+func (s *longRunServer) Retire(ctx context.Context, inv machine.Invocation) machine.Event {
+	return s.close(ctx, states.Retired)
+}
+
+func (s *longRunServer) close(ctx context.Context, outcome states.Trigger) machine.Event {
+	if !s.waitUp(ctx) && ctx.Err() != nil {
+		// Forced at the teardown timeout: our own doing, an artifact.
+		return machine.Event{Trigger: outcome, Cause: states.CauseArtifact, Err: context.Cause(ctx)}
+	}
+	time.Sleep(closeLatency)
+	return machine.Event{Trigger: outcome}
 }
 
 // A longRun is one day's record.
@@ -247,7 +270,7 @@ func runLongRun(t *testing.T, mode string) *longRun {
 		var mu sync.Mutex
 		var trs []machine.Transition
 		m := machine.New(spec, machine.Options{
-			Name: "longrun", Invoker: srv, History: -1,
+			Name: "longrun", Effects: srv, History: -1,
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			Rand:   rand.New(rand.NewPCG(2026, 4)),
 			Observer: func(tr machine.Transition) {
@@ -356,6 +379,8 @@ func (r *longRun) figures() figures {
 	}
 	f.deadMaxHour = max(f.deadMaxHour, n)
 
+	spec := mcpfsm.DefaultSpec()
+	withSession := func(st states.State) bool { return spec.Calls(st) == machine.Serve }
 	stateAt := func(at time.Duration) states.State {
 		st := states.Idle
 		for _, tr := range r.trs {
@@ -371,12 +396,12 @@ func (r *longRun) figures() figures {
 		st, since := states.Idle, time.Duration(0)
 		for _, tr := range r.trs {
 			at := tr.At.Sub(time.Time{})
-			if st.HasSession() {
+			if withSession(st) {
 				in += max(0, min(at, to)-max(since, from))
 			}
 			st, since = tr.To, at
 		}
-		if st.HasSession() {
+		if withSession(st) {
 			in += max(0, to-max(since, from))
 		}
 		return in
@@ -395,7 +420,7 @@ func (r *longRun) figures() figures {
 		if at >= longRunDead {
 			if seg.up {
 				p := upPeriod{at: at, d: seg.d, from: stateAt(at), recovery: -1}
-				if p.from.HasSession() {
+				if withSession(p.from) {
 					p.recovery = 0 // the outage went unnoticed, or a probe waited it out
 				}
 				for _, tr := range r.trs {
@@ -430,11 +455,11 @@ func (r *longRun) figures() figures {
 				// Detection: from the server going down to the connection leaving
 				// ready or probing, if it had a session then. An outage may end before
 				// anything notices it.
-				if stateAt(at).HasSession() {
+				if withSession(stateAt(at)) {
 					found := false
 					for _, tr := range r.trs {
 						ta := tr.At.Sub(time.Time{})
-						if ta >= at && ta <= at+seg.d && !tr.To.HasSession() {
+						if ta >= at && ta <= at+seg.d && !withSession(tr.To) {
 							f.maxDetect = max(f.maxDetect, ta-at)
 							found = true
 							break

@@ -112,13 +112,22 @@ type run struct {
 
 	mu       sync.Mutex
 	trs      []machine.Transition
-	toolSets []time.Time // when OnTools was called
+	toolSets []toolSet // what Handlers.ToolsChanged was given, and when
 	calls    []*call
 	after    []*call // the calls of serves
 	failures []string
 
 	loadStop chan struct{}
 	loadWG   sync.WaitGroup
+	pauseMu  sync.Mutex
+	paused   bool           // the load starts no call; under pauseMu
+	callsWG  sync.WaitGroup // the load's calls in flight
+}
+
+// A toolSet is a tool list delivered to Handlers.ToolsChanged.
+type toolSet struct {
+	at    time.Time
+	names []string
 }
 
 // A call is one call of the load.
@@ -163,7 +172,7 @@ func (w *row) play(t *testing.T) {
 	if w.atStart {
 		w.inject(r)
 	} else {
-		r.await("ready", 20*time.Second, func() bool { return r.conn.State().HasSession() })
+		r.await("ready", 20*time.Second, r.serving)
 		r.await("a first probe", 20*time.Second, func() bool { return r.count(states.Probing, states.Ready) > 0 })
 		time.Sleep(200 * time.Millisecond) // calls before the fault
 		w.inject(r)
@@ -182,7 +191,7 @@ func (w *row) play(t *testing.T) {
 			r.fatalf("the fault was not detected\n%s", r.timeline())
 		}
 	default:
-		r.await("ready", recoverWithin, func() bool { return r.conn.State().HasSession() })
+		r.await("ready", recoverWithin, r.serving)
 	}
 
 	// The connection serves: a read-only and a non-idempotent call.
@@ -201,7 +210,7 @@ func (w *row) play(t *testing.T) {
 			if tr.At.Before(r.start) {
 				continue
 			}
-			if tr.Cause.Counts() || !tr.To.HasSession() {
+			if tr.Cause.Counts() || !r.hasSession(tr.To) {
 				r.errorf("the planned reconnect counted as a failure or left calls without a session: %v\n%s", tr, r.timeline())
 			}
 			replaced = replaced || tr.From == states.Replacing && tr.To == states.Retiring
@@ -214,9 +223,12 @@ func (w *row) play(t *testing.T) {
 			r.errorf("detected as %v, want one of %v\n%s", det, w.detect, r.timeline())
 		}
 		// The bound: a probe comes within the keepalive interval and fails
-		// within the probe timeout; a fault on from the start fails the first
-		// connect within the connect timeout. A second of slack on top.
-		bound := r.pol.KeepaliveInterval + r.pol.ProbeTimeout + time.Second
+		// within the probe timeout; but one that finds a call answered within
+		// the interval sends nothing (the load's were, until the fault), so the
+		// first that reaches a silent server may be the one after it: two
+		// intervals. A fault on from the start fails the first connect within
+		// the connect timeout. A second of slack on top.
+		bound := 2*r.pol.KeepaliveInterval + r.pol.ProbeTimeout + time.Second
 		if w.atStart {
 			bound = r.pol.ConnectTimeout + time.Second
 		}
@@ -274,7 +286,7 @@ func (r *run) serves(tool string) {
 			args = map[string]any{"text": c.id}
 		}
 		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		res, err := r.conn.CallTool(ctx, tool, args)
+		res, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
 		cancel()
 		c.end, c.err, c.text = time.Now(), err, text(res)
 		r.mu.Lock()
@@ -305,7 +317,7 @@ func (r *run) inflight(ms int) <-chan error {
 		defer r.loadWG.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		_, err := r.conn.CallTool(ctx, "journal", map[string]any{"id": id, "ms": ms})
+		_, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: "journal", Arguments: map[string]any{"id": id, "ms": ms}})
 		done <- err
 	}()
 	r.await("the call in flight to reach the server", 10*time.Second, func() bool { return r.journalRuns()[id] > 0 })
@@ -340,11 +352,15 @@ func (r *run) open(cfg transport.Config) {
 			r.trs = append(r.trs, tr)
 			r.mu.Unlock()
 		},
-		OnTools: func([]*mcp.Tool) {
+		Handlers: mcpfsm.Handlers{ToolsChanged: func(tools []*mcp.Tool) {
+			set := toolSet{at: time.Now()}
+			for _, t := range tools {
+				set.names = append(set.names, t.Name)
+			}
 			r.mu.Lock()
-			r.toolSets = append(r.toolSets, time.Now())
+			r.toolSets = append(r.toolSets, set)
 			r.mu.Unlock()
-		},
+		}},
 	})
 	if err != nil {
 		r.fatalf("Open: %v", err)
@@ -355,6 +371,13 @@ func (r *run) open(cfg transport.Config) {
 		_ = r.conn.Close(ctx)
 	})
 }
+
+// hasSession reports whether st is a state whose calls use a session (ready,
+// probing, replacing, retiring in the default lifecycle).
+func (r *run) hasSession(st states.State) bool { return r.conn.Spec().Calls(st) == machine.Serve }
+
+// serving reports whether the connection is in a state whose calls use a session.
+func (r *run) serving() bool { return r.hasSession(r.conn.State()) }
 
 // mark records that the fault begins now.
 func (r *run) mark() { r.start = time.Now() }
@@ -434,6 +457,18 @@ func (r *run) countSince(t time.Time, from, to states.State) int {
 	return n
 }
 
+// countBetween counts the transitions from one state to another from t on and
+// before end.
+func (r *run) countBetween(t, end time.Time, from, to states.State) int {
+	n := 0
+	for _, tr := range r.transitions() {
+		if !tr.At.Before(t) && tr.At.Before(end) && tr.From == from && tr.To == to {
+			n++
+		}
+	}
+	return n
+}
+
 // failure reports whether a transition's cause is a failure of the
 // connection, counted or not (lost, timeout, expired, auth, protocol).
 func failure(c states.Cause) bool {
@@ -473,7 +508,7 @@ func (r *run) recovery() (machine.Transition, bool) {
 	}
 	renewed := false
 	for _, tr := range r.transitions() {
-		if tr.At.Before(det.At) || !tr.To.HasSession() {
+		if tr.At.Before(det.At) || !r.hasSession(tr.To) {
 			continue
 		}
 		renewed = renewed || tr.Trigger == "connected"
@@ -524,8 +559,13 @@ func (r *run) startLoad() {
 		tick := time.NewTicker(callLoadEvery)
 		defer tick.Stop()
 		for i := 0; ; i++ {
-			r.loadWG.Add(1)
-			go r.call(i)
+			r.pauseMu.Lock()
+			if !r.paused {
+				r.loadWG.Add(1)
+				r.callsWG.Add(1)
+				go r.call(i)
+			}
+			r.pauseMu.Unlock()
 			select {
 			case <-r.loadStop:
 				return
@@ -546,8 +586,43 @@ func (r *run) stopLoad() {
 	r.loadWG.Wait()
 }
 
+// pauseLoad stops the load from starting calls, and waits for its calls in
+// flight: from then on no call of the load gets an answer, so the probes reach
+// the server (a probe sends nothing while calls are answered: see quiet).
+func (r *run) pauseLoad() {
+	r.pauseMu.Lock()
+	r.paused = true
+	r.pauseMu.Unlock()
+	r.callsWG.Wait()
+}
+
+// resumeLoad lets the load start calls again.
+func (r *run) resumeLoad() {
+	r.pauseMu.Lock()
+	r.paused = false
+	r.pauseMu.Unlock()
+}
+
+// quiet pauses the load and returns the row's server counts, then waits for the
+// last answer the connection got to be a keepalive interval old: a probe sends
+// nothing while a caller's request was answered within the keepalive interval
+// (traffic proves the server alive), so from then on, until the load resumes or
+// the row calls, every probe reaches the server.
+func (r *run) quiet() (counts map[string]int) {
+	r.pauseLoad()
+	counts = r.serverCounts() // the last answer
+	time.Sleep(r.pol.KeepaliveInterval + quietSlack)
+	return counts
+}
+
+// quietSlack is added to the keepalive interval quiet waits: a probe that began
+// just before found the last answer fresh and sent nothing, but its outcome may be
+// stamped a little later.
+const quietSlack = 50 * time.Millisecond
+
 func (r *run) call(i int) {
 	defer r.loadWG.Done()
+	defer r.callsWG.Done()
 	c := &call{id: r.id + "#" + strconv.Itoa(i), start: time.Now()}
 	c.deadline = c.start.Add(callTimeout)
 	ctx, cancel := context.WithDeadline(context.Background(), c.deadline)
@@ -561,7 +636,7 @@ func (r *run) call(i int) {
 	case 2:
 		c.tool, args = "journal", map[string]any{"id": c.id, "ms": 250}
 	}
-	res, err := r.conn.CallTool(ctx, c.tool, args)
+	res, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Arguments: args})
 	c.end, c.err, c.text = time.Now(), err, text(res)
 	r.mu.Lock()
 	r.calls = append(r.calls, c)
@@ -648,8 +723,8 @@ func (r *run) callsCell() string {
 		var ce *mcpfsm.CallError
 		switch {
 		case c.err == nil:
-		case errors.Is(c.err, mcpfsm.ErrBreakerOpen):
-			why["breaker open"]++
+		case errors.Is(c.err, mcpfsm.ErrUnavailable):
+			why["unavailable"]++ // failed fast (breaker open), or not retried because the retry would have
 		case errors.Is(c.err, mcpfsm.ErrNotReady):
 			why["not ready by deadline"]++
 		case errors.Is(c.err, mcpfsm.ErrMayHaveRun):

@@ -102,7 +102,8 @@ func TestMatrixPublished(t *testing.T) {
 const (
 	downFor      = 500 * time.Millisecond  // a killed HTTP server stays down
 	freezeFor    = 1200 * time.Millisecond // longer than detection plus a teardown
-	latencyFor   = 1500 * time.Millisecond // several probes
+	latencyFor   = 1500 * time.Millisecond // many calls, and several probes above the probe timeout
+	quietFor     = 1800 * time.Millisecond // several probes below it, with the load paused
 	latencyBelow = 300 * time.Millisecond  // under tolerantProbe
 	latencyAbove = 600 * time.Millisecond  // twice the probe timeout
 	// tolerantProbe is the probe timeout of the rows whose fault must be
@@ -297,6 +298,12 @@ func latencyRow(kind string, above bool) *row {
 		fault, lat = "latency-above", latencyAbove
 	}
 	var lifting time.Time // when the latency began to be removed
+	// Below the probe timeout, the latency goes on after latencyFor for a watch
+	// with the load paused (see run.quiet), from quietFrom to quietTo: under the
+	// load the probes send nothing, and they must be seen to reach the server and
+	// pass.
+	var quietFrom, quietTo time.Time
+	var before map[string]int
 	w := &row{
 		fault: fault, kind: kind,
 		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{}) },
@@ -308,6 +315,12 @@ func latencyRow(kind string, above bool) *row {
 			}
 			r.mark()
 			time.Sleep(latencyFor)
+			if !above {
+				before = r.quiet()
+				quietFrom = time.Now()
+				time.Sleep(quietFor)
+				quietTo = time.Now()
+			}
 			lifting = time.Now() // removing the toxic delivers what it holds at once
 			if kind == kindStdio {
 				r.control()
@@ -315,6 +328,7 @@ func latencyRow(kind string, above bool) *row {
 				r.srv.untoxic()
 			}
 			r.end = time.Now()
+			r.resumeLoad()
 		},
 	}
 	if above {
@@ -339,10 +353,17 @@ func latencyRow(kind string, above bool) *row {
 		if n == 0 || fastest < lat*9/10 {
 			r.errorf("%d echo calls during the latency, the fastest in %v: the latency was not applied", n, fastest)
 		}
-		if probes := r.countSince(r.start, states.Probing, states.Ready); probes < 2 {
-			r.errorf("%d probes passed during the latency, want at least 2\n%s", probes, r.timeline())
+		// Probes passed under the latency, having reached the server (a ping, or
+		// a tools/list for a server that refuses ping).
+		probes := r.countBetween(quietFrom, quietTo, states.Probing, states.Ready)
+		if probes < 2 {
+			r.errorf("%d probes passed during the latency with the load paused, want at least 2\n%s", probes, r.timeline())
 		}
-		r.note("fastest call %s under the latency", duration(fastest))
+		after := r.serverCounts()
+		if sent := after["ping"] + after["tools/list"] - before["ping"] - before["tools/list"]; sent < probes {
+			r.errorf("%d probes passed during the latency, but the server saw %d pings and tools/list", probes, sent)
+		}
+		r.note("fastest call %s under the latency; %d probes reached the server under it with the load paused", duration(fastest), probes)
 	}
 	return w
 }
@@ -442,28 +463,34 @@ func hangCloseRow(kind string) *row {
 }
 
 // refusePingRow: the server answers ping with method-not-found; it is
-// watched for toleratedFor.
+// watched for toleratedFor, with the load paused so that the probes reach the
+// server (see run.quiet).
 func refusePingRow(kind string) *row {
 	var before map[string]int
 	return &row{
 		fault: "refuse-ping", kind: kind, policies: tolerant,
 		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{RefusePing: true}) },
 		inject: func(r *run) {
-			before = r.serverCounts()
+			before = r.quiet()
 			r.mark()
 			time.Sleep(toleratedFor)
 			r.end = time.Now()
+			r.resumeLoad()
 		},
 		check: func(r *run) {
 			after := r.serverCounts()
-			probes := r.countSince(r.start, states.Probing, states.Ready)
+			// The probes of the watch: later ones may have found a call of the
+			// row's end answered, and sent nothing.
+			probes := r.countBetween(r.start, r.end, states.Probing, states.Ready)
 			if probes < 3 {
 				r.errorf("%d probes passed, want at least 3\n%s", probes, r.timeline())
 			}
-			// The probe falls back to tools/list and stays there: no ping
-			// reaches the server after the first refusal.
-			if pings := after["ping"] - before["ping"]; pings != 0 {
-				r.errorf("%d pings reached the server during the watch", pings)
+			// The probe falls back to tools/list and stays there: the first probe
+			// that reached the server sent the one ping of the session (before the
+			// watch or in it: under the load, probes send nothing), and every probe
+			// of the watch listed tools.
+			if pings := after["ping"]; pings != 1 {
+				r.errorf("%d pings reached the server, want the first probe's alone (during the watch: %d)", pings, pings-before["ping"])
 			}
 			if lists := after["tools/list"] - before["tools/list"]; lists < probes {
 				r.errorf("%d probes passed but the server saw %d tools/list", probes, lists)
@@ -480,7 +507,7 @@ func tolerant(p *machine.Policies) { p.ProbeTimeout = tolerantProbe }
 func (r *run) serverCounts() map[string]int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	res, err := r.conn.CallTool(ctx, "stats", nil)
+	res, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: "stats"})
 	if err != nil {
 		r.fatalf("stats: %v", err)
 	}
@@ -528,14 +555,16 @@ func garbageMidSessionRow() *row {
 // burstRow: the server sends burstSize tools/list_changed notifications in a
 // row (and its tool list changes once).
 func burstRow(kind string) *row {
+	var before map[string]int
 	return &row{
 		fault: "list-changed-burst", kind: kind, policies: tolerant,
 		setup: func(r *run) transport.Config { return r.serve(kind, testserver.Options{BurstTool: true}) },
 		inject: func(r *run) {
+			before = r.serverCounts()
 			r.mark()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			res, err := r.conn.CallTool(ctx, "tools_changed_burst", map[string]any{"n": burstSize})
+			res, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: "tools_changed_burst", Arguments: map[string]any{"n": burstSize}})
 			// The server's last send returns once the client has read all but
 			// what the stream buffers.
 			r.note("sent in %s", duration(time.Since(r.start)))
@@ -543,22 +572,30 @@ func burstRow(kind string) *row {
 				r.fatalf("tools_changed_burst = %q, %v; want %d sent\n%s", text(res), err, burstSize, r.timeline())
 			}
 			r.await("the new tool list", 10*time.Second, func() bool {
-				return slices.ContainsFunc(r.conn.Tools(), func(t *mcp.Tool) bool { return t.Name == "extra" })
+				return slices.ContainsFunc(r.conn.Listed().Tools, func(t *mcp.Tool) bool { return t.Name == "extra" })
 			})
 			time.Sleep(300 * time.Millisecond) // re-lists still running end
 			r.end = time.Now()
 		},
 		check: func(r *run) {
+			// The re-lists are the tools/list the server saw (a probe of this
+			// server pings; under the load it sends nothing at all).
+			relists := r.serverCounts()["tools/list"] - before["tools/list"]
+			if relists < 1 || relists > burstSize/10 {
+				r.errorf("%d notifications cost %d re-lists; want them coalesced", burstSize, relists)
+			}
+			// ToolsChanged sees a list only when it differs from the one it saw
+			// last: the list changed once, so once, with the new tool.
 			r.mu.Lock()
-			relists := 0
-			for _, at := range r.toolSets {
-				if at.After(r.start) {
-					relists++
+			var delivered []toolSet
+			for _, set := range r.toolSets {
+				if set.at.After(r.start) {
+					delivered = append(delivered, set)
 				}
 			}
 			r.mu.Unlock()
-			if relists < 1 || relists > burstSize/10 {
-				r.errorf("%d notifications cost %d re-lists; want them coalesced", burstSize, relists)
+			if len(delivered) != 1 || !slices.Contains(delivered[0].names, "extra") {
+				r.errorf("ToolsChanged was given %v after the burst; want the changed list, once", delivered)
 			}
 			r.note("%d notifications, %d re-lists", burstSize, relists)
 		},

@@ -22,6 +22,7 @@ import (
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // Marker secrets, one for each place a secret is given to a transport.
@@ -65,7 +66,12 @@ func TestSecretsNeverLeak(t *testing.T) {
 			fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"bad credentials %s"}}`, strings.ReplaceAll(quoted, `"`, `'`))
 		}))
 		defer srv.Close()
-		c := out.open(t, "bad-auth", secretHTTPConfig(srv.URL+"/mcp", false), nil)
+		// A refusal of the credentials parks the connection in unauthorized until a
+		// re-check, which comes at once here so that the refusal is met again.
+		pol := secretPolicies()
+		pol.AuthRecheckInterval = 20 * time.Millisecond
+		c := out.open(t, "bad-auth", secretHTTPConfig(srv.URL+"/mcp", false), pol)
+		c.waitFor(t, func(st states.State) bool { return st == states.Unauthorized })
 		c.waitAttempts(t, 3)
 		c.call(t, 300*time.Millisecond)
 		c.close(t)
@@ -142,7 +148,12 @@ func TestSecretsNeverLeak(t *testing.T) {
 		c.close(t)
 
 		missing := transport.Config{Name: "stdio-missing", Stdio: &transport.Stdio{Command: "/nonexistent/" + secretEnv[:3] + "-server", Env: env}}
-		c = out.open(t, "stdio-missing", missing, nil)
+		// A missing command parks the connection until a re-check, which comes at once
+		// here so that the command is looked for again.
+		pol = secretPolicies()
+		pol.ParkInterval = 20 * time.Millisecond
+		c = out.open(t, "stdio-missing", missing, pol)
+		c.waitFor(t, func(st states.State) bool { return st == states.Parked })
 		c.waitAttempts(t, 2)
 		c.close(t)
 	})
@@ -381,7 +392,7 @@ func (o *leakOutputs) openWith(t *testing.T, name string, cfg transport.Config, 
 		t.Fatalf("Open(%s): %v", name, err)
 	}
 	var dropped func() int
-	c.watch, c.stop, dropped = c.conn.Machine().Watch(1024)
+	c.watch, c.stop, dropped = c.conn.Watch(1024)
 	go func() {
 		defer close(c.done)
 		for tr := range c.watch {
@@ -401,14 +412,14 @@ func (c *leakConn) waitFor(t *testing.T, ok func(states.State) bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if st, err := c.conn.Machine().Wait(ctx, ok); err != nil {
+	if st, err := c.conn.WaitState(ctx, ok); err != nil {
 		t.Fatalf("%s: waiting: %v (state %s)", c.name, err, st)
 	}
 }
 
 func (c *leakConn) ready(t *testing.T) {
 	t.Helper()
-	c.waitFor(t, states.State.HasSession) // through the breaker, if it is open
+	c.waitFor(t, func(st states.State) bool { return c.conn.Spec().Calls(st) == machine.Serve }) // through the breaker, if it is open
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	err := c.conn.WaitReady(ctx)
@@ -446,10 +457,12 @@ func (c *leakConn) call(t *testing.T, within time.Duration) {
 	c.callTool(t, "read", within)
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	tools, err := c.conn.ListTools(ctx)
+	res, err := c.conn.ListTools(ctx, nil)
 	c.out.addErr(c.name+" ListTools", err)
-	for _, tool := range tools {
-		c.out.add(c.name+" tool", tool.Name, tool.Description)
+	if res != nil {
+		for _, tool := range res.Tools {
+			c.out.add(c.name+" tool", tool.Name, tool.Description)
+		}
 	}
 }
 
@@ -457,7 +470,7 @@ func (c *leakConn) callTool(t *testing.T, tool string, within time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
-	_, err := c.conn.CallTool(ctx, tool, map[string]any{"id": "x"})
+	_, err := c.conn.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"id": "x"}})
 	c.out.addErr(c.name+" CallTool "+tool, err)
 }
 
@@ -469,14 +482,13 @@ func (c *leakConn) close(t *testing.T) {
 	c.out.addErr(c.name+" Close", c.conn.Close(ctx))
 	c.stop()
 	<-c.done
-	m := c.conn.Machine()
-	hist := m.History()
+	hist := c.conn.History()
 	for _, tr := range hist {
 		c.out.addTransition(c.name+" history", tr)
 	}
-	pol := m.Policies()
-	opts := machine.GraphOptions{Current: m.State(), Path: hist, Policies: &pol}
-	c.out.add(c.name+" graph", m.Spec().DOT(opts), m.Spec().Mermaid(opts))
+	pol := c.conn.Policies()
+	opts := machine.GraphOptions{Current: c.conn.State(), Path: hist, Policies: &pol}
+	c.out.add(c.name+" graph", c.conn.Spec().DOT(opts), c.conn.Spec().Mermaid(opts))
 	c.out.add(c.name+" state", c.conn.State().String(), c.conn.Name())
 }
 
