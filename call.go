@@ -44,6 +44,9 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 		if err != nil {
 			return zero, c.noSession(r, st, err, first)
 		}
+		if first != nil && rep != nil {
+			rep.First = first // the request is sent again: this is why
+		}
 		rctx := ctx
 		if c.answers {
 			// The SDK answers a 2026-07-28 server's input requests (SEP-2322) with the
@@ -80,9 +83,6 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 		ce := &CallError{Server: c.name, Method: r.method, Name: r.name, State: st, Cause: v.Cause, Retried: failed != nil, Err: err}
 		if failed != nil || !v.Retry {
 			return zero, ce
-		}
-		if rep != nil {
-			rep.First = ce
 		}
 		failed, first = s, ce
 	}
@@ -155,8 +155,9 @@ func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.St
 // not twice: the error is the first attempt's, with why it was not retried.
 func (c *Conn) noSession(r request, st states.State, err error, first *CallError) error {
 	if first != nil {
-		first.Err = fmt.Errorf("%w (not retried: %w)", first.Err, err)
-		return first
+		ce := *first
+		ce.Err = fmt.Errorf("%w (not retried: %w)", first.Err, err)
+		return &ce
 	}
 	cause := states.CauseNone
 	switch {

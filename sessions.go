@@ -362,7 +362,11 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 	if age := inv.Policies.MaxSessionAge; age > 0 && time.Since(s.start) >= age {
 		healthy.Trigger = states.Recycle
 	}
-	if every := inv.Policies.KeepaliveInterval; every > 0 && time.Since(time.Unix(0, s.answered.Load())) < every {
+	if heard := time.Since(time.Unix(0, s.answered.Load())); inv.Policies.KeepaliveInterval > 0 && heard < inv.Policies.KeepaliveInterval {
+		// A caller's request was answered within the interval: the server is alive,
+		// as of then. The next probe is due an interval after that answer, so that a
+		// server that froze since is found as soon as an unspared probe would find it.
+		healthy.Heard = heard
 		return healthy
 	}
 	err := s.s.Probe(ctx)

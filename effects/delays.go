@@ -12,7 +12,7 @@ import (
 // from the machine's own random source.
 var delays = map[string]machine.Delay{
 	"keepalive": {
-		Doc: "Time until the next probe: keepalive_interval shortened by up to keepalive_jitter of it, so a frozen server is found within interval + probe_timeout. " +
+		Doc: "Time until the next probe: keepalive_interval shortened by up to keepalive_jitter of it, and counted from when the server was last heard from (a probe spared by a recent answer), so a frozen server is found within interval + probe_timeout. " +
 			"A session's first probe comes after a delay drawn from the steady state of that schedule, so that connections opened together probe at the steady rate from the start rather than in lockstep. 0 disables probing.",
 		Policy: "keepalive_interval",
 		Next:   keepalive,
@@ -38,7 +38,7 @@ func keepalive(v *machine.Vars, p *machine.Policies, r *rand.Rand) (time.Duratio
 	if !v.Probed {
 		return firstProbe(every, p.KeepaliveJitter, r), true
 	}
-	return every - time.Duration(p.KeepaliveJitter*r.Float64()*float64(every)), true
+	return max(0, every-time.Duration(p.KeepaliveJitter*r.Float64()*float64(every))-v.Heard), true
 }
 
 // firstProbe draws the time to a session's first probe from the steady state of the

@@ -222,13 +222,12 @@ func (w *row) play(t *testing.T) {
 		if !slices.Contains(w.detect, det.Cause) {
 			r.errorf("detected as %v, want one of %v\n%s", det, w.detect, r.timeline())
 		}
-		// The bound: a probe comes within the keepalive interval and fails
-		// within the probe timeout; but one that finds a call answered within
-		// the interval sends nothing (the load's were, until the fault), so the
-		// first that reaches a silent server may be the one after it: two
-		// intervals. A fault on from the start fails the first connect within
-		// the connect timeout. A second of slack on top.
-		bound := 2*r.pol.KeepaliveInterval + r.pol.ProbeTimeout + time.Second
+		// The bound: a probe comes within the keepalive interval of the server
+		// last being heard from (a probe spared by an answer to the load counts
+		// the next interval from that answer) and fails within the probe
+		// timeout. A fault on from the start fails the first connect within the
+		// connect timeout. A second of slack on top.
+		bound := r.pol.KeepaliveInterval + r.pol.ProbeTimeout + time.Second
 		if w.atStart {
 			bound = r.pol.ConnectTimeout + time.Second
 		}

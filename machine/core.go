@@ -27,6 +27,10 @@ type Event struct {
 	// Took is how long an invoked effect took, as its outcome says; only a simulated
 	// world says so (a Machine measures real time itself).
 	Took time.Duration
+	// Heard is, for an outcome that proves the server alive without asking it (a
+	// probe spared by a recent answer), how long ago it was last heard from. The
+	// engine sets Vars.Heard from it, so that timed delays can count from then.
+	Heard time.Duration
 
 	barrier   chan<- struct{} // closed when the owner reaches the event; no trigger
 	policies  *Policies       // new policies to adopt; no trigger
@@ -135,6 +139,7 @@ func (c *core) apply(t trig, ev *Event, fromInvoke bool, now time.Time) (tr Tran
 	}
 	saved := c.vars
 	c.book(ev)
+	c.vars.Heard = ev.Heard
 	c.took = took{}
 	if err := c.spec.sm.FireCtx(c.ctx, t); err != nil || !c.took.ok {
 		c.vars = saved

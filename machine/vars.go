@@ -36,6 +36,10 @@ type Vars struct {
 	// Streak counts the failures in a row, up to the last, whose cause was
 	// LastCause: three protocol errors in a row make a Streak of 3.
 	Streak int
+	// Heard is how long before the last event the server was last heard from, as
+	// the event says (Event.Heard): a probe spared by a recent answer says how
+	// recent, so that the next probe is due an interval after that answer.
+	Heard time.Duration
 }
 
 // A Registry binds the names a spec may use to the code behind them. Package effects
