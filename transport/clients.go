@@ -39,17 +39,12 @@ func acquireClient(impl *mcp.Implementation, tools bool) *sharedClient {
 	sc := clients.m[key]
 	if sc == nil {
 		sc = &sharedClient{key: key}
-		if impl == nil {
-			d := DefaultClient
-			impl = &d
-		}
 		copts := &mcp.ClientOptions{}
 		if tools {
 			sc.sessions = map[*mcp.ClientSession]*Session{}
 			copts.ToolListChangedHandler = sc.toolsChanged
 		}
-		sc.c = mcp.NewClient(impl, copts)
-		sc.c.AddSendingMiddleware(uncachedToolLists)
+		sc.c = NewClient(impl, copts)
 		if clients.m == nil {
 			clients.m = map[clientKey]*sharedClient{}
 		}
@@ -94,4 +89,28 @@ func (sc *sharedClient) toolsChanged(_ context.Context, req *mcp.ToolListChanged
 	if s != nil && s.onTools != nil {
 		s.onTools()
 	}
+}
+
+// NewClient returns an SDK client for this package's sessions (see
+// Options.MCPClient): mcp.NewClient(impl, opts) with the sending middleware
+// that keeps tools/list results out of the SDK's cache (which Probe and
+// ListTools need), and that advertises no roots capability unless
+// opts.Capabilities asks for it (the SDK's nil Capabilities means roots, and
+// a server that asks a client for roots it does not serve may hang). impl nil
+// means DefaultClient. opts is not modified.
+func NewClient(impl *mcp.Implementation, opts *mcp.ClientOptions) *mcp.Client {
+	if impl == nil {
+		d := DefaultClient
+		impl = &d
+	}
+	var o mcp.ClientOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Capabilities == nil {
+		o.Capabilities = &mcp.ClientCapabilities{}
+	}
+	c := mcp.NewClient(impl, &o)
+	c.AddSendingMiddleware(uncachedToolLists)
+	return c
 }
