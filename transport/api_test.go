@@ -155,7 +155,8 @@ func TestRequest(t *testing.T) {
 	if !errors.As(err, &te) || te.Op != "get prompt" || te.Tool != "nope" || !errors.As(err, &je) {
 		t.Errorf("Request = %v, want an *Error of op \"get prompt\" for \"nope\" wrapping the server's error", err)
 	}
-	if s.ID() != "" || s.InitializeResult() == nil {
-		t.Errorf("ID %q, InitializeResult %v", s.ID(), s.InitializeResult())
+	var c Client = s
+	if c.ID() != "" || c.InitializeResult() == nil {
+		t.Errorf("Client: ID %q, InitializeResult %v", c.ID(), c.InitializeResult())
 	}
 }
