@@ -107,7 +107,7 @@ func TestNotReadySaysWhy(t *testing.T) {
 	defer cancel()
 	err := c.WaitReady(ctx)
 	waited := errors.Is(err, ErrNotReady) && errors.Is(err, context.DeadlineExceeded)
-	if !waited && !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "last failure, lost") || !strings.Contains(err.Error(), "EOF") {
+	if !waited && !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "last failure, lost") || !strings.Contains(err.Error(), `mcp server "false": dial`) {
 		t.Errorf("WaitReady on /bin/false: %v", err)
 	}
 }

@@ -11,12 +11,15 @@ import (
 type Client interface {
 	CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error)
 	ListTools(ctx context.Context) ([]*mcp.Tool, error)
-	Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error
-	InitializeResult() *mcp.InitializeResult
-	ID() string
 	Probe(ctx context.Context) error
 	Close(ctx context.Context) error
 	Closing() bool
+	// Request runs f on the SDK session (see Session.Request).
+	Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error
+	// InitializeResult is the server's answer to initialize.
+	InitializeResult() *mcp.InitializeResult
+	// ID is the MCP session ID ("" where there is none).
+	ID() string
 }
 
 var _ Client = (*Session)(nil)

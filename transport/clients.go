@@ -24,7 +24,6 @@ type clientKey struct {
 
 // A sharedClient is a Client and the sessions using it.
 type sharedClient struct {
-	own      bool // the caller's client (Options.MCPClient): not shared here
 	key      clientKey
 	c        *mcp.Client
 	refs     int                             // sessions holding it, under clients.mu
@@ -40,17 +39,12 @@ func acquireClient(impl *mcp.Implementation, tools bool) *sharedClient {
 	sc := clients.m[key]
 	if sc == nil {
 		sc = &sharedClient{key: key}
-		if impl == nil {
-			d := DefaultClient
-			impl = &d
-		}
 		copts := &mcp.ClientOptions{}
 		if tools {
 			sc.sessions = map[*mcp.ClientSession]*Session{}
 			copts.ToolListChangedHandler = sc.toolsChanged
 		}
-		sc.c = mcp.NewClient(impl, copts)
-		sc.c.AddSendingMiddleware(uncachedToolLists)
+		sc.c = NewClient(impl, copts)
 		if clients.m == nil {
 			clients.m = map[clientKey]*sharedClient{}
 		}
@@ -64,7 +58,7 @@ func acquireClient(impl *mcp.Implementation, tools bool) *sharedClient {
 // notification that arrives before bind (while the session initializes) is not
 // reported: the session's first ListTools comes after it.
 func (sc *sharedClient) bind(cs *mcp.ClientSession, s *Session) {
-	if sc.own || sc.sessions == nil {
+	if sc.sessions == nil {
 		return
 	}
 	clients.mu.Lock()
@@ -75,9 +69,6 @@ func (sc *sharedClient) bind(cs *mcp.ClientSession, s *Session) {
 // release drops a session's hold on the Client, and forgets cs (nil if the session
 // never connected).
 func (sc *sharedClient) release(cs *mcp.ClientSession) {
-	if sc.own {
-		return
-	}
 	clients.mu.Lock()
 	defer clients.mu.Unlock()
 	if cs != nil && sc.sessions != nil {
@@ -98,4 +89,28 @@ func (sc *sharedClient) toolsChanged(_ context.Context, req *mcp.ToolListChanged
 	if s != nil && s.onTools != nil {
 		s.onTools()
 	}
+}
+
+// NewClient returns an SDK client for this package's sessions (see
+// Options.MCPClient): mcp.NewClient(impl, opts) with the sending middleware
+// that keeps tools/list results out of the SDK's cache (which Probe and
+// ListTools need), and that advertises no roots capability unless
+// opts.Capabilities asks for it (the SDK's nil Capabilities means roots, and
+// a server that asks a client for roots it does not serve may hang). impl nil
+// means DefaultClient. opts is not modified.
+func NewClient(impl *mcp.Implementation, opts *mcp.ClientOptions) *mcp.Client {
+	if impl == nil {
+		d := DefaultClient
+		impl = &d
+	}
+	var o mcp.ClientOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Capabilities == nil {
+		o.Capabilities = &mcp.ClientCapabilities{}
+	}
+	c := mcp.NewClient(impl, &o)
+	c.AddSendingMiddleware(uncachedToolLists)
+	return c
 }

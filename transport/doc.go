@@ -16,21 +16,53 @@
 // within a short bound whatever the server does. Note that the graceful close
 // (the SDK's) waits for the calls in flight, and for the cancellation notice
 // the SDK sends for a call whose context ended (bounded by 5s): the teardown
-// context decides how long a close may take.
+// context decides how long a close may take. A stdio child is closed in the
+// MCP specification's order: its stdin is closed; SIGTERM at half the time
+// the close context leaves (2s without a deadline); SIGKILL when it ends.
 //
 // A stdio child runs in a process group of its own (on unix) and is reaped
 // by a goroutine of the session as soon as it exits, whatever else happens: no
 // zombie is left on any path. When the child exits, what is left of its group
-// is killed too.
+// is killed too. On Linux the child is also killed when the client process
+// dies (Pdeathsig; see setParentDeathSignal for its one caveat). The last 4
+// KiB of its stderr are kept (and passed on to Stdio.Stderr) for the errors
+// of a child that fails to start or dies ([Error.StderrTail]).
 //
-// Beyond the SDK's own, a session runs at most one goroutine while it lives,
-// and it ends with the session: for streamable HTTP, the watcher of
+// Beyond the SDK's own, a session runs at most these goroutines while it
+// lives, each ending with the session: for streamable HTTP, the watcher of
 // [mcp.ClientSession.Wait] (OnEnd needs it: the streamable HTTP connection
 // cannot be wrapped to see its end, because the SDK drives it through an
-// unexported interface); for stdio, the reaper. Stdio, in-memory and SSE
-// connections are wrapped instead: the SDK closes its connection once it stops
-// for good, and a close that is not ours is the end, reported (on a goroutine
-// started then) with the error Wait would have returned.
+// unexported interface); for stdio, the reaper, and exec's copier of the
+// child's stderr. A probe runs on a goroutine of its own while it is under
+// way (see Bounds). Stdio, in-memory and SSE connections are wrapped instead:
+// the SDK closes its connection once it stops for good, and a close that is
+// not ours is the end, reported (on a goroutine started then) with the error
+// Wait would have returned.
+//
+// # Bounds
+//
+// Nothing a server does wedges a session, nor grows its memory without bound:
+//   - a write to a stdio child's stdin ends with its context and with the
+//     session's life, also while a server that stopped reading its stdin
+//     blocks it (the SDK writes a whole message under its own lock and looks
+//     at the context only before it starts). A request waiting behind a
+//     blocked write gives up with its own context, the stream intact; a write
+//     interrupted after part of its message went out has broken the stream,
+//     and the session ends (OnEnd) with its child killed.
+//   - the SDK closes a connection while holding the lock every request needs:
+//     that close never waits for the server. A stdio connection that ends by
+//     itself (garbage or an over-size line on stdout, stdout closed) has its
+//     child killed, at once or after a moment's grace to exit on its own, off
+//     that lock, and OnEnd reports it promptly.
+//   - [Session.Probe] returns by its context even if the SDK waits on its own
+//     lock; a session whose SDK is still stuck 2s later is brought down.
+//     Close returns by its context plus a short grace. Calls need no
+//     goroutine of their own: the write interruption bounds them.
+//   - an HTTP response body other than an event stream is read up to
+//     [MaxResponseBody]; the SDK bounds each event of a stream.
+//   - a listing follows at most [MaxListPages] pages and [MaxListItems] items
+//     ([ErrListTooLong]).
+//   - [Error.Error] quotes at most [MaxErrorText] bytes of its cause.
 //
 // # Probe
 //
@@ -83,10 +115,20 @@
 //     child's exit status: `exit status 3` if it exits by itself). Close
 //     afterwards returns the same exit status.
 //   - Close of a clean server: nil.
-//   - Close of a server that ignores stdin EOF: at the context's end,
-//     `forced close: the close context ended first: context deadline
+//   - Close of a server that ignores stdin EOF but not SIGTERM: at half the
+//     context's time, `signal: terminated`, an *exec.ExitError, not forced.
+//   - Close of a server that ignores stdin EOF and SIGTERM: at the context's
+//     end, `forced close: the close context ended first: context deadline
 //     exceeded` + "\n" + `signal: killed`: is ErrForcedClose and
 //     context.DeadlineExceeded, an *exec.ExitError.
+//   - a server that stops reading stdin under a write: the call returns
+//     bare context.DeadlineExceeded at its context's end; OnEnd `the write to
+//     the server's stdin was interrupted part-way: the stream is broken
+//     (after N bytes): context deadline exceeded`.
+//   - garbage on stdout mid-session: OnEnd within milliseconds, `invalid
+//     character ...`; an over-size line: `inbound JSON-RPC frame exceeded the
+//     configured maximum line length`; stdout closed: `EOF` after 250ms (the
+//     child is given that long to exit: then its exit status instead).
 //   - the SDK's ping works (even on 2026-07-28); refused:
 //     `calling "ping": method not found: "ping"`, code -32601.
 //   - Dial: initialize hangs: bare context.DeadlineExceeded; garbage on
@@ -169,4 +211,11 @@
 // The SDK transports' Connect context: SSE keeps it for its event stream (the
 // session dies with it), streamable HTTP detaches from it, the command and
 // in-memory transports ignore it. Dial hands them a context that outlives it.
+//
+// Handler contexts (the client's handlers, with Options.MCPClient): a
+// notification's handler (tools/list_changed) gets a context with the values
+// of Dial's context (never its end). A request the server makes while serving
+// a call (sampling, elicitation) gets one with Dial's values on 2025-11-25,
+// but on 2026-07-28 the SDK's client fulfils it inside the call (multi
+// round-trip, SEP-2322): its handler gets the call's context.
 package transport

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Operations named by [Error.Op].
@@ -17,9 +19,28 @@ const (
 	OpListTools = "list tools" // Session.ListTools
 	OpProbe     = "probe"      // Session.Probe
 	OpClose     = "close"      // Session.Close
-	OpRequest   = "request"    // Session.Request
 	OpEnd       = "end"        // the connection ended by itself (Options.OnEnd)
+	OpRequest   = "request"    // Session.Request, unless its caller names the request
 )
+
+// Limits on what a server can make a session hold. They are far above what
+// any real server sends; they exist so that a hostile or broken server cannot
+// grow a client's memory without bound.
+const (
+	// MaxListPages is the most pages one listing (Session.ListTools) follows.
+	MaxListPages = 1000
+	// MaxListItems is the most items one listing returns.
+	MaxListItems = 100_000
+	// MaxErrorText is the most bytes of an *Error's cause that Error() prints
+	// (its stderr tail aside): the rest is elided with "… (N bytes more)".
+	// The wrapped error is kept whole for errors.Is and errors.As.
+	MaxErrorText = 2 << 10
+)
+
+// ErrListTooLong is wrapped by the error of a listing that has more than
+// MaxListPages pages or MaxListItems items (a server that hands out a fresh
+// cursor forever, for one).
+var ErrListTooLong = errors.New("the server's list is too long")
 
 // ErrForcedClose is wrapped by the error of a Close whose context ended before
 // the graceful close finished, so that the session was torn down by force
@@ -34,9 +55,11 @@ var errCloseStuck = errors.New("teardown still running after the forced close")
 // unchanged, so errors.Is and errors.As see through it (mcp.ErrConnectionClosed,
 // mcp.ErrSessionMissing, *jsonrpc.Error, context.DeadlineExceeded, io.EOF,
 // *exec.ExitError, ...). Its message never contains a secret of the server's
-// Config: header values, environment values, URL userinfo and query values are
-// replaced by REDACTED wherever the wrapped error's text quotes them (values
-// shorter than 4 bytes are not searched for).
+// Config: header values, environment values, command arguments (and the value
+// of each --flag=value argument), URL userinfo and query values are replaced
+// by REDACTED wherever the wrapped error's text quotes them (values shorter
+// than 4 bytes are not searched for). Its message quotes at most MaxErrorText
+// bytes of the cause.
 type Error struct {
 	Server string // Config.Name
 	Op     string // one of the Op constants
@@ -53,12 +76,19 @@ type Error struct {
 	// to every call in flight when one request meets a 404. Not set when
 	// every POST was refused at connect or answered 404, or none was made.
 	Sent bool
-	Err  error // the cause, as the SDK (or the OS) returned it
+	// StderrTail is the last few KB of a stdio child's stderr, for the
+	// errors of a child that failed to start or ended (OpDial, OpEnd),
+	// already redacted; "" if it wrote nothing. A tail that starts after
+	// dropped bytes starts at a line break when it can, after "…".
+	StderrTail string
+	Err        error // the cause, as the SDK (or the OS) returned it
 
 	red *redactor // nil for an Error built outside this package
 }
 
-// Error returns "mcp server NAME: OP[ TOOL]: CAUSE", with secrets redacted.
+// Error returns "mcp server NAME: OP[ TOOL]: CAUSE[; stderr: "TAIL"]", with
+// secrets redacted, the cause cut at MaxErrorText bytes, and the stderr tail
+// quoted (one line, control characters escaped).
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("mcp server ")
@@ -69,11 +99,14 @@ func (e *Error) Error() string {
 		b.WriteString(" ")
 		b.WriteString(quote(e.Tool))
 	}
+	msg := e.red.scrub(b.String())
 	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
+		msg += ": " + e.red.capped(e.Err.Error(), MaxErrorText)
 	}
-	return e.red.scrub(b.String())
+	if e.StderrTail != "" {
+		msg += "; stderr: " + strconv.Quote(e.red.scrub(e.StderrTail))
+	}
+	return msg
 }
 
 // Unwrap returns the cause.
@@ -89,7 +122,8 @@ const minSecret = 4
 // redactor removes a Config's secrets from text that the SDK, the OS or the
 // server produced.
 type redactor struct {
-	r *strings.Replacer
+	r       *strings.Replacer
+	longest int // the longest text replaced
 }
 
 func newRedactor(c Config) *redactor {
@@ -105,6 +139,16 @@ func newRedactor(c Config) *redactor {
 	if c.Stdio != nil {
 		for _, v := range c.Stdio.Env {
 			add(v)
+		}
+		// Arguments carry tokens as often as the environment does: each
+		// whole, and the value of --flag=value.
+		for _, a := range c.Stdio.Args {
+			add(a)
+			if strings.HasPrefix(a, "-") {
+				if _, v, ok := strings.Cut(a, "="); ok {
+					add(v)
+				}
+			}
 		}
 	}
 	if h := c.httpConfig(); h != nil {
@@ -170,7 +214,7 @@ func newRedactor(c Config) *redactor {
 	for _, p := range pairs {
 		args = append(args, p.old, p.new)
 	}
-	return &redactor{r: strings.NewReplacer(args...)}
+	return &redactor{r: strings.NewReplacer(args...), longest: len(pairs[0].old)}
 }
 
 // scrub returns s without the secrets. A nil redactor returns s.
@@ -179,4 +223,61 @@ func (r *redactor) scrub(s string) string {
 		return s
 	}
 	return r.r.Replace(s)
+}
+
+// capped returns s without the secrets, cut after max bytes (at a rune
+// boundary) with "… (N bytes more)". Only a prefix of a long s is scrubbed:
+// one long enough that every secret starting in what is shown is replaced
+// whole (a secret that the cut splits is never shown in part).
+func (r *redactor) capped(s string, max int) string {
+	longest := 0
+	if r != nil {
+		longest = r.longest
+	}
+	// Each secret is replaced by len(redacted) bytes: max bytes of output
+	// come from at most max*longest/len(redacted) bytes of input.
+	n := max + 2*longest + utf8.UTFMax
+	if longest > len(redacted) {
+		n = max*(longest/len(redacted)+1) + 2*longest + utf8.UTFMax
+	}
+	whole := s
+	rest := 0
+	if len(s) > n {
+		s, rest = s[:n], len(s)-n
+	}
+	s = r.scrub(s)
+	if rest > 0 && len(s) < max+utf8.UTFMax {
+		// Secrets shrank the prefix below what is shown (or it ends inside
+		// a rune there): scrub the whole text.
+		s, rest = r.scrub(whole), 0
+	}
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "… (" + strconv.Itoa(len(s)-cut+rest) + " bytes more)"
+}
+
+// tail returns a stdio child's stderr tail as Error.StderrTail keeps it:
+// scrubbed and, if bytes were dropped before it, started after a line break
+// (and past the longest secret's length, so that a secret cut in two by the
+// drop cannot show in part).
+func (r *redactor) tail(s string, truncated bool) string {
+	if !truncated {
+		return r.scrub(s)
+	}
+	skip := 0
+	if r != nil && r.longest > 1 {
+		skip = min(len(s), r.longest-1)
+	}
+	if i := strings.IndexByte(s[skip:], '\n'); i >= 0 && i < len(s)-skip-1 {
+		skip += i + 1
+	}
+	for skip < len(s) && !utf8.RuneStart(s[skip]) {
+		skip++
+	}
+	return "…" + r.scrub(s[skip:])
 }

@@ -3,13 +3,32 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"mime"
+	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 )
+
+// MaxResponseBody is the most bytes a session reads of one HTTP response body
+// that is not an event stream (a JSON answer, an error page): far above any
+// real message, it stops a server that sends a body that never ends from
+// growing the client's memory without bound (the SDK reads such bodies
+// whole). Reading past it fails with ErrResponseTooLarge, which fails the
+// request (the SDK may keep only the error's text).
+//
+// Event streams (text/event-stream) are not capped in total: a stream lives
+// as long as its session and carries any number of messages. The SDK bounds
+// each of their events instead (mcp.DefaultMaxEventSize, 16 MiB).
+const MaxResponseBody = 32 << 20
+
+// ErrResponseTooLarge is the error of a read past MaxResponseBody.
+var ErrResponseTooLarge = fmt.Errorf("the HTTP response body is larger than %d MiB", MaxResponseBody>>20)
 
 // newHTTPClient returns the client a session uses for h: the caller's client
 // (or a private transport) wrapped in a lifeRoundTripper. own is the private
@@ -32,25 +51,45 @@ func newHTTPClient(life context.Context, h *HTTP) (client *http.Client, own *htt
 		client = &http.Client{}
 		base = own
 	}
-	host := ""
+	origin := ""
 	if u, err := url.Parse(h.URL); err == nil {
-		host = u.Host
+		origin = originOf(u)
 	}
-	client.Transport = &lifeRoundTripper{base: base, life: life, headers: h.Headers, host: host}
+	client.Transport = &lifeRoundTripper{base: base, life: life, headers: h.Headers, origin: origin, maxBody: MaxResponseBody}
 	return client, own
+}
+
+// originOf returns u's scheme, host and port (the scheme's default port if
+// none is given), lower-cased: "https://example.com:443".
+func originOf(u *url.URL) string {
+	scheme := strings.ToLower(u.Scheme)
+	port := u.Port()
+	if port == "" {
+		switch scheme {
+		case "http":
+			port = "80"
+		case "https":
+			port = "443"
+		}
+	}
+	return scheme + "://" + net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
 // lifeRoundTripper ties every request to the session's life: when the session
 // is torn down by force, every request in flight (a call's POST, the event
 // stream's GET, the closing DELETE) is aborted. It also sets the configured
-// headers on requests for the configured host (not on redirects elsewhere),
-// over any the client set (an Authorization header wins over URL userinfo),
-// except the protocol's own headers, which the SDK owns.
+// headers on requests for the configured URL's origin: its scheme, host and
+// port (not on a redirect anywhere else, in particular not on a downgrade
+// from https to http on the same host and port), over any the client set (an
+// Authorization header wins over URL userinfo), except the protocol's own
+// headers, which the SDK owns. It caps what is read of a response body (see
+// MaxResponseBody).
 type lifeRoundTripper struct {
 	base    http.RoundTripper
 	life    context.Context
 	headers map[string]string
-	host    string
+	origin  string // originOf the configured URL
+	maxBody int64  // MaxResponseBody; smaller in tests
 }
 
 // RoundTrip implements http.RoundTripper.
@@ -64,7 +103,7 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	// A RoundTripper must not change the request it is given: the headers are set on
 	// a deep copy, and without headers to set a shallow one carries the new context.
 	var r *http.Request
-	if len(rt.headers) > 0 && req.URL.Host == rt.host {
+	if len(rt.headers) > 0 && originOf(req.URL) == rt.origin {
 		r = req.Clone(ctx)
 		for k, v := range rt.headers {
 			if !sdkHeaders[http.CanonicalHeaderKey(k)] {
@@ -93,8 +132,18 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 			rec.sent.Store(false) // the server does not know the session: it ran nothing
 		}
 	}
-	resp.Body = &releasingBody{ReadCloser: resp.Body, release: release}
+	body := &releasingBody{ReadCloser: resp.Body, release: release, left: -1}
+	if !isEventStream(resp.Header.Get("Content-Type")) {
+		body.left = rt.maxBody
+	}
+	resp.Body = body
 	return resp, nil
+}
+
+// isEventStream reports whether a Content-Type is text/event-stream.
+func isEventStream(contentType string) bool {
+	mt, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mt == "text/event-stream"
 }
 
 // sdkHeaders are the headers the SDK sets for the protocol's sake.
@@ -126,11 +175,36 @@ func withStatus(ctx context.Context) (context.Context, *answers) {
 	return context.WithValue(ctx, statusKey{}, rec), rec
 }
 
-// releasingBody releases its request's context when it is closed.
+// releasingBody releases its request's context when it is closed, and fails a
+// read past left bytes (unless left is negative) with ErrResponseTooLarge.
 type releasingBody struct {
 	io.ReadCloser
 	once    sync.Once
 	release func()
+	left    int64 // bytes that may still be read; negative: no limit
+}
+
+// Read reads the body, up to the limit.
+func (b *releasingBody) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return b.ReadCloser.Read(p)
+	}
+	if b.left == 0 {
+		// At the limit: the body may end here exactly; one byte more is
+		// one too many.
+		var one [1]byte
+		n, err := b.ReadCloser.Read(one[:])
+		if n > 0 {
+			return 0, ErrResponseTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // Close closes the body and releases the request's context.

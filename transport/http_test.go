@@ -1,11 +1,16 @@
 package transport
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -27,7 +32,7 @@ func TestLifeRoundTripper(t *testing.T) {
 	life, kill := context.WithCancelCause(context.Background())
 	defer kill(nil)
 	base := recordingRT{got: make(chan *http.Request, 4)}
-	rt := &lifeRoundTripper{base: base, life: life, host: "h:1", headers: map[string]string{
+	rt := &lifeRoundTripper{base: base, life: life, origin: "http://h:1", maxBody: MaxResponseBody, headers: map[string]string{
 		"Authorization":  "Bearer t",
 		"mcp-session-id": "mine",
 	}}
@@ -78,5 +83,170 @@ func TestLifeRoundTripper(t *testing.T) {
 		}
 	case <-time.After(callTimeout):
 		t.Fatal("the request was not aborted")
+	}
+}
+
+// TestHeadersOnlyToTheConfiguredOrigin (issue 17, item 8): the configured
+// headers go to the configured URL's scheme, host and port only: never on a
+// downgrade to http on the same host and port, nor to another port or host.
+func TestHeadersOnlyToTheConfiguredOrigin(t *testing.T) {
+	life, kill := context.WithCancelCause(context.Background())
+	defer kill(nil)
+	base := recordingRT{got: make(chan *http.Request, 1)}
+	rt := &lifeRoundTripper{base: base, life: life, origin: originOf(mustParse(t, "https://Example.com/mcp")),
+		maxBody: MaxResponseBody, headers: map[string]string{"Authorization": "Bearer t"}}
+	for _, tc := range []struct {
+		url  string
+		sent bool
+	}{
+		{"https://example.com/mcp", true},
+		{"https://EXAMPLE.com:443/other", true},
+		{"http://example.com/mcp", false},
+		{"http://example.com:443/mcp", false},
+		{"https://example.com:8443/mcp", false},
+		{"https://elsewhere.com/mcp", false},
+	} {
+		req, _ := http.NewRequest("POST", tc.url, nil)
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if got := (<-base.got).Header.Get("Authorization") != ""; got != tc.sent {
+			t.Errorf("%s: Authorization sent %v, want %v", tc.url, got, tc.sent)
+		}
+	}
+}
+
+func mustParse(t *testing.T, raw string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+// sniffListener hands each connection to the TLS or the plain HTTP server on
+// one port, by its first byte (a TLS handshake starts with 0x16): so that an
+// https URL can redirect to http on the same host and port.
+type sniffListener struct {
+	net.Listener
+	tls, plain chan net.Conn
+	done       chan struct{} // closed once the listener is closed
+}
+
+func (l *sniffListener) serve() {
+	defer close(l.done)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return
+		}
+		wg.Go(func() {
+			br := bufio.NewReader(c)
+			_ = c.SetReadDeadline(time.Now().Add(callTimeout))
+			first, err := br.Peek(1)
+			_ = c.SetReadDeadline(time.Time{})
+			if err != nil {
+				c.Close()
+				return
+			}
+			to := l.plain
+			if first[0] == 0x16 {
+				to = l.tls
+			}
+			select {
+			case to <- &peekedConn{Conn: c, r: br}:
+			case <-time.After(callTimeout):
+				c.Close()
+			}
+		})
+	}
+}
+
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *peekedConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// chanListener accepts the connections sent on its channel until done is
+// closed.
+type chanListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	addr net.Addr
+}
+
+func (l chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+func (l chanListener) Close() error   { return nil }
+func (l chanListener) Addr() net.Addr { return l.addr }
+
+// TestNoHeadersOnDowngrade: an https MCP endpoint that redirects to http on
+// the same host and port gets the configured Authorization; the http request
+// does not.
+func TestNoHeadersOnDowngrade(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl := &sniffListener{Listener: ln, tls: make(chan net.Conn), plain: make(chan net.Conn), done: make(chan struct{})}
+	go sl.serve()
+	plainAuth := make(chan string, 16)
+	plain := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		plainAuth <- r.Header.Get("Authorization")
+		http.Error(w, "no", http.StatusUnauthorized)
+	}))
+	plain.Listener = chanListener{sl.plain, sl.done, ln.Addr()}
+	plain.Start()
+	tlsAuth := make(chan string, 16)
+	secure := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tlsAuth <- r.Header.Get("Authorization")
+		http.Redirect(w, r, "http://"+ln.Addr().String()+"/plain", http.StatusTemporaryRedirect)
+	}))
+	secure.Listener = chanListener{sl.tls, sl.done, ln.Addr()}
+	secure.StartTLS()
+	defer func() {
+		ln.Close()
+		<-sl.done
+		secure.Close()
+		plain.Close()
+	}()
+
+	cfg := Config{Name: "downgrade", HTTP: &HTTP{
+		URL:     "https://" + ln.Addr().String() + "/mcp",
+		Headers: map[string]string{"Authorization": "Bearer hdrSECRETmarker"},
+		Client:  secure.Client(),
+	}}
+	if s, err := Dial(callCtx(t), cfg, Options{}); err == nil {
+		s.Close(callCtx(t))
+		t.Fatal("Dial succeeded")
+	}
+	select {
+	case got := <-tlsAuth:
+		if got != "Bearer hdrSECRETmarker" {
+			t.Errorf("the https endpoint got Authorization %q, want the configured one", got)
+		}
+	default:
+		t.Fatal("the https endpoint got no request")
+	}
+	select {
+	case got := <-plainAuth:
+		if got != "" {
+			t.Errorf("the http redirect target got Authorization %q in cleartext", got)
+		}
+	default:
+		t.Fatal("the redirect was not followed: the test proves nothing")
 	}
 }

@@ -43,7 +43,7 @@ func BenchmarkRoundTripOverhead(b *testing.B) {
 		send(b, stubRoundTripper{}, context.Background)
 	})
 	b.Run("session", func(b *testing.B) {
-		rt := &lifeRoundTripper{base: stubRoundTripper{}, life: life, host: "127.0.0.1:1"}
+		rt := &lifeRoundTripper{base: stubRoundTripper{}, life: life, origin: "http://127.0.0.1:1", maxBody: MaxResponseBody}
 		send(b, rt, func() context.Context {
 			ctx, _ := withStatus(context.Background())
 			return ctx

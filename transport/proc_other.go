@@ -11,3 +11,8 @@ func setProcessGroup(*exec.Cmd) {}
 func killTree(cmd *exec.Cmd) {
 	_ = cmd.Process.Kill()
 }
+
+// termTree kills the child: there is no SIGTERM here.
+func termTree(cmd *exec.Cmd) {
+	_ = cmd.Process.Kill()
+}

@@ -20,3 +20,10 @@ func setProcessGroup(cmd *exec.Cmd) {
 func killTree(cmd *exec.Cmd) {
 	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 }
+
+// termTree sends SIGTERM to the child's process group and to the child (in
+// case it left its group).
+func termTree(cmd *exec.Cmd) {
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+}

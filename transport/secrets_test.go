@@ -173,3 +173,43 @@ func TestSecretsNeverPrinted(t *testing.T) {
 		t.Errorf("the logs quoted no redacted error: the test proves little:\n%s", out.logs.String())
 	}
 }
+
+// TestArgumentsNeverPrinted (issue 17, item 7): command arguments are secrets
+// like environment values: a server that quotes its arguments, in an error or
+// on stderr, leaks neither a whole argument nor the value of a --flag=value.
+func TestArgumentsNeverPrinted(t *testing.T) {
+	const (
+		whole = "argSECRETmarker"  // an argument of its own
+		value = "flagSECRETmarker" // the value of --token=value
+	)
+	var out outputs
+	for _, where := range []string{"error", "stderr"} {
+		t.Run(where, func(t *testing.T) {
+			cfg := stdioConfig(t, testserver.Options{})
+			cfg.Stdio.Args = []string{"-echo-args", where, "--token=" + value, "-token", whole}
+			out.texts = append(out.texts, cfg.String())
+			_, err := Dial(callCtx(t), cfg, Options{Logger: out.logger()})
+			var te *Error
+			if !errors.As(err, &te) {
+				t.Fatalf("Dial = %v, want an *Error", err)
+			}
+			raw := te.Err.Error()
+			if where == "stderr" {
+				raw = te.StderrTail
+				if !strings.Contains(raw, "REDACTED") {
+					t.Errorf("the stderr tail %q shows no redaction: the test proves nothing", raw)
+				}
+			} else if !strings.Contains(raw, whole) || !strings.Contains(raw, value) {
+				t.Errorf("the server's error %q does not quote the arguments: the test proves nothing", raw)
+			}
+			out.texts = append(out.texts, err.Error())
+		})
+	}
+	for _, text := range append(out.texts, out.logs.String()) {
+		for _, m := range []string{whole, value} {
+			if strings.Contains(text, m) {
+				t.Errorf("argument %s leaked in:\n%s", m, text)
+			}
+		}
+	}
+}

@@ -30,11 +30,14 @@ type Options struct {
 	// OnToolsChanged is called when the server sends
 	// notifications/tools/list_changed. It runs on the SDK's reading goroutine,
 	// which handles notifications in order: it must return promptly (post an
-	// event; the caller coalesces and re-lists).
+	// event; the caller coalesces and re-lists). Ignored with MCPClient.
 	OnToolsChanged func()
-	// MCPClient, if set, is the SDK client to connect with (see NewClient): its
-	// handlers answer what the server sends, and OnToolsChanged is ignored. The ctx
-	// given to Dial flows into its handlers' contexts.
+	// MCPClient, if set, is the SDK client the session connects with, instead
+	// of one this package shares between sessions of the same Client: its
+	// handlers (tool-list changes, sampling, elicitation...) and capabilities
+	// are the caller's. Make it with NewClient, which adds what Probe and
+	// ListTools need. The context given to Dial reaches its handlers: their
+	// contexts carry its values (never its cancellation).
 	MCPClient *mcp.Client
 	// Logger receives the session's own events; discarded if nil. Nothing it
 	// logs contains a secret.
@@ -48,6 +51,19 @@ var DefaultClient = mcp.Implementation{Name: "mcpfsm", Version: "dev"}
 // forceGrace bounds how long Close waits for the teardown once it has forced
 // it: long enough for a SIGKILL and a reap, or for aborted requests to unwind.
 const forceGrace = 2 * time.Second
+
+// probeGrace is how long Probe waits, once its context has ended, for the SDK
+// to return (it returns at once unless it waits on one of its own locks,
+// which ignore contexts); stuckGrace is how long after that the session is
+// given before it is brought down as wedged (see Probe).
+const (
+	probeGrace = 100 * time.Millisecond
+	stuckGrace = forceGrace
+)
+
+// errSDKStuck is the cause of the end of a session whose SDK did not return
+// from a probe long after the probe's context ended.
+var errSDKStuck = errors.New("the SDK did not return from a probe after its context ended: the session is wedged")
 
 // errClosed is the cause of a session's life ending after a graceful close.
 var errClosed = errors.New("session closed")
@@ -84,6 +100,8 @@ type Session struct {
 	listed   atomic.Pointer[[]*mcp.Tool] // the first page of tools, as ListTools last listed it
 	closing  atomic.Bool                 // Close was called
 	watched  chan struct{}               // closed once the connection's end has been handled (see endConn, watch)
+	handled  atomic.Bool                 // the end is being handled: watched is closed once, by its handler
+	broken   atomic.Pointer[error]       // why our side brought the session down (see breakDown)
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -111,17 +129,28 @@ type lifeTransport struct {
 	life  context.Context
 	conn  mcp.Connection
 	ends  *Session // the session whose end an endConn reports; nil: no wrapper
+	proc  *process // stdio: its writes are made interruptible (pipeConn)
 }
 
 // Connect implements mcp.Transport.
 func (t *lifeTransport) Connect(context.Context) (mcp.Connection, error) {
 	c, err := t.inner.Connect(t.life)
+	if err == nil && testWrapConn != nil {
+		c = testWrapConn(c, t.life)
+	}
+	if err == nil && t.proc != nil {
+		c = newPipeConn(c, t.ends, t.proc)
+	}
 	if err == nil && t.ends != nil {
 		c = &endConn{Connection: c, s: t.ends}
 	}
 	t.conn = c
 	return c, err
 }
+
+// testWrapConn, if set (by tests only), wraps every connection a session
+// makes, innermost.
+var testWrapConn func(c mcp.Connection, life context.Context) mcp.Connection
 
 // Where a session's end is observed.
 const (
@@ -169,7 +198,11 @@ func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 }
 
 // Close implements mcp.Connection. The SDK calls it with its connection's lock
-// held, so the end is reported on a goroutine of its own.
+// held, which every call and probe needs: it must never wait on the server.
+// The end is reported on a goroutine of its own. A stdio connection's close
+// only closes the child's stdin (see procWriter); a close that is not ours
+// (the connection broke) kills the child at once if the stream is broken,
+// else gives it a moment to exit (see process.ended) off the lock.
 func (c *endConn) Close() error {
 	err := c.Connection.Close()
 	if !c.closed.CompareAndSwap(false, true) {
@@ -177,7 +210,7 @@ func (c *endConn) Close() error {
 	}
 	s := c.s
 	if s.closing.Load() {
-		close(s.watched) // our own close: no end to report
+		s.endHandled() // our own close: no end to report
 		return err
 	}
 	end := err
@@ -187,8 +220,16 @@ func (c *endConn) Close() error {
 	if p := c.readErr.Load(); p != nil && !errors.Is(*p, io.EOF) {
 		end = *p
 	}
+	if p := s.broken.Load(); p != nil {
+		end = *p
+	}
 	if end == nil {
 		end = io.EOF
+	}
+	if s.proc != nil && end != io.EOF {
+		// The stream is broken (garbage, an over-size line, a failed write):
+		// the server has nothing graceful left to do.
+		s.proc.kill()
 	}
 	s.endErr = end // read by up only after the swap below succeeds
 	if s.ends.CompareAndSwap(endDialing, endGone) {
@@ -221,11 +262,32 @@ func (s *Session) logAt(level slog.Level, msg string, args ...any) {
 	s.log.Log(ctx, level, msg, append([]any{"server", s.name, "transport", s.kind}, args...)...)
 }
 
-// ended reports the end of the connection to OnEnd, unless Close came first.
+// endHandled marks the end handled, if nothing did yet, and reports whether it
+// did: the caller then closes watched.
+func (s *Session) endHandled() bool {
+	if !s.handled.CompareAndSwap(false, true) {
+		return false
+	}
+	close(s.watched)
+	return true
+}
+
+// ended reports the end of the connection to OnEnd, once, unless Close came
+// first. A stdio child is killed, and its exit awaited briefly (see
+// process.ended), here, off the SDK's lock.
 func (s *Session) ended(err error) {
+	if !s.handled.CompareAndSwap(false, true) {
+		return
+	}
 	defer close(s.watched)
 	if s.closing.Load() {
 		return
+	}
+	if s.proc != nil {
+		err = s.proc.ended(err)
+		if s.closing.Load() {
+			return
+		}
 	}
 	err = s.wrap(OpEnd, "", err, nil)
 	s.logAt(slog.LevelDebug, "connection ended", "error", err) // the machine reports it, classified
@@ -282,12 +344,10 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		return nil, err
 	}
 	s.cs = cs
-	if s.proc != nil {
-		s.proc.ready.Store(true)
-	}
 	if s.lt.ends != nil {
 		s.up() // the endConn reports the end
 	} else {
+		s.ends.Store(endUp)
 		// The watcher: the streamable HTTP connection cannot be wrapped to see
 		// its end (see lifeTransport); its only exported end-of-connection
 		// signal is ClientSession.Wait. It ends when the connection ends, which
@@ -300,11 +360,11 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 
 // connect builds the SDK transport for cfg and connects a client over it.
 func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.ClientSession, error) {
-	if opts.MCPClient != nil {
-		s.client = &sharedClient{c: opts.MCPClient, own: true}
-	} else {
+	client := opts.MCPClient
+	if client == nil {
 		s.onTools = opts.OnToolsChanged
 		s.client = acquireClient(opts.Client, s.onTools != nil)
+		client = s.client.c
 	}
 
 	var inner mcp.Transport
@@ -339,12 +399,12 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		s.ss = ss
 		inner = ct
 	}
-	s.lt = &lifeTransport{inner: inner, life: s.life}
+	s.lt = &lifeTransport{inner: inner, life: s.life, proc: s.proc}
 	if cfg.Kind() != KindHTTP {
 		s.lt.ends = s
 	}
-	cs, err := s.client.c.Connect(ctx, s.lt, sopts)
-	if err == nil {
+	cs, err := client.Connect(ctx, s.lt, sopts)
+	if err == nil && s.client != nil {
 		s.client.bind(cs, s)
 	}
 	return cs, err
@@ -374,6 +434,9 @@ func uncachedToolLists(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// maxListItems is MaxListItems; tests lower it.
+var maxListItems = MaxListItems
+
 // probeKey keys the context value that marks a probe's tools/list: the
 // session's tools as last listed (see uncachedToolLists).
 type probeKey struct{}
@@ -391,7 +454,7 @@ func (s *Session) abandon(cs *mcp.ClientSession) {
 		_ = s.lt.conn.Close()
 	}
 	if s.proc != nil {
-		_ = s.proc.shutdown()
+		s.proc.stopNow()
 	}
 	if s.ss != nil {
 		_ = s.ss.Close()
@@ -403,19 +466,11 @@ func (s *Session) abandon(cs *mcp.ClientSession) {
 
 // watch reports the end of the connection to OnEnd, unless Close came first.
 func (s *Session) watch() {
-	defer close(s.watched)
 	err := s.cs.Wait()
-	if s.closing.Load() {
-		return
-	}
 	if err == nil {
 		err = io.EOF
 	}
-	err = s.wrap(OpEnd, "", err, nil)
-	s.logAt(slog.LevelDebug, "connection ended", "error", err) // the machine reports it, classified
-	if s.onEnd != nil {
-		s.onEnd(err)
-	}
+	s.ended(err)
 }
 
 // CallTool calls a tool. A tool that fails returns a result with IsError set
@@ -437,12 +492,14 @@ func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Cal
 }
 
 // ListTools lists every tool, following pagination. Every page is requested
-// from the server: the SDK's list cache is never used.
+// from the server: the SDK's list cache is never used. A listing of more than
+// MaxListPages pages or MaxListItems tools fails with an error wrapping
+// ErrListTooLong.
 func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 	var tools []*mcp.Tool
 	seen := map[string]bool{}
 	cursor := ""
-	for {
+	for pages := 1; ; pages++ {
 		pctx, status := s.withStatus(ctx)
 		res, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{Cursor: cursor})
 		if err != nil {
@@ -453,9 +510,15 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 			s.listed.Store(&first)
 		}
 		tools = append(tools, res.Tools...)
+		if len(tools) > maxListItems {
+			return nil, s.wrap(OpListTools, "", fmt.Errorf("%w: more than %d tools", ErrListTooLong, maxListItems), nil)
+		}
 		cursor = res.NextCursor
 		if cursor == "" {
 			return tools, nil
+		}
+		if pages >= MaxListPages {
+			return nil, s.wrap(OpListTools, "", fmt.Errorf("%w: more than %d pages", ErrListTooLong, MaxListPages), nil)
 		}
 		if seen[cursor] {
 			return nil, s.wrap(OpListTools, "", fmt.Errorf("the server repeated the cursor %q", cursor), nil)
@@ -472,7 +535,50 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 // the SDK's client does not send), is alive but will not be pinged: Probe then
 // lists the first page of tools instead (never from the SDK's cache), at once
 // and for the rest of the session. An error is an *Error with Op OpProbe.
+//
+// Probe returns by the end of ctx (within probeGrace) whatever the SDK does:
+// the SDK's part runs on a goroutine of its own, and if it has not returned
+// once ctx has ended, Probe returns ctx's error; if it has still not returned
+// stuckGrace later, the SDK is waiting on one of its own locks (which ignore
+// contexts), and the session is brought down (see breakDown): OnEnd reports
+// it.
 func (s *Session) Probe(ctx context.Context) error {
+	r := &probeRun{done: make(chan struct{})}
+	go func() {
+		r.err = s.probe(ctx)
+		close(r.done)
+	}()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(probeGrace)
+	defer t.Stop()
+	select {
+	case <-r.done:
+		return r.err
+	case <-t.C:
+	}
+	time.AfterFunc(stuckGrace, func() {
+		select {
+		case <-r.done:
+		default:
+			s.breakDown(errSDKStuck)
+		}
+	})
+	s.logAt(slog.LevelWarn, "the SDK did not return from a probe whose context ended")
+	return s.wrap(OpProbe, "", ctx.Err(), nil)
+}
+
+// probeRun is a probe under way on its own goroutine.
+type probeRun struct {
+	done chan struct{} // closed once err is set
+	err  error
+}
+
+// probe is Probe's request, made on the calling goroutine.
+func (s *Session) probe(ctx context.Context) error {
 	if !s.pingless.Load() {
 		pctx, status := s.withStatus(ctx)
 		err := s.cs.Ping(pctx, nil)
@@ -519,9 +625,19 @@ func pingRefused(err error) bool {
 // OpClose wrapping what the SDK returned (for stdio, the child's exit status:
 // nil for a clean exit); a forced close also wraps ErrForcedClose and the
 // cause of ctx.
+//
+// A stdio child is closed as the MCP specification says: its stdin is closed;
+// if it has not exited by half the time ctx leaves (termDelay if ctx has no
+// deadline), it gets SIGTERM; if it has not exited when ctx ends, SIGKILL.
 func (s *Session) Close(ctx context.Context) error {
 	s.closing.Store(true)
-	s.closeOnce.Do(func() { go s.teardown() })
+	s.closeOnce.Do(func() {
+		termAt := time.Now().Add(termDelay)
+		if d, ok := ctx.Deadline(); ok {
+			termAt = time.Now().Add(time.Until(d) / 2)
+		}
+		go s.teardown(termAt)
+	})
 	select {
 	case <-s.closed:
 		return s.closeErr
@@ -542,18 +658,15 @@ func (s *Session) Close(ctx context.Context) error {
 
 // teardown is the graceful close. It runs on its own goroutine, started by the
 // first Close, and ends once everything is closed (bounded once forced).
-func (s *Session) teardown() {
+func (s *Session) teardown(termAt time.Time) {
 	err := s.cs.Close()
-	s.client.release(s.cs)
+	if s.client != nil {
+		s.client.release(s.cs)
+	}
 	if s.proc != nil {
-		// cs.Close waited for the child, unless the SDK's connection had
-		// already been closed by a read error: reaped either way soon.
-		select {
-		case <-s.proc.exited:
-		case <-s.life.Done():
-			s.proc.kill()
-			<-s.proc.exited
-		}
+		// cs.Close closed the child's stdin (it never waits for the child):
+		// the result is the child's exit status.
+		err = s.proc.stop(termAt)
 	}
 	if s.ss != nil {
 		// The client's end of the pipe is closed: the server session ends
@@ -594,19 +707,39 @@ func (s *Session) force(cause error) {
 		s.forced = cause
 		s.mu.Unlock()
 		s.logAt(slog.LevelWarn, "forcing close", "cause", cause)
-		// Aborts every HTTP request, ends the SSE stream, and makes the stdio
-		// shutdown kill instead of waiting.
-		s.kill(fmt.Errorf("%w: %w", ErrForcedClose, cause))
-		if s.proc != nil {
-			s.proc.kill()
-		}
-		if c := s.lt.conn; c != nil {
-			// Fails the calls in flight, which the SDK's graceful close waits
-			// for. Closing is bounded now that life has ended, but it is not
-			// Close's to wait for: teardown's end is.
-			go func() { _ = c.Close() }()
-		}
+		s.down(fmt.Errorf("%w: %w", ErrForcedClose, cause))
 	})
+}
+
+// down tears the session down regardless of the server: it ends the
+// session's life with cause (which aborts every HTTP request, ends the SSE
+// stream, interrupts a stdio write, and makes the stdio shutdown kill instead
+// of waiting), kills a stdio child, and closes the connection.
+func (s *Session) down(cause error) {
+	s.kill(cause)
+	if s.proc != nil {
+		s.proc.kill()
+	}
+	if c := s.lt.conn; c != nil {
+		// Fails the calls in flight, which the SDK's graceful close waits
+		// for. It is not the caller's to wait for.
+		go func() { _ = c.Close() }()
+	}
+}
+
+// breakDown brings a session that our side found broken for good (a stdio
+// write interrupted part-way, the SDK wedged) down at once, and reports its
+// end to OnEnd with cause (unless Close came first, or Dial has not
+// succeeded: then Dial fails).
+func (s *Session) breakDown(cause error) {
+	if !s.broken.CompareAndSwap(nil, &cause) {
+		return
+	}
+	s.logAt(slog.LevelWarn, "session broken: bringing it down", "cause", cause)
+	s.down(cause)
+	if s.ends.Load() == endUp {
+		go s.ended(cause)
+	}
 }
 
 // Closing reports whether Close has been called: an error a call gets now is
@@ -623,6 +756,23 @@ func (s *Session) ProtocolVersion() string {
 		return r.ProtocolVersion
 	}
 	return ""
+}
+
+// InitializeResult returns the server's answer to initialize.
+func (s *Session) InitializeResult() *mcp.InitializeResult { return s.cs.InitializeResult() }
+
+// Request runs f on the SDK session, for requests this package does not wrap
+// (prompts, resources, completion...), with the HTTP status recording of the
+// other methods: a failure is returned as an *Error with Op op and Tool name
+// (what the request is about: a prompt's name, a resource's URI; may be
+// empty), redacted and capped like every other. f must use ctx, or a context
+// derived from it, for its requests.
+func (s *Session) Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error {
+	ctx, status := s.withStatus(ctx)
+	if err := f(ctx, s.cs); err != nil {
+		return s.wrap(op, name, err, status)
+	}
+	return nil
 }
 
 // ServerInfo returns the server's name and version, as it sent them.
@@ -658,6 +808,9 @@ func (s *Session) wrap(op, tool string, err error, status *answers) error {
 	if status != nil {
 		e.HTTPStatus = int(status.status.Load())
 		e.Sent = status.sent.Load()
+	}
+	if s.proc != nil && (op == OpEnd || op == OpDial) {
+		e.StderrTail = s.red.tail(s.proc.stderr.tail())
 	}
 	return e
 }

@@ -233,3 +233,49 @@ func ReadJournal(path string) (map[string]int, error) {
 	}
 	return runs, nil
 }
+
+// AddSamplingTool adds the tool "sample" to s: it asks the client to sample
+// (sampling/createMessage) with its text argument as the user message, and
+// returns the text of the client's answer. It lets a test see a server's
+// request reach the client's CreateMessageHandler. On protocol 2026-07-28,
+// where a server may not send requests while serving one, it asks through a
+// multi round-trip result (SEP-2322), which the SDK's client fulfils with the
+// same handler.
+func AddSamplingTool(s *mcp.Server) {
+	mcp.AddTool(s, &mcp.Tool{
+		Name:        "sample",
+		Description: "Asks the client to sample with text as the user message; returns the answer's text.",
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Text string `json:"text"`
+	}) (*mcp.CallToolResult, any, error) {
+		params := &mcp.CreateMessageParams{
+			MaxTokens: 16,
+			Messages:  []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: in.Text}}},
+		}
+		var content []mcp.Content
+		if ip := req.Session.InitializeParams(); ip != nil && ip.ProtocolVersion >= "2026-07-28" {
+			// The server decodes the answer as the with-tools form.
+			switch r := req.Params.InputResponses["sample"].(type) {
+			case *mcp.CreateMessageResult:
+				content = []mcp.Content{r.Content}
+			case *mcp.CreateMessageWithToolsResult:
+				content = r.Content
+			default:
+				return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{"sample": params}}, nil, nil
+			}
+		} else {
+			res, err := req.Session.CreateMessage(ctx, params)
+			if err != nil {
+				return nil, nil, err
+			}
+			content = []mcp.Content{res.Content}
+		}
+		answer := ""
+		for _, c := range content {
+			if tc, ok := c.(*mcp.TextContent); ok {
+				answer += tc.Text
+			}
+		}
+		return text(answer), nil, nil
+	})
+}

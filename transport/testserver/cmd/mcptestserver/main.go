@@ -11,11 +11,23 @@
 // -protocols V1,V2; stdio also -garbage-on-usr1 (see package testserver's
 // Options).
 //
+// Switches of this command only (stdio), for the transport's tests:
+//
+//	-ignore-eof           keep running after stdin closes (SIGTERM still ends it)
+//	-on-usr2 WHAT         on SIGUSR2, close stdout (close-stdout) or write a
+//	                      line longer than the SDK's limit (oversize)
+//	-crash-loudly         the crash tool writes a line to stderr before it exits
+//	-echo-args WHERE      quote the arguments in the error of every initialize
+//	                      (error), or on stderr and exit 1 (stderr)
+//	-token VALUE          ignored (a secret for the redaction tests)
+//	-sampling-tool        register the sample tool (see testserver.AddSamplingTool)
+//
 // With -http it prints its endpoint URL on a line of stdout once listening.
 // Its crash tool exits at once with status 3.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -49,12 +61,17 @@ func main() {
 	flag.StringVar(&opts.Control, "control", "", "read faults from this control file before each request (and, for garbage, at start)")
 	flag.BoolVar(&opts.BurstTool, "burst-tool", false, "register the tools_changed_burst tool")
 	flag.BoolVar(&opts.GarbageOnSignal, "garbage-on-usr1", false, "stdio: write a line of garbage to stdout on each SIGUSR1")
-	protocols := flag.String("protocols", "", "comma-separated protocol versions to speak, e.g. 2025-11-25 (default: every version the SDK supports)")
 	addr := flag.String("http", "", "serve HTTP on this address (e.g. 127.0.0.1:0) instead of stdio")
 	flag.BoolVar(&opts.SpawnGrandchild, "grandchild", false, "start a child process, in this process group, that sleeps forever holding stdout")
 	sleep := flag.Bool("sleep", false, "sleep forever (what the grandchild runs)")
+	flag.BoolVar(&extra.ignoreEOF, "ignore-eof", false, "stdio: keep running after stdin closes (SIGTERM still ends it)")
+	flag.StringVar(&extra.onUSR2, "on-usr2", "", "stdio: on SIGUSR2, close-stdout or oversize (write a line over the SDK's limit)")
+	flag.BoolVar(&extra.crashLoudly, "crash-loudly", false, "the crash tool writes a line to stderr before it exits")
+	flag.StringVar(&extra.echoArgs, "echo-args", "", "error: quote the arguments in initialize's error; stderr: print them there and exit 1")
+	flag.String("token", "", "ignored: a secret for redaction tests")
+	flag.BoolVar(&extra.samplingTool, "sampling-tool", false, "register the sample tool")
+	protocols := flag.String("protocols", "", "comma-separated protocol versions to speak, e.g. 2025-11-25 (default: every version the SDK supports)")
 	flag.Parse()
-	opts.Crash = func() { os.Exit(3) }
 	if *protocols != "" {
 		opts.ProtocolVersions = strings.Split(*protocols, ",")
 		for _, v := range opts.ProtocolVersions {
@@ -63,6 +80,16 @@ func main() {
 				os.Exit(2)
 			}
 		}
+	}
+	opts.Crash = func() {
+		if extra.crashLoudly {
+			fmt.Fprintln(os.Stderr, "mcptestserver: crashing on request")
+		}
+		os.Exit(3)
+	}
+	if extra.echoArgs == "stderr" {
+		fmt.Fprintf(os.Stderr, "mcptestserver: refusing to start with arguments %q\n", os.Args[1:])
+		os.Exit(1)
 	}
 	if *sleep {
 		for {
@@ -105,9 +132,63 @@ func startGrandchild() (int, error) {
 	return cmd.Process.Pid, nil
 }
 
+// extra holds the switches of this command only (see the package comment).
+var extra struct {
+	ignoreEOF    bool
+	onUSR2       string
+	crashLoudly  bool
+	echoArgs     string
+	samplingTool bool
+}
+
+// newServer returns the test server for opts, with this command's own
+// switches applied.
+func newServer(opts testserver.Options) *mcp.Server {
+	s := testserver.New(opts)
+	if extra.samplingTool {
+		testserver.AddSamplingTool(s)
+	}
+	if extra.echoArgs == "error" {
+		s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+			return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+				if method == "initialize" || method == "server/discover" {
+					return nil, fmt.Errorf("refusing to start with arguments %q", os.Args[1:])
+				}
+				return next(ctx, method, req)
+			}
+		})
+	}
+	return s
+}
+
+// onUSR2 does what -on-usr2 asks, on each SIGUSR2.
+func onUSR2(what string) {
+	usr2 := make(chan os.Signal, 1)
+	signal.Notify(usr2, syscall.SIGUSR2)
+	go func() {
+		for range usr2 {
+			switch what {
+			case "close-stdout":
+				os.Stdout.Close()
+			case "oversize":
+				// A JSON-RPC message longer than mcp.DefaultMaxLineLength
+				// (16 MiB), on one line.
+				var line bytes.Buffer
+				line.WriteString(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"`)
+				line.Write(bytes.Repeat([]byte("x"), 17<<20))
+				line.WriteString("\"}}\n")
+				_, _ = os.Stdout.Write(line.Bytes())
+			}
+		}
+	}()
+}
+
 func serveStdio(opts testserver.Options) error {
 	if opts.HangClose {
 		signal.Ignore(syscall.SIGTERM, os.Interrupt)
+	}
+	if extra.onUSR2 != "" {
+		onUSR2(extra.onUSR2)
 	}
 	if opts.Garbage || testserver.ReadControl(opts.Control).Has(testserver.ControlGarbage) {
 		if _, err := os.Stdout.WriteString("this is not JSON-RPC\n"); err != nil {
@@ -125,8 +206,8 @@ func serveStdio(opts testserver.Options) error {
 			}
 		}()
 	}
-	err := testserver.New(opts).Run(context.Background(), &mcp.StdioTransport{})
-	if opts.HangClose {
+	err := newServer(opts).Run(context.Background(), &mcp.StdioTransport{})
+	if opts.HangClose || extra.ignoreEOF {
 		for {
 			time.Sleep(time.Hour)
 		}
