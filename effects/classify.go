@@ -153,12 +153,14 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 		noise = states.CauseArtifact
 	}
 	status, dial := 0, false // the HTTP status of the answer that failed, if any; during a dial
+	notJSON, notMCP := false, false
 	for _, e := range path {
 		if te, ok := e.(*transport.Error); ok && te != nil {
 			if te.HTTPStatus != 0 {
 				status = te.HTTPStatus
 			}
 			dial = dial || te.Op == transport.OpDial
+			notJSON, notMCP = notJSON || te.NotJSON, notMCP || te.NotMCP
 		}
 	}
 	// What the HTTP status says comes first: a 401 whose body holds a JSON-RPC
@@ -166,9 +168,12 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 	switch {
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
 		return states.CauseAuth
-	case dial && (status == http.StatusNotFound || status == http.StatusMethodNotAllowed):
-		// The URL answers, but not as an MCP endpoint: nothing there to initialize.
+	case dial && (status == http.StatusNotFound || status == http.StatusMethodNotAllowed || notMCP):
+		// The URL answers, but not as an MCP endpoint (no such path, or a page
+		// that is not JSON nor an event stream): nothing there to initialize.
 		return states.CauseConfig
+	case notJSON:
+		return states.CauseProtocol // the server said JSON and sent garbage
 	}
 	for i := len(path) - 1; i >= 0; i-- {
 		e := path[i]

@@ -99,8 +99,9 @@ func TestClassifyRealErrors(t *testing.T) {
 			_, err := transport.Dial(context.Background(), transport.Config{Name: "x", Stdio: &transport.Stdio{Command: "/nonexistent/mcp-server"}}, transport.Options{})
 			return err
 		}},
-		{"stdio garbage on stdout", false, states.CauseLost, func(t *testing.T) error {
-			// The SDK fails the connection; the JSON error survives only as text.
+		{"stdio garbage on stdout", false, states.CauseProtocol, func(t *testing.T) error {
+			// The SDK fails the connection and keeps the JSON error only as text;
+			// the transport joins the error the stream broke with.
 			_, err := transport.Dial(context.Background(), stdioConfig(t, testserver.Options{Garbage: true}), transport.Options{})
 			return err
 		}},

@@ -124,3 +124,28 @@ func contextWithTimeout(t *testing.T) (context.Context, context.CancelFunc) {
 	t.Helper()
 	return context.WithTimeout(context.Background(), 10*time.Second)
 }
+
+// TestClassifyWhatIsNotMCP (issue 13): an HTTP endpoint that answers, but not as MCP,
+// is config (an HTML page); one that says JSON and sends garbage is protocol.
+func TestClassifyWhatIsNotMCP(t *testing.T) {
+	for _, c := range []struct {
+		ct, body string
+		want     states.Cause
+	}{
+		{"text/html", "<html>a login page</html>", states.CauseConfig},
+		{"application/json", "this is not json", states.CauseProtocol},
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", c.ct)
+			_, _ = io.WriteString(w, c.body)
+		}))
+		ctx, cancel := contextWithTimeout(t)
+		_, err := transport.Dial(ctx, transport.Config{Name: "s", HTTP: &transport.HTTP{URL: srv.URL}}, transport.Options{})
+		cancel()
+		srv.Close()
+		if got := Classify(err, false); got != c.want {
+			t.Errorf("%s answer: Classify(%v) = %s, want %s", c.ct, err, got, c.want)
+		}
+	}
+}

@@ -81,7 +81,15 @@ type Error struct {
 	// already redacted; "" if it wrote nothing. A tail that starts after
 	// dropped bytes starts at a line break when it can, after "…".
 	StderrTail string
-	Err        error // the cause, as the SDK (or the OS) returned it
+	// NotJSON is set when an HTTP answer to the request said it was JSON and
+	// was not: the server speaks something that is not MCP. (The SDK keeps the
+	// decoding error only as text.)
+	NotJSON bool
+	// NotMCP is set when a successful HTTP answer to the request was neither
+	// JSON nor an event stream (an HTML page, say): the URL is not an MCP
+	// endpoint.
+	NotMCP bool
+	Err    error // the cause, as the SDK (or the OS) returned it
 
 	red *redactor // nil for an Error built outside this package
 }

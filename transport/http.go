@@ -133,8 +133,18 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		}
 	}
 	body := &releasingBody{ReadCloser: resp.Body, release: release, left: -1}
-	if !isEventStream(resp.Header.Get("Content-Type")) {
+	ct := resp.Header.Get("Content-Type")
+	if !isEventStream(ct) {
 		body.left = rt.maxBody
+	}
+	if rec != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 && resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusNoContent {
+		switch mt, _, _ := mime.ParseMediaType(ct); {
+		case mt == "application/json":
+			body.sniff = rec // the first byte tells JSON from garbage
+		case isEventStream(ct):
+		case resp.ContentLength != 0:
+			rec.notMCP.Store(true)
+		}
 	}
 	resp.Body = body
 	return resp, nil
@@ -165,8 +175,10 @@ type statusKey struct{}
 
 // answers is what the HTTP answers to one request of the session said.
 type answers struct {
-	status atomic.Int32 // the status of a non-2xx answer, if any
-	sent   atomic.Bool  // a POST may have reached the server (see Error.Sent)
+	status  atomic.Int32 // the status of a non-2xx answer, if any
+	sent    atomic.Bool  // a POST may have reached the server (see Error.Sent)
+	notJSON atomic.Bool  // an answer said it was JSON and was not (see Error.NotJSON)
+	notMCP  atomic.Bool  // a 2xx answer was neither JSON nor an event stream (see Error.NotMCP)
 }
 
 // withStatus returns ctx with a place for what the HTTP answers say.
@@ -181,11 +193,30 @@ type releasingBody struct {
 	io.ReadCloser
 	once    sync.Once
 	release func()
-	left    int64 // bytes that may still be read; negative: no limit
+	left    int64    // bytes that may still be read; negative: no limit
+	sniff   *answers // while set, the body is JSON until its first byte says otherwise
 }
 
 // Read reads the body, up to the limit.
 func (b *releasingBody) Read(p []byte) (int, error) {
+	n, err := b.read(p)
+	if b.sniff != nil {
+		for _, c := range p[:n] {
+			switch c {
+			case ' ', '\t', '\r', '\n':
+				continue
+			case '{', '[':
+			default:
+				b.sniff.notJSON.Store(true)
+			}
+			b.sniff = nil
+			break
+		}
+	}
+	return n, err
+}
+
+func (b *releasingBody) read(p []byte) (int, error) {
 	if b.left < 0 {
 		return b.ReadCloser.Read(p)
 	}

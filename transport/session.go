@@ -132,6 +132,15 @@ type lifeTransport struct {
 	proc  *process // stdio: its writes are made interruptible (pipeConn)
 }
 
+// connOrNil returns the connection Connect made, or nil (t may be nil: Dial failed
+// before it was made).
+func (t *lifeTransport) connOrNil() mcp.Connection {
+	if t == nil {
+		return nil
+	}
+	return t.conn
+}
+
 // Connect implements mcp.Transport.
 func (t *lifeTransport) Connect(context.Context) (mcp.Connection, error) {
 	c, err := t.inner.Connect(t.life)
@@ -336,6 +345,13 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 			// ctx ended and took the session's life with it: the transport
 			// may have failed from that before the SDK saw ctx end.
 			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+		}
+		if ec, ok := s.lt.connOrNil().(*endConn); ok {
+			// What broke the stream (a line that is not JSON, say) the SDK keeps
+			// only as text in the error it returns: join it, for the classifier.
+			if p := ec.readErr.Load(); p != nil && !errors.Is(*p, io.EOF) && !errors.Is(err, *p) {
+				err = &withCause{err, *p}
+			}
 		}
 		s.kill(errDialFailed)
 		s.abandon(cs)
@@ -808,9 +824,20 @@ func (s *Session) wrap(op, tool string, err error, status *answers) error {
 	if status != nil {
 		e.HTTPStatus = int(status.status.Load())
 		e.Sent = status.sent.Load()
+		e.NotJSON, e.NotMCP = status.notJSON.Load(), status.notMCP.Load()
 	}
 	if s.proc != nil && (op == OpEnd || op == OpDial) {
 		e.StderrTail = s.red.tail(s.proc.stderr.tail())
 	}
 	return e
 }
+
+// withCause is an error that also wraps the cause it quotes only as text (the SDK's
+// "connection closed" errors do): errors.Is and As, and the classifier, see the cause;
+// the message is the error's alone, which quotes it already.
+type withCause struct {
+	err, cause error
+}
+
+func (e *withCause) Error() string   { return e.err.Error() }
+func (e *withCause) Unwrap() []error { return []error{e.err, e.cause} }
