@@ -305,8 +305,8 @@ func TestRunAndCallNeverPrintSecrets(t *testing.T) {
 		h.SetStatus(401)
 	}
 	out, errOut, code := runCLI(t, "call", "--timeout", "2s", cfgPath, "s", "echo", `{"text":"x"}`)
-	if code != 1 || strings.Contains(out+errOut, secret) || errOut == "" {
-		t.Errorf("call: exit %d, printed the secret or nothing:\n%s%s", code, out, errOut)
+	if code != 1 || strings.Contains(out+errOut, secret) || !strings.Contains(errOut, "auth") {
+		t.Errorf("call: exit %d, printed the secret or not the refusal:\n%s%s", code, out, errOut)
 	}
 }
 

@@ -23,8 +23,8 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run", "[--json] [--history] CONFIG", `
 Connect to every server of a servers config and keep the connections healthy,
 printing each transition as it happens: time, server, from → to, trigger, and the
-cause of a failure. With --json, print one JSON object per line instead (the
-format mcpfsm graph --trace reads).
+cause of a failure with its error. With --json, print one JSON object per line
+instead (the format mcpfsm graph --trace reads).
 
 On SIGHUP the config is read again and adopted without a restart: servers whose
 transport or lifecycle changed are reconnected, servers whose policies alone
@@ -32,7 +32,8 @@ changed adopt them and keep their session, removed ones are closed, new ones
 opened. On Ctrl-C (SIGINT) or SIGTERM every connection is closed and a summary
 is printed; with --history, each server's recent transitions too.
 
-Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
+Log records (log/slog, text) go to stderr at warning level and above, but for
+the failures, which the transition lines already show.`, stderr)
 	asJSON := fs.Bool("json", false, "print transitions as JSON lines")
 	history := fs.Bool("history", false, "print each server's history at exit")
 	if code, done := parse(fs, args, stdout); done {
@@ -45,20 +46,20 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 	path := fs.Arg(0)
 	cfg, err := mcpfsm.LoadConfig(path)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, errorText(err))
 		return 1
 	}
 	out := &eventPrinter{w: stdout, json: *asJSON, stats: map[string]*serverStats{}}
 	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
 		Observer: out.transition,
-		Logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:   slog.New(withoutFailures{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}),
 		History:  256,
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "mcpfsm run:", err)
+		fmt.Fprintln(stderr, "mcpfsm run:", errorText(err))
 		return 1
 	}
-	out.note(fmt.Sprintf("running %d servers from %s; Ctrl-C to stop, SIGHUP to reload", len(cfg.Servers), path))
+	out.note(fmt.Sprintf("running %d servers from %s; Ctrl-C to stop, SIGHUP to reload", len(cfg.Servers), printable(path, maxLine)))
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -70,7 +71,7 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 		case <-hup:
 			next, err := mcpfsm.LoadConfig(path)
 			if err != nil {
-				out.note("reload failed, keeping the running config:\n" + err.Error())
+				out.note("reload failed, keeping the running config:\n" + errorText(err))
 				continue
 			}
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second) // Ctrl-C cuts a reload short
@@ -78,24 +79,32 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 			cancel()
 			msg := "reloaded: " + res.String()
 			if err != nil {
-				msg += "\nreload errors: " + err.Error()
+				msg += "\nreload errors: " + errorText(err)
 			}
 			out.note(msg)
 		}
 	}
-	var histories map[string][]machine.Transition
-	if *history {
-		histories = map[string][]machine.Transition{}
-		for _, name := range m.Servers() {
-			histories[name] = m.Conn(name).Machine().History()
+	// The connections are taken before Close, which forgets them, and their histories
+	// read after it, so that they end with the close.
+	conns := map[string]*mcpfsm.Conn{}
+	for _, name := range m.Servers() {
+		if c := m.Conn(name); c != nil {
+			conns[name] = c
 		}
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = m.Close(cctx)
+	var histories map[string][]machine.Transition
+	if *history {
+		histories = map[string][]machine.Transition{}
+		for name, c := range conns {
+			histories[name] = c.Machine().History()
+		}
+	}
 	out.summary(histories)
 	if err != nil {
-		fmt.Fprintln(stderr, "mcpfsm run:", err)
+		fmt.Fprintln(stderr, "mcpfsm run:", errorText(err))
 		return 1
 	}
 	return 0
@@ -165,21 +174,22 @@ func (p *eventPrinter) transition(server string, tr machine.Transition) {
 	fmt.Fprintf(p.w, "%s  %s\n", tr.At.Format("15:04:05.000"), formatTransition(server, tr))
 }
 
-// formatTransition renders a transition for people: server, from → to, trigger, cause.
+// formatTransition renders a transition for people: server, from → to, trigger, and
+// the cause with its error, made printable (a server's text may hold anything).
 func formatTransition(server string, tr machine.Transition) string {
 	line := fmt.Sprintf("%-14s %-12s → %-12s  %s", server, tr.From, tr.To, tr.Trigger)
 	if tr.Cause != states.CauseNone {
 		line += " (" + tr.Cause.String()
 		if tr.Err != nil {
-			line += ": " + tr.Err.Error()
+			line += ": " + printable(tr.Err.Error(), maxLine)
 		}
 		line += ")"
 	}
 	return line
 }
 
-// note prints a line of the command's own; in JSON mode it goes out as a comment-free
-// object with no server.
+// note prints a line of the command's own, whose outside text the caller has made
+// printable; in JSON mode it goes out as an object with no server.
 func (p *eventPrinter) note(msg string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
