@@ -24,7 +24,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 Connect to every server of a servers config and keep the connections healthy,
 printing each transition as it happens: time, server, from → to, trigger, and the
 cause of a failure with its error. With --json, print one JSON object per line
-instead (the format mcpfsm graph --trace reads).
+instead (the format mcpfsm graph --trace reads): for each server first a line of
+kind "server" with the policies it runs with (again when a reload changes them),
+then one line per transition.
 
 On SIGHUP the config is read again and adopted without a restart: servers whose
 transport or lifecycle changed are reconnected, servers whose policies alone
@@ -49,7 +51,10 @@ the failures, which the transition lines already show.`, stderr)
 		fmt.Fprintln(stderr, errorText(err))
 		return 1
 	}
-	out := &eventPrinter{w: stdout, json: *asJSON, stats: map[string]*serverStats{}}
+	out := &eventPrinter{w: stdout, json: *asJSON, stats: map[string]*serverStats{}, policies: map[string]machine.Policies{}}
+	// Before any transition, so that a reader of the JSON lines (graph --trace) knows
+	// the policies a server's transitions ran under.
+	out.servers(cfg)
 	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
 		Observer: out.transition,
 		Logger:   slog.New(withoutFailures{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}),
@@ -74,6 +79,7 @@ the failures, which the transition lines already show.`, stderr)
 				out.note("reload failed, keeping the running config:\n" + errorText(err))
 				continue
 			}
+			out.servers(next)
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second) // Ctrl-C cuts a reload short
 			res, err := m.Reload(rctx, next)
 			cancel()
@@ -110,6 +116,37 @@ the failures, which the transition lines already show.`, stderr)
 	return 0
 }
 
+// serverLine is the first JSON line of each server in mcpfsm run --json and simulate
+// --json: the policies its transitions run under, written as in a lifecycle. A reload
+// that changes them prints another. mcpfsm graph --trace labels the picture with them.
+type serverLine struct {
+	Time     time.Time         `json:"time"`
+	Kind     string            `json:"kind"` // "server"
+	Server   string            `json:"server"`
+	Policies map[string]string `json:"policies"`
+}
+
+func newServerLine(at time.Time, server string, p machine.Policies) serverLine {
+	line := serverLine{Time: at, Kind: "server", Server: server, Policies: map[string]string{}}
+	for _, info := range machine.AllPolicies() {
+		line.Policies[info.Name] = p.Format(info)
+	}
+	return line
+}
+
+// effectivePolicies are the policies a server of a config runs with (as the Manager
+// gives them: the spec's defaults when the config leaves them zero, as one built in
+// Go may).
+func effectivePolicies(s mcpfsm.ServerConfig) machine.Policies {
+	switch {
+	case s.Policies != (machine.Policies{}):
+		return s.Policies
+	case s.Spec != nil:
+		return s.Spec.Defaults()
+	}
+	return mcpfsm.DefaultSpec().Defaults()
+}
+
 // event is a transition as mcpfsm run --json and simulate --json print it, one JSON
 // object per line; mcpfsm graph --trace reads it back.
 type event struct {
@@ -137,10 +174,31 @@ func toEvent(server string, tr machine.Transition) event {
 
 // eventPrinter prints transitions as they come, from every server's owner.
 type eventPrinter struct {
-	mu    sync.Mutex
-	w     io.Writer
-	json  bool
-	stats map[string]*serverStats
+	mu       sync.Mutex
+	w        io.Writer
+	json     bool
+	stats    map[string]*serverStats
+	policies map[string]machine.Policies // as last printed, by server
+}
+
+// servers prints, in JSON mode, a server line for each server of cfg that is new or
+// whose policies changed since its last one.
+func (p *eventPrinter) servers(cfg *mcpfsm.Config) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.json {
+		return
+	}
+	now := time.Now()
+	for _, s := range cfg.Servers {
+		pol := effectivePolicies(s)
+		if old, ok := p.policies[s.Name]; ok && old == pol {
+			continue
+		}
+		p.policies[s.Name] = pol
+		line, _ := json.Marshal(newServerLine(now, s.Name, pol))
+		fmt.Fprintf(p.w, "%s\n", line)
+	}
 }
 
 type serverStats struct {
