@@ -46,9 +46,9 @@ import (
 // Paths (spec, cwd, stderr, and a command that contains a slash) are relative to the
 // config file's directory; a command with a slash is always a path, never looked up in
 // PATH. A stdio server's stderr is discarded unless stderr says inherit (mcpfsm's own
-// stderr) or names a file, which is appended to and created with mode 0600. Header
-// names repeat in no letter case. Every problem is reported with its file:line:column,
-// and no message quotes a value of env, headers or args.
+// stderr) or names a file, which is appended to and created with mode 0600. A header
+// name may appear once, in whatever letter case. Every problem is reported with its
+// file:line:column, and no message quotes a value of env, headers or args.
 type Config struct {
 	File    string
 	Servers []ServerConfig // in file order
