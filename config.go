@@ -2,13 +2,16 @@ package mcpfsm
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/transport"
@@ -30,6 +33,7 @@ import (
 //	    args: [/srv]
 //	    env: {API_TOKEN: "${FILES_TOKEN}"}  # added to the inherited environment
 //	    cwd: /srv                 # optional working directory
+//	    stderr: logs/files.err    # optional: the child's stderr: discard (the default), inherit, or a file
 //	    policies: {connect_timeout: 5s}     # optional: this server's overrides
 //	    spec: custom.yaml         # optional: this server's own lifecycle
 //	  search:
@@ -37,10 +41,14 @@ import (
 //	    transport: sse            # optional: sse for the legacy SSE transport
 //	    headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
 //
-// ${NAME} in a command, its args, env values, cwd, a url or header values is replaced
-// by the environment variable NAME, which must be set; $$ writes a literal $. Paths
-// (spec, cwd, and a command that contains a slash) are relative to the config file's
-// directory. Every problem is reported with its file:line:column.
+// ${NAME} in a command, its args, env values, cwd, stderr, a url or header values is
+// replaced by the environment variable NAME, which must be set; $$ writes a literal $.
+// Paths (spec, cwd, stderr, and a command that contains a slash) are relative to the
+// config file's directory; a command with a slash is always a path, never looked up in
+// PATH. A stdio server's stderr is discarded unless stderr says inherit (mcpfsm's own
+// stderr) or names a file, which is appended to and created with mode 0600. A header
+// name may appear once, in whatever letter case. Every problem is reported with its
+// file:line:column, and no message quotes a value of env, headers or args.
 type Config struct {
 	File    string
 	Servers []ServerConfig // in file order
@@ -71,12 +79,7 @@ func (c *Config) Server(name string) (ServerConfig, bool) {
 // LoadConfig reads and validates a servers config file, expanding ${VAR} from the
 // process's environment.
 func LoadConfig(path string) (*Config, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, machine.MaxSpecSize+1))
+	data, err := machine.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +98,7 @@ func ParseConfig(file string, data []byte, lookup func(string) (string, bool)) (
 	top := p.r.Struct(root, "the config", "version!", "spec", "policies", "servers!")
 	if f := top["version"]; f.Value != nil {
 		if v, ok := p.r.String(f.Value, "version"); ok && v != "1" {
-			p.r.Errorf(f.Value, "version %s is not supported (this is version 1)", v)
+			p.r.Errorf(f.Value, "version %s is not supported (this is version 1)", machine.Quote(v))
 		}
 	}
 	spec, specFile, specText := DefaultSpec(), "", []byte(nil)
@@ -139,11 +142,11 @@ type policyOverride struct {
 
 func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile string, specText []byte, global []policyOverride) (ServerConfig, bool) {
 	name := sf.Name()
-	what := fmt.Sprintf("server %q", name)
+	what := "server " + machine.Quote(name)
 	if !serverName.MatchString(name) {
-		p.r.Errorf(sf.Key, "server name %q may hold only letters, digits, - and _", name)
+		p.r.Errorf(sf.Key, "server name %s may hold only letters, digits, - and _", machine.Quote(name))
 	}
-	body := p.r.Struct(sf.Value, what, "command", "args", "env", "cwd", "url", "transport", "headers", "policies", "spec")
+	body := p.r.Struct(sf.Value, what, "command", "args", "env", "cwd", "stderr", "url", "transport", "headers", "policies", "spec")
 	if body == nil {
 		return ServerConfig{}, false
 	}
@@ -162,35 +165,41 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 			}
 		}
 		st := &transport.Stdio{}
-		if cmd, ok := p.expand(body["command"].Value, "command"); ok {
-			if strings.ContainsRune(cmd, '/') && !filepath.IsAbs(cmd) {
-				cmd = filepath.Join(p.dir, cmd)
+		if cmd, ok := p.expand(body["command"].Value, "command"); ok && p.noNUL(body["command"].Value, what+" command", cmd) {
+			// A command with a slash is a path, always: made absolute, it can neither
+			// be looked up in PATH (filepath.Join(".", "./server") is "server") nor be
+			// taken relative to cwd (as exec does with a relative path).
+			if strings.ContainsRune(cmd, '/') {
+				cmd = p.path(cmd)
 			}
 			st.Command = cmd
 		}
 		if f := body["args"]; f.Value != nil {
 			if f.Value.Kind != yaml.SequenceNode {
-				p.r.Errorf(f.Value, "%s args must be a list", what)
-			}
-			for _, a := range f.Value.Content {
-				v, _ := p.expandAny(a, "an argument")
-				st.Args = append(st.Args, v)
+				p.r.Errorf(f.Value, "%s args must be a list, found %s", what, shape(f.Value))
+			} else {
+				for i, a := range f.Value.Content {
+					arg := fmt.Sprintf("%s argument %d", what, i+1)
+					if v, ok := p.expandAny(a, arg); ok && p.noNUL(a, arg, v) {
+						st.Args = append(st.Args, v)
+					}
+				}
 			}
 		}
 		if f := body["env"]; f.Value != nil {
-			st.Env = p.stringMap(f.Value, what+" env", envVarName, "a name without = or NUL")
+			st.Env = p.stringMap(f.Value, what+" env", envVarName, "a name without = or NUL", false)
 		}
 		if f := body["cwd"]; f.Value != nil {
-			if dir, ok := p.expand(f.Value, "cwd"); ok {
-				if !filepath.IsAbs(dir) {
-					dir = filepath.Join(p.dir, dir)
-				}
-				st.Dir = dir
+			if dir, ok := p.expand(f.Value, "cwd"); ok && p.noNUL(f.Value, what+" cwd", dir) {
+				st.Dir = p.path(dir)
 			}
+		}
+		if f := body["stderr"]; f.Value != nil {
+			st.Stderr = p.stderr(f.Value, what)
 		}
 		s.Transport.Stdio = st
 	default:
-		for _, key := range []string{"args", "env", "cwd"} {
+		for _, key := range []string{"args", "env", "cwd", "stderr"} {
 			if has(key) {
 				p.r.Errorf(body[key].Key, "%s is reached by url: %s is for servers run by a command", what, key)
 			}
@@ -203,16 +212,19 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 			h.URL = u
 		}
 		if f := body["headers"]; f.Value != nil {
-			h.Headers = p.stringMap(f.Value, what+" headers", headerName, "an HTTP token (letters, digits and !#$%&'*+-.^_`|~)")
+			h.Headers = p.stringMap(f.Value, what+" headers", headerName, "an HTTP token (letters, digits and !#$%&'*+-.^_`|~)", true)
 		}
 		s.Transport.HTTP = h
 		if f := body["transport"]; f.Value != nil {
-			switch v, _ := p.r.String(f.Value, "transport"); v {
-			case "http", "streamable":
-			case "sse":
+			switch v, ok := p.r.String(f.Value, "transport"); {
+			case !ok:
+			case v == "http" || v == "streamable":
+			case v == "sse":
 				s.Transport.HTTP, s.Transport.SSE = nil, h
 			default:
-				p.r.Errorf(f.Value, "transport %q is not http or sse", v)
+				// Not quoted: it is one of two words, and a value in the wrong place
+				// may be anything.
+				p.r.Errorf(f.Value, "%s transport must be http or sse", what)
 			}
 		}
 	}
@@ -245,21 +257,107 @@ func (p *configParser) spec(n *yaml.Node) (*machine.Spec, string, []byte) {
 	if !ok {
 		return nil, "", nil
 	}
+	if !p.noNUL(n, "spec", name) {
+		return nil, "", nil
+	}
 	path := name
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(p.dir, path)
 	}
-	data, err := os.ReadFile(path)
+	data, err := machine.ReadFile(path)
 	if err != nil {
-		p.r.Errorf(n, "spec %s: %v", name, err)
+		where := ""
+		if path != name {
+			where = " (" + machine.Quote(path) + ")"
+		}
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		p.r.Errorf(n, "spec %s%s: %v", machine.Quote(name), where, err)
 		return nil, "", nil
 	}
 	spec, err := LoadSpec(path, data)
 	if err != nil {
-		p.r.Errorf(n, "spec %s is not valid:\n%v", name, err)
+		p.r.Errorf(n, "spec %s is not valid:\n%v", machine.Quote(name), err)
 		return nil, "", nil
 	}
 	return spec, path, data
+}
+
+// path resolves a path written in the config (a command with a slash, cwd, stderr):
+// relative to the config file's directory, and made absolute so that it means the same
+// whatever the process's or the child's working directory.
+func (p *configParser) path(name string) string {
+	if !filepath.IsAbs(name) {
+		name = filepath.Join(p.dir, name)
+	}
+	if abs, err := filepath.Abs(name); err == nil {
+		return abs
+	}
+	if !filepath.IsAbs(name) && !strings.HasPrefix(name, ".") {
+		name = "./" + name // still a path, never a name to look up in PATH
+	}
+	return name
+}
+
+// noNUL reports whether v holds no NUL byte, recording a problem (which does not quote
+// v) if it does: no command, argument or path can hold one, and the child would fail
+// to start only at run time.
+func (p *configParser) noNUL(n *yaml.Node, what, v string) bool {
+	if strings.ContainsRune(v, 0) {
+		p.r.Errorf(n, "%s holds a NUL byte: not allowed", what)
+		return false
+	}
+	return true
+}
+
+// stderr reads where a stdio server's stderr goes: inherit (mcpfsm's own stderr),
+// discard (the default), or a file, appended to.
+func (p *configParser) stderr(n *yaml.Node, what string) io.Writer {
+	v, ok := p.expand(n, what+" stderr")
+	if !ok || !p.noNUL(n, what+" stderr", v) {
+		return nil
+	}
+	switch v {
+	case "inherit":
+		return os.Stderr
+	case "discard":
+		return nil
+	}
+	path := p.path(v)
+	info, err := os.Stat(path)
+	switch {
+	case err == nil && !info.Mode().IsRegular():
+		p.r.Errorf(n, "%s stderr %s is not a regular file", what, machine.Quote(v))
+		return nil
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist):
+		if dir, err := os.Stat(filepath.Dir(path)); err != nil || !dir.IsDir() {
+			p.r.Errorf(n, "%s stderr %s: its directory does not exist", what, machine.Quote(v))
+			return nil
+		}
+	default:
+		p.r.Errorf(n, "%s stderr %s: %v", what, machine.Quote(v), errors.Unwrap(err))
+		return nil
+	}
+	return &appendFile{path: path}
+}
+
+// appendFile is a stdio server's stderr routed to a file. Each write opens the file for
+// appending (creating it 0600: what a server prints may hold secrets), writes and closes
+// it, so that a Config, which is loaded again on every reload and never closed, holds
+// no open file. A write that fails is dropped: a child's stderr must never stall it.
+type appendFile struct{ path string }
+
+func (f *appendFile) Write(b []byte) (int, error) {
+	// O_NONBLOCK: a FIFO put in the file's place must not hang the copy.
+	fh, err := os.OpenFile(f.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NONBLOCK, 0o600)
+	if err == nil {
+		_, _ = fh.Write(b)
+		_ = fh.Close()
+	}
+	return len(b), nil
 }
 
 // policies reads a mapping of policy overrides, checking each name and value.
@@ -285,26 +383,62 @@ func (p *configParser) policies(n *yaml.Node) []policyOverride {
 }
 
 // stringMap reads a mapping of names to values (env, headers). A name must match
-// validName; a value, once expanded, must hold no control character (a newline would
-// split a header). Messages name the entry, never its value.
-func (p *configParser) stringMap(n *yaml.Node, what string, validName *regexp.Regexp, nameRule string) map[string]string {
+// validName, and may not repeat (ignoring case, with foldCase: two spellings of one
+// header would leave which one is sent to chance); a value, once expanded, must hold
+// no control character (a newline would split a header). Messages name the entry,
+// never its value, and never quote a name that is not one: it may be a value written
+// in its place (env: {API_KEY=SEKRIT} is a mapping with one key).
+func (p *configParser) stringMap(n *yaml.Node, what string, validName *regexp.Regexp, nameRule string, foldCase bool) map[string]string {
+	if n.Kind != yaml.MappingNode {
+		p.r.Errorf(n, "%s must be a mapping of names to values, found %s", what, shape(n))
+		return nil
+	}
 	out := map[string]string{}
-	for _, f := range p.r.Mapping(n, what) {
-		if !validName.MatchString(f.Name()) {
-			p.r.Errorf(f.Key, "%s name %q must be %s", what, f.Name(), nameRule)
+	seen := map[string]string{} // the name as compared to the name as written
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, val := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || !validName.MatchString(k.Value) {
+			p.r.Errorf(k, "%s: a name must be %s", what, nameRule)
 			continue
 		}
-		v, ok := p.expandAny(f.Value, what+" "+f.Name())
+		name, key := k.Value, k.Value
+		if foldCase {
+			key = strings.ToLower(key)
+		}
+		if first, dup := seen[key]; dup {
+			if first == name {
+				p.r.Errorf(k, "duplicate key %q in %s", name, what)
+			} else {
+				p.r.Errorf(k, "%s %s and %s are one name (letter case does not count): give one", what, first, name)
+			}
+			continue
+		}
+		seen[key] = name
+		v, ok := p.expandAny(val, what+" "+name)
 		if !ok {
 			continue
 		}
 		if strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
-			p.r.Errorf(f.Value, "%s %s holds a control character (a newline, say): not allowed", what, f.Name())
+			p.r.Errorf(val, "%s %s holds a control character (a newline, say): not allowed", what, name)
 			continue
 		}
-		out[f.Name()] = v
+		out[name] = v
 	}
 	return out
+}
+
+// shape says what kind of YAML value n is, without quoting it: a value in the wrong
+// place may be a secret.
+func shape(n *yaml.Node) string {
+	switch {
+	case n.Kind == yaml.MappingNode:
+		return "a mapping"
+	case n.Kind == yaml.SequenceNode:
+		return "a list"
+	case n.Kind == yaml.ScalarNode && n.Tag != "!!null":
+		return "a single value"
+	}
+	return "nothing"
 }
 
 var (
@@ -354,7 +488,8 @@ func (p *configParser) substitute(n *yaml.Node, s string) (string, bool) {
 			}
 			name := s[i+2 : i+end]
 			if !envName.MatchString(name) {
-				p.r.Errorf(n, "${%s} does not name an environment variable", name)
+				// Not quoted: the text may be part of a secret.
+				p.r.Errorf(n, "a ${...} does not name an environment variable (letters, digits and _, not starting with a digit)")
 				return "", false
 			}
 			v, ok := p.lookup(name)

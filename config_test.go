@@ -2,9 +2,13 @@ package mcpfsm_test
 
 import (
 	"errors"
+	"flag"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +17,29 @@ import (
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/transport"
 )
+
+// updateConfig rewrites the config error goldens; it is apart from -update (the graphs
+// and the README) so that a spec edit cannot re-bless config messages by the way.
+var updateConfig = flag.Bool("update-config", false, "rewrite the .err goldens of testdata/config/invalid")
+
+// configGolden compares got with the golden file at path, or rewrites it under
+// -update-config.
+func configGolden(t *testing.T, path, got string) {
+	t.Helper()
+	if *updateConfig {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -run Config . -update-config to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s is stale: run go test -run Config . -update-config if the change is intended (-want +got):\n%s", path, diff)
+	}
+}
 
 // env is a fake environment for ${VAR} expansion.
 func env(vars map[string]string) func(string) (string, bool) {
@@ -35,10 +62,18 @@ func TestParseConfig(t *testing.T) {
 	for _, s := range cfg.Servers {
 		got = append(got, s.Transport)
 	}
+	abs := func(path string) string {
+		t.Helper()
+		p, err := filepath.Abs(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	want := []transport.Config{
 		{Name: "files", Stdio: &transport.Stdio{
-			Command: filepath.Join("testdata/config", "bin/server"), Args: []string{"--root", "/srv", "price: $5"},
-			Env: map[string]string{"API_TOKEN": "s3cret-token"}, Dir: filepath.Join("testdata/config", "work"),
+			Command: abs("testdata/config/bin/server"), Args: []string{"--root", "/srv", "price: $5"},
+			Env: map[string]string{"API_TOKEN": "s3cret-token"}, Dir: abs("testdata/config/work"),
 		}},
 		{Name: "search", HTTP: &transport.HTTP{URL: "https://example.com/mcp?key=s3cret-token", Headers: map[string]string{"Authorization": "Bearer s3cret-token"}}},
 		{Name: "legacy", SSE: &transport.HTTP{URL: "http://127.0.0.1:9000/sse"}},
@@ -60,7 +95,8 @@ func TestParseConfig(t *testing.T) {
 }
 
 // TestInvalidConfigs loads every broken config under testdata/config/invalid and
-// compares the whole error with the golden .err file beside it.
+// compares the whole error with the golden .err file beside it. A value written
+// SEKRIT in them stands for a secret: no error may quote it.
 func TestInvalidConfigs(t *testing.T) {
 	files, err := filepath.Glob("testdata/config/invalid/*.yaml")
 	if err != nil || len(files) == 0 {
@@ -79,27 +115,202 @@ func TestInvalidConfigs(t *testing.T) {
 			if !errors.Is(err, machine.ErrInvalid) {
 				t.Errorf("error does not match machine.ErrInvalid: %v", err)
 			}
-			fresh(t, strings.TrimSuffix(file, ".yaml")+".err", err.Error()+"\n")
+			if strings.Contains(err.Error(), "SEKRIT") {
+				t.Errorf("the error quotes a secret:\n%v", err)
+			}
+			configGolden(t, strings.TrimSuffix(file, ".yaml")+".err", err.Error()+"\n")
 		})
 	}
 }
 
 // TestConfigSecretsStayOut: an error about a value that holds a secret names the
-// variable and the place, never the value.
+// variable and the place, never the value, whether the value is written in the file
+// or comes from ${VAR}, and whatever is wrong with it.
 func TestConfigSecretsStayOut(t *testing.T) {
 	const secret = "MARKER-SECRET-7f3a"
+	vars := map[string]string{
+		"T":      secret,
+		"T_NL":   "Bearer " + secret + "\nX-Evil: 1", // a header split
+		"T_NUL":  secret + "\x00",                    // no argument or path can hold it
+		"T_URL":  "ftp://" + secret + "@h/",          // not http(s)
+		"T_BAD":  "://" + secret,                     // does not parse
+		"T_LONG": strings.Repeat(secret, 10),
+	}
+	stdio := "version: 1\nservers:\n  s:\n    command: server\n"
+	http := "version: 1\nservers:\n  s:\n    url: https://h/mcp\n"
 	for _, text := range []string{
-		"version: 1\nservers:\n  s:\n    url: https://h/mcp\n    headers: {A: \"Bearer " + secret + " $x\"}\n",
-		"version: 1\nservers:\n  s:\n    url: https://h/mcp\n    headers: {A: \"${T\"}\n    transport: " + secret + "x\n",
+		// Written in the file.
+		http + "    headers: {A: \"Bearer " + secret + " $x\"}\n",
+		http + "    headers: {A: \"${T\"}\n    transport: " + secret + "x\n",
 		"version: 1\nservers:\n  s:\n    url: \"https://" + secret + "@h/mcp ${UNSET}\"\n",
+		stdio + "    env: API_KEY=" + secret + "\n",                                 // a single value for a mapping
+		stdio + "    env: {API_KEY=" + secret + "}\n",                               // a mapping whose key is name=value
+		stdio + "    env: [API_KEY=" + secret + "]\n",                               // a list for a mapping
+		stdio + "    env: {API_KEY=" + secret + ": x, API_KEY=" + secret + ": y}\n", // the same bad name twice
+		stdio + "    args: --token=" + secret + "\n",                                // a single value for a list
+		stdio + "    args: [{--token: " + secret + "}]\n",                           // a mapping as an argument
+		stdio + "    env: {A: \"${" + secret + "-x}\"}\n",                           // a ${...} that names no variable
+		http + "    headers: \"Authorization: Bearer " + secret + "\"\n",
+		http + "    headers: {\"Authorization: Bearer " + secret + "\"}\n",
+		http + "    headers: [\"Authorization: Bearer " + secret + "\"]\n",
+		http + "    headers: {Authorization: [" + secret + "]}\n",
+		http + "    args: [" + secret + "]\n",
+		// Expanded from ${VAR}.
+		http + "    headers: {Authorization: \"${T_NL}\"}\n",
+		stdio + "    env: {A: \"${T_NL}\"}\n",
+		stdio + "    env: {A: \"${T_NUL}\"}\n",
+		stdio + "    args: [\"${T_NUL}\"]\n",
+		stdio + "    cwd: \"${T_NUL}\"\n",
+		stdio + "    stderr: \"${T_NUL}\"\n",
+		"version: 1\nservers:\n  s:\n    command: \"${T_NUL}\"\n",
+		"version: 1\nservers:\n  s:\n    url: \"${T_URL}\"\n",
+		"version: 1\nservers:\n  s:\n    url: \"${T_BAD}\"\n",
+		http + "    transport: \"${T}\"\n",
+		http + "    headers: {Authorization: \"${T_NL}\", authorization: \"${T}\"}\n",
+		stdio + "    args: [\"${T_LONG}\", \"${T_NUL}\"]\n",
 	} {
-		_, err := mcpfsm.ParseConfig("c.yaml", []byte(text), env(map[string]string{"T": secret}))
+		_, err := mcpfsm.ParseConfig("c.yaml", []byte(text), env(vars))
 		if err == nil {
-			t.Fatalf("accepted %q", text)
+			t.Errorf("accepted %q", text)
+			continue
 		}
-		if strings.Contains(err.Error(), secret) && !strings.Contains(text, "transport: "+secret) {
-			t.Errorf("the error quotes a secret: %v", err)
+		if strings.Contains(err.Error(), secret) || strings.Contains(err.Error(), "MARKER") {
+			t.Errorf("the error quotes a secret:\n%v\nfor:\n%s", err, text)
 		}
+	}
+}
+
+// TestConfigSpecNotAFile: a spec that is a device, a FIFO or a directory is refused at
+// once, with the place that names it; /dev/zero is not read without end, and a FIFO
+// with no writer does not hang the load.
+func TestConfigSpecNotAFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Should a load be stuck opening the FIFO, a writer releases it.
+		if f, err := os.OpenFile(fifo, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+	})
+	for _, c := range []struct{ spec, at string }{
+		{"/dev/zero", "4:11"},
+		{fifo, "4:11"},
+		{dir, "4:11"},
+	} {
+		cfgFile := filepath.Join(dir, "servers.yaml")
+		text := fmt.Sprintf("version: 1\nservers:\n  s:\n    spec: %q\n    command: server\n", c.spec)
+		if err := os.WriteFile(cfgFile, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := mcpfsm.LoadConfig(cfgFile)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			want := fmt.Sprintf("%s:%s: spec %q: not a regular file", cfgFile, c.at, c.spec)
+			if err == nil || err.Error() != want {
+				t.Errorf("spec %s: error %v, want %s", c.spec, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("spec %s: the load has not returned after 5s", c.spec)
+		}
+	}
+	// The config file itself, too.
+	for _, file := range []string{"/dev/zero", fifo} {
+		_, err := mcpfsm.LoadConfig(file)
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("LoadConfig(%s): %v", file, err)
+		}
+	}
+}
+
+// TestConfigCommandIsAPath: a command with a slash is a path, resolved against the
+// config file's directory, even when that directory is "." (filepath.Join(".",
+// "./server") is "server", which exec would look up in PATH) and whatever the server's
+// cwd (exec takes a relative path relative to the child's directory).
+func TestConfigCommandIsAPath(t *testing.T) {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ file, command, want string }{
+		{"servers.yaml", "./server", filepath.Join(wd, "server")},
+		{"servers.yaml", "bin/server", filepath.Join(wd, "bin/server")},
+		{"conf/servers.yaml", "../server", filepath.Join(wd, "server")},
+		{"/etc/mcp/servers.yaml", "./server", "/etc/mcp/server"},
+		{"servers.yaml", "/usr/bin/server", "/usr/bin/server"},
+		{"servers.yaml", "server", "server"}, // no slash: a name, looked up in PATH
+	} {
+		text := "version: 1\nservers:\n  s:\n    command: " + c.command + "\n    cwd: work\n"
+		cfg, err := mcpfsm.ParseConfig(c.file, []byte(text), env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Servers[0].Transport.Stdio.Command; got != c.want {
+			t.Errorf("command %s in %s = %q, want %q", c.command, c.file, got, c.want)
+		}
+	}
+}
+
+// TestConfigStderr: a stdio server's stderr is discarded by default, inherited, or
+// appended to a file relative to the config's directory, created 0600.
+func TestConfigStderr(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "servers.yaml")
+	parse := func(stderr string) io.Writer {
+		t.Helper()
+		text := "version: 1\nservers:\n  s:\n    command: server\n"
+		if stderr != "" {
+			text += "    stderr: " + stderr + "\n"
+		}
+		cfg, err := mcpfsm.ParseConfig(file, []byte(text), env(map[string]string{"LOGS": "logs"}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Servers[0].Transport.Stdio.Stderr
+	}
+	if w := parse(""); w != nil {
+		t.Errorf("default: %v, want nil (discarded, as transport.Stdio does with nil)", w)
+	}
+	if w := parse("discard"); w != nil {
+		t.Errorf("discard: %v, want nil", w)
+	}
+	if w := parse("inherit"); w != os.Stderr {
+		t.Errorf("inherit: %v, want os.Stderr", w)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "logs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	w := parse("${LOGS}/s.err")
+	if w == nil {
+		t.Fatal("a file: nil")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "logs", "s.err")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the file exists before anything is written: %v", err)
+	}
+	for _, line := range []string{"one\n", "two\n"} {
+		if n, err := w.Write([]byte(line)); n != len(line) || err != nil {
+			t.Errorf("Write = %d, %v", n, err)
+		}
+	}
+	// Loaded again (a reload), it appends to the same file.
+	if _, err := parse("logs/s.err").Write([]byte("three\n")); err != nil {
+		t.Fatal(err)
+	}
+	info, err := os.Stat(filepath.Join(dir, "logs", "s.err"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", info.Mode().Perm())
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "logs", "s.err")); string(data) != "one\ntwo\nthree\n" {
+		t.Errorf("the file holds %q", data)
 	}
 }
 

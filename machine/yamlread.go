@@ -3,14 +3,64 @@ package machine
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 
 	yaml "go.yaml.in/yaml/v3"
 )
 
 // MaxSpecSize is the largest spec or config file the loaders read, in bytes.
 const MaxSpecSize = 1 << 20
+
+// ReadFile reads a spec or config file for the loaders: a regular file, of which at
+// most MaxSpecSize+1 bytes are read (one past the limit, so that Parse can say the file
+// is too large). A FIFO, a device or a directory is refused before anything is read, so
+// that /dev/zero cannot grow memory and a FIFO cannot hang the caller. Its errors are
+// *os.PathError.
+func ReadFile(path string) ([]byte, error) {
+	// O_NONBLOCK: opening a FIFO swapped in after the check below must not wait for a
+	// writer. It changes nothing for a regular file.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !info.Mode().IsRegular() {
+		return nil, &os.PathError{Op: "read", Path: path, Err: errNotRegular}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSpecSize+1))
+	if err != nil {
+		return nil, err
+	}
+	return data, nil
+}
+
+var errNotRegular = errors.New("not a regular file")
+
+// maxQuoted is how much of a text from a file a message quotes, in characters.
+const maxQuoted = 60
+
+// Quote returns s quoted as Go quotes a string (control characters escaped), cut to 60
+// characters with "…" when longer, for quoting text from a file in a message: a
+// message says which text is wrong without dumping a whole file.
+func Quote(s string) string {
+	n := 0
+	for i := range s {
+		if n == maxQuoted {
+			return strconv.Quote(strings.ToValidUTF8(s[:i], "\ufffd") + "…")
+		}
+		n++
+	}
+	return strconv.Quote(s)
+}
 
 // A Problem is one thing wrong with a YAML file, at a place in it.
 type Problem struct {
@@ -189,7 +239,7 @@ func (r *YAMLReader) Mapping(n *yaml.Node, what string) []Field {
 			continue
 		}
 		if seen[k.Value] {
-			r.Errorf(k, "duplicate key %q in %s", k.Value, what)
+			r.Errorf(k, "duplicate key %s in %s", Quote(k.Value), what)
 			continue
 		}
 		seen[k.Value] = true
@@ -217,7 +267,7 @@ func (r *YAMLReader) Struct(n *yaml.Node, what string, keys ...string) map[strin
 			known = known || k == f.Name()
 		}
 		if !known {
-			r.Errorf(f.Key, "unknown key %q in %s%s", f.Name(), what, didYouMean(f.Name(), names))
+			r.Errorf(f.Key, "unknown key %s in %s%s", Quote(f.Name()), what, didYouMean(f.Name(), names))
 			continue
 		}
 		out[f.Name()] = f
@@ -283,7 +333,7 @@ func describe(n *yaml.Node) string {
 		if n.Tag == "!!null" {
 			return "nothing"
 		}
-		return fmt.Sprintf("%q", n.Value)
+		return Quote(n.Value)
 	case yaml.AliasNode:
 		return "an alias"
 	}

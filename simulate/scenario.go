@@ -10,7 +10,6 @@ package simulate
 
 import (
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
@@ -159,7 +158,7 @@ func BuiltinNames() []string {
 //
 // Every problem is reported with its file:line:column.
 func LoadFile(path string) (Scenario, error) {
-	data, err := os.ReadFile(path)
+	data, err := machine.ReadFile(path)
 	if err != nil {
 		return Scenario{}, err
 	}

@@ -7,9 +7,12 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -18,9 +21,10 @@ func runCall(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 Call one tool of one server of a servers config, through a connection with its
 lifecycle, and print the result to stdout: each text content on its own line,
 other content as JSON (with --json, the whole result as JSON). ARGUMENTS is a
-JSON object, such as '{"text": "hello"}'.
+JSON object, such as '{"text": "hello"}'; without it the tool is called with {}.
 
-Exits 0 when the tool answered, 1 when the tool reported an error (the result is
+When the call fails because the server could not be reached, the reason of the
+last failure is printed too. Exits 0 when the tool answered, 1 when the tool reported an error (the result is
 still printed) or the call failed (the error goes to stderr).`, stderr)
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long, waiting for the server included")
 	asJSON := fs.Bool("json", false, "print the whole result as JSON")
@@ -35,13 +39,18 @@ still printed) or the call failed (the error goes to stderr).`, stderr)
 	var arguments map[string]any
 	if fs.NArg() == 4 {
 		if err := json.Unmarshal([]byte(fs.Arg(3)), &arguments); err != nil {
-			fmt.Fprintf(stderr, "mcpfsm call: ARGUMENTS is not a JSON object: %v\n", err)
+			fmt.Fprintf(stderr, "mcpfsm call: ARGUMENTS is not a JSON object: %s\n", errorText(err))
 			return 2
 		}
 	}
+	if arguments == nil {
+		// No ARGUMENTS (or null) is no arguments: {}, not null, which some servers
+		// (the TypeScript SDK's) refuse.
+		arguments = map[string]any{}
+	}
 	cfg, err := mcpfsm.LoadConfig(cfgPath)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, errorText(err))
 		return 1
 	}
 	sc, ok := cfg.Server(server)
@@ -50,15 +59,19 @@ still printed) or the call failed (the error goes to stderr).`, stderr)
 		for _, s := range cfg.Servers {
 			names = append(names, s.Name)
 		}
-		fmt.Fprintf(stderr, "mcpfsm call: %s has no server %q (it has %s)\n", cfgPath, server, strings.Join(names, ", "))
+		fmt.Fprintf(stderr, "mcpfsm call: %s has no server %s (it has %s)\n", printable(cfgPath, maxLine), machine.Quote(server), strings.Join(names, ", "))
 		return 1
 	}
+	// The failures are not logged (they are warnings): the last one is printed with
+	// the call's error instead, if the error does not say it already.
+	var failed lastFailure
 	conn, err := mcpfsm.Open(sc.Transport, mcpfsm.Options{
 		Spec: sc.Spec, Policies: &sc.Policies,
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Observer: failed.observe,
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "mcpfsm call:", err)
+		fmt.Fprintln(stderr, "mcpfsm call:", errorText(err))
 		return 1
 	}
 	defer func() {
@@ -70,7 +83,10 @@ still printed) or the call failed (the error goes to stderr).`, stderr)
 	defer cancel()
 	res, err := conn.CallTool(cctx, &mcp.CallToolParams{Name: tool, Arguments: arguments})
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, errorText(err))
+		if reason := failed.get(); reason != nil && !strings.Contains(err.Error(), reason.Err.Error()) {
+			fmt.Fprintf(stderr, "mcpfsm call: the last failure of %s: %s: %s\n", server, reason.Cause, printable(reason.Err.Error(), maxLine))
+		}
 		return 1
 	}
 	if *asJSON {
@@ -84,10 +100,31 @@ still printed) or the call failed (the error goes to stderr).`, stderr)
 		}
 	}
 	if res.IsError {
-		fmt.Fprintf(stderr, "mcpfsm call: the tool %s reported an error\n", tool)
+		fmt.Fprintf(stderr, "mcpfsm call: the tool %s reported an error\n", printable(tool, maxLine))
 		return 1
 	}
 	return 0
+}
+
+// lastFailure remembers the last transition of a connection that carried an error.
+type lastFailure struct {
+	mu sync.Mutex
+	tr *machine.Transition
+}
+
+func (l *lastFailure) observe(tr machine.Transition) {
+	if tr.Err == nil || tr.Cause == states.CauseNone {
+		return
+	}
+	l.mu.Lock()
+	l.tr = &tr
+	l.mu.Unlock()
+}
+
+func (l *lastFailure) get() *machine.Transition {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.tr
 }
 
 func printContent(w io.Writer, content []mcp.Content) {

@@ -17,15 +17,19 @@ import (
 )
 
 // layout copies the example config into a temp dir shaped like the repository, with
-// the built binary at bin/mcpfsm, and returns the dir: the README's commands then run
-// there exactly as written.
+// mcpfsm (this test binary, see TestMain) at bin/mcpfsm, and returns the dir: the
+// README's commands then run there exactly as written.
 func layout(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(bin, filepath.Join(dir, "bin", "mcpfsm")); err != nil {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(exe, filepath.Join(dir, "bin", "mcpfsm")); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.MkdirAll(filepath.Join(dir, "examples"), 0o755); err != nil {
@@ -272,40 +276,37 @@ func TestRunAndCallNeverPrintSecrets(t *testing.T) {
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "servers.yaml")
 	url := strings.Replace(h.URL(), "http://", "http://user:${TOK}@", 1) + "?key=${TOK}"
-	cfg := fmt.Sprintf("version: 1\npolicies: {backoff_base: 50ms, backoff_max: 100ms, breaker_cooldown: 100ms, connect_timeout: 2s}\nservers:\n  s:\n    url: %q\n    headers: {Authorization: \"Bearer ${TOK}\", X-Api-Key: \"${TOK}\"}\n", url)
+	cfg := fmt.Sprintf("version: 1\npolicies: {backoff_base: 50ms, backoff_max: 100ms, breaker_cooldown: 100ms, connect_timeout: 2s, auth_recheck_interval: 50ms}\nservers:\n  s:\n    url: %q\n    headers: {Authorization: \"Bearer ${TOK}\", X-Api-Key: \"${TOK}\"}\n", url)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	t.Setenv("TOK", secret)
 	for _, args := range [][]string{{"run", "--history", cfgPath}, {"run", "--json", "--history", cfgPath}} {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "TOK="+secret)
-		var out, errb strings.Builder
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+		cause := func(c string) string { return "(" + c + ":" }
+		if args[1] == "--json" {
+			cause = func(c string) string { return `"cause":"` + c + `"` }
 		}
-		time.Sleep(1500 * time.Millisecond) // refusals, backoff, breaker
+		b := startCLI(t, args...)
+		// Refused twice: a refusal, a backoff, another refusal.
+		b.waitFor(t, "two refusals", func(out string) bool { return strings.Count(out, cause("auth")) >= 2 })
 		h.Stop()
-		time.Sleep(500 * time.Millisecond) // refused connections
-		cmd.Process.Signal(os.Interrupt)
-		if err := cmd.Wait(); err != nil {
-			t.Fatalf("%v: %v\n%s", args, err, errb.String())
+		mark := len(b.stdout.String())
+		b.waitFor(t, "a connection refused after the server stopped", func(out string) bool {
+			return strings.Contains(out[mark:], cause("lost"))
+		})
+		if code := b.stop(t); code != 0 {
+			t.Errorf("%v: exit %d; stderr:\n%s", args, code, b.stderr.String())
 		}
-		all := out.String() + errb.String()
-		if !strings.Contains(all, "auth") {
-			t.Errorf("%v: the 401 was not reported:\n%s", args, all)
-		}
+		all := b.stdout.String() + b.stderr.String()
 		if strings.Contains(all, secret) {
 			t.Errorf("%v printed the secret:\n%s", args, all)
 		}
 		h.Restart(false)
 		h.SetStatus(401)
 	}
-	cmd := exec.Command(bin, "call", "--timeout", "2s", cfgPath, "s", "echo", `{"text":"x"}`)
-	cmd.Env = append(os.Environ(), "TOK="+secret)
-	outb, _ := cmd.CombinedOutput()
-	if strings.Contains(string(outb), secret) || len(outb) == 0 {
-		t.Errorf("call printed the secret or nothing:\n%s", outb)
+	out, errOut, code := runCLI(t, "call", "--timeout", "2s", cfgPath, "s", "echo", `{"text":"x"}`)
+	if code != 1 || strings.Contains(out+errOut, secret) || !strings.Contains(errOut, "auth") {
+		t.Errorf("call: exit %d, printed the secret or not the refusal:\n%s%s", code, out, errOut)
 	}
 }
 

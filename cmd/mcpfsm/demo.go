@@ -44,7 +44,7 @@ summary ends the tour. It takes about fifteen seconds.`, stderr)
 	}
 	d := &demo{out: stdout, start: time.Now()}
 	if err := d.run(ctx); err != nil {
-		fmt.Fprintln(stderr, "mcpfsm demo:", err)
+		fmt.Fprintln(stderr, "mcpfsm demo:", errorText(err))
 		return 1
 	}
 	return 0
@@ -91,7 +91,7 @@ func (d *demo) observe(tr machine.Transition) {
 	if tr.Cause != states.CauseNone {
 		line += " (" + tr.Cause.String()
 		if tr.Err != nil {
-			line += ": " + shorten(tr.Err.Error(), 90)
+			line += ": " + printable(tr.Err.Error(), 90)
 		}
 		line += ")"
 	}
@@ -220,10 +220,10 @@ func (d *demo) call(ctx context.Context, conn *mcpfsm.Conn, tool string, args an
 		fmt.Fprintf(d.out, "   call %s → %s   (%s)\n", tool, resultText(res), took)
 	case errors.Is(err, mcpfsm.ErrUnavailable):
 		d.fastFail++
-		fmt.Fprintf(d.out, "   call %s failed fast in %s: %s\n", tool, took, shorten(err.Error(), 120))
+		fmt.Fprintf(d.out, "   call %s failed fast in %s: %s\n", tool, took, printable(err.Error(), 120))
 	default:
 		d.badCalls++
-		fmt.Fprintf(d.out, "   call %s failed after %s: %s\n", tool, took, shorten(err.Error(), 120))
+		fmt.Fprintf(d.out, "   call %s failed after %s: %s\n", tool, took, printable(err.Error(), 120))
 	}
 }
 
@@ -288,22 +288,4 @@ func resultText(res *mcp.CallToolResult) string {
 		}
 	}
 	return "(no text)"
-}
-
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

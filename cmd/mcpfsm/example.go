@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // exampleServer is the project's example MCP server (tools echo, counter, slow, ...)
@@ -21,13 +22,15 @@ type exampleServer struct {
 	mu      sync.Mutex
 	srv     *http.Server // nil while stopped
 	handler http.Handler
+	servers []*mcp.Server // every generation, whose sessions close ends
 	frozen  chan struct{} // non-nil while frozen; closed by thaw
 	serving sync.WaitGroup
 }
 
 // startExampleServer listens on addr (":0" style addresses pick a free port).
 func startExampleServer(addr string) (*exampleServer, error) {
-	e := &exampleServer{handler: testserver.NewHandler(testserver.Options{Name: "example-server"})}
+	e := &exampleServer{}
+	e.newGeneration()
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -35,6 +38,14 @@ func startExampleServer(addr string) (*exampleServer, error) {
 	e.addr = l.Addr().String()
 	e.serve(l)
 	return e, nil
+}
+
+// newGeneration makes a new server and handler, which know no session. Called with mu
+// held, or before e is shared.
+func (e *exampleServer) newGeneration() {
+	server := testserver.New(testserver.Options{Name: "example-server"})
+	e.servers = append(e.servers, server)
+	e.handler = mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
 }
 
 // URL is the server's MCP endpoint.
@@ -110,7 +121,7 @@ func (e *exampleServer) restart(forgetSessions bool) error {
 	time.Sleep(restartTime)
 	if forgetSessions {
 		e.mu.Lock()
-		e.handler = testserver.NewHandler(testserver.Options{Name: "example-server"})
+		e.newGeneration()
 		e.mu.Unlock()
 	}
 	var l net.Listener
@@ -127,20 +138,26 @@ func (e *exampleServer) restart(forgetSessions bool) error {
 	return nil
 }
 
-// close stops the server for good, ending every hang.
+// close stops the server for good, ending every hang, and closes the sessions of
+// every generation (a forgotten session lives on in its server until closed).
 func (e *exampleServer) close(ctx context.Context) error {
 	e.thaw()
 	e.mu.Lock()
-	srv := e.srv
+	srv, servers := e.srv, e.servers
 	e.srv = nil
 	e.mu.Unlock()
-	if srv == nil {
-		return nil
+	var err error
+	if srv != nil {
+		err = srv.Shutdown(ctx)
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = srv.Close()
+		}
+		e.serving.Wait()
 	}
-	err := srv.Shutdown(ctx)
-	if errors.Is(err, context.DeadlineExceeded) {
-		err = srv.Close()
+	for _, s := range servers {
+		for ss := range s.Sessions() {
+			_ = ss.Close()
+		}
 	}
-	e.serving.Wait()
 	return err
 }

@@ -14,6 +14,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -100,15 +101,22 @@ func newFlags(name, synopsis, help string, stderr io.Writer) *flag.FlagSet {
 }
 
 // parse parses args and reports the exit code to return at once, if any: 0 after
-// --help (printed to stdout), 2 after a usage error.
+// --help (printed to stdout, once), 2 after a usage error (printed to stderr).
 func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (int, bool) {
+	// The flag package prints the usage itself, to the set's output, both on a usage
+	// error and on -h; what it prints is held back until it is known which it was.
+	stderr := fs.Output()
+	var printed bytes.Buffer
+	fs.SetOutput(&printed)
 	err := fs.Parse(args)
+	fs.SetOutput(stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stdout)
 		fs.Usage()
 		return 0, true
 	}
 	if err != nil {
+		_, _ = printed.WriteTo(stderr)
 		return 2, true
 	}
 	return 0, false

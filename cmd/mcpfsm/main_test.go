@@ -1,60 +1,98 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"fmt"
+	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"go.uber.org/goleak"
 )
 
-// bin is the mcpfsm binary, built once by TestMain; the tests run it as a user would.
-var bin string
-
+// TestMain runs the tests, or, when this test binary is started under the name mcpfsm
+// (by a test that needs mcpfsm as a process of its own: a config's stdio server, the
+// README's commands, signals), is the CLI itself. The CLI that tests run is so built
+// as the tests are (-race, -cover), and no binary is built or left behind.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "mcpfsm-cli")
+	if filepath.Base(os.Args[0]) == "mcpfsm" {
+		main()
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// mcpfsmBin returns a path named mcpfsm to this test binary, in a directory the test
+// removes when it ends.
+func mcpfsmBin(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		t.Fatal(err)
 	}
-	bin = filepath.Join(dir, "mcpfsm")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building mcpfsm: %v\n%s", err, out)
-		os.Exit(1)
+	link := filepath.Join(t.TempDir(), "mcpfsm")
+	if err := os.Symlink(exe, link); err != nil {
+		t.Fatal(err)
 	}
-	code := 0
-	defer func() { os.RemoveAll(dir); os.Exit(code) }()
-	goleak.VerifyTestMain(exitCode{&code, m})
+	return link
 }
 
-// exitCode lets TestMain clean up after goleak.VerifyTestMain, which calls os.Exit.
-type exitCode struct {
-	code *int
-	m    *testing.M
-}
-
-func (e exitCode) Run() int { *e.code = e.m.Run(); return *e.code }
-
-// runCLI runs the binary and returns its stdout, stderr and exit code.
+// runCLI runs an mcpfsm command line in this process and returns its stdout, stderr
+// and exit code.
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("running mcpfsm %v: %v", args, err)
-	}
+	var out, errb testutil.SyncBuffer
+	code = run(t.Context(), args, &out, &errb)
 	return out.String(), errb.String(), code
+}
+
+// A background is an mcpfsm command running in this process, such as mcpfsm run;
+// stop plays Ctrl-C.
+type background struct {
+	stdout, stderr testutil.SyncBuffer
+	cancel         context.CancelFunc
+	code           chan int
+}
+
+func startCLI(t *testing.T, args ...string) *background {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &background{cancel: cancel, code: make(chan int, 1)}
+	go func() { b.code <- run(ctx, args, &b.stdout, &b.stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-b.code:
+		case <-time.After(40 * time.Second):
+			t.Errorf("mcpfsm %v has not returned 40s after Ctrl-C", args)
+		}
+	})
+	return b
+}
+
+// waitFor polls stdout until ok holds, for up to 30s.
+func (b *background) waitFor(t *testing.T, what string, ok func(stdout string) bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !ok(b.stdout.String()); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 30s; stdout:\n%s\nstderr:\n%s", what, b.stdout.String(), b.stderr.String())
+		}
+	}
+}
+
+// stop cancels the command, as Ctrl-C does, and returns its exit code.
+func (b *background) stop(t *testing.T) int {
+	t.Helper()
+	b.cancel()
+	select {
+	case code := <-b.code:
+		b.code <- code // for the cleanup
+		return code
+	case <-time.After(40 * time.Second):
+		t.Fatalf("not returned 40s after Ctrl-C; stdout:\n%s", b.stdout.String())
+		return -1
+	}
 }
 
 func readFile(t *testing.T, path string) string {
@@ -103,12 +141,21 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestUsage: help goes to stdout, once, and nothing to stderr; usage errors go to
+// stderr.
 func TestUsage(t *testing.T) {
+	for name := range commands {
+		out, errOut, code := runCLI(t, name, "--help")
+		usage := "Usage: mcpfsm " + name + " "
+		if code != 0 || strings.Count(out, usage) != 1 || errOut != "" {
+			t.Errorf("mcpfsm %s --help: exit %d, %d usages on stdout, stderr %q", name, code, strings.Count(out, usage), errOut)
+		}
+	}
 	for _, c := range []struct {
 		args   []string
 		code   int
 		stdout string // a substring
-		stderr string // a substring
+		stderr string // a substring; "" wants stderr empty
 	}{
 		{[]string{"--help"}, 0, "Commands:", ""},
 		{nil, 2, "Commands:", ""},
@@ -117,10 +164,12 @@ func TestUsage(t *testing.T) {
 		{[]string{"validate", "-h"}, 0, "Usage: mcpfsm validate FILE", ""},
 		{[]string{"graph", "--format", "svg"}, 2, "", `unknown format "svg"`},
 		{[]string{"graph", "--bogus"}, 2, "", "flag provided but not defined: -bogus"},
+		{[]string{"run", "-h"}, 0, "Usage: mcpfsm run [--json] [--history] CONFIG", ""},
 		{[]string{"validate"}, 2, "", "want exactly one FILE"},
 	} {
 		out, errOut, code := runCLI(t, c.args...)
-		if code != c.code || !strings.Contains(out, c.stdout) || !strings.Contains(errOut, c.stderr) {
+		stderrOK := strings.Contains(errOut, c.stderr) && (c.stderr != "" || errOut == "")
+		if code != c.code || !strings.Contains(out, c.stdout) || !stderrOK {
 			t.Errorf("mcpfsm %v: exit %d (want %d)\nstdout: %s\nstderr: %s", c.args, code, c.code, out, errOut)
 		}
 	}

@@ -24,8 +24,10 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run", "[--json] [--history] CONFIG", `
 Connect to every server of a servers config and keep the connections healthy,
 printing each transition as it happens: time, server, from → to, trigger, and the
-cause of a failure. With --json, print one JSON object per line instead (the
-format mcpfsm graph --trace reads).
+cause of a failure with its error. With --json, print one JSON object per line
+instead (the format mcpfsm graph --trace reads): for each server first a line of
+kind "server" with the policies it runs with (again when a reload changes them),
+then one line per transition.
 
 On SIGHUP the config is read again and adopted without a restart: servers whose
 transport or lifecycle changed are reconnected, servers whose policies alone
@@ -33,7 +35,8 @@ changed adopt them and keep their session, removed ones are closed, new ones
 opened. On Ctrl-C (SIGINT) or SIGTERM every connection is closed and a summary
 is printed; with --history, each server's recent transitions too.
 
-Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
+Log records (log/slog, text) go to stderr at warning level and above, but for
+the failures, which the transition lines already show.`, stderr)
 	asJSON := fs.Bool("json", false, "print transitions as JSON lines")
 	history := fs.Bool("history", false, "print each server's history at exit")
 	if code, done := parse(fs, args, stdout); done {
@@ -46,20 +49,23 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 	path := fs.Arg(0)
 	cfg, err := mcpfsm.LoadConfig(path)
 	if err != nil {
-		fmt.Fprintln(stderr, err)
+		fmt.Fprintln(stderr, errorText(err))
 		return 1
 	}
-	out := &eventPrinter{w: stdout, json: *asJSON, stats: map[string]*serverStats{}}
+	out := &eventPrinter{w: stdout, json: *asJSON, stats: map[string]*serverStats{}, policies: map[string]machine.Policies{}}
+	// Before any transition, so that a reader of the JSON lines (graph --trace) knows
+	// the policies a server's transitions ran under.
+	out.servers(cfg)
 	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
 		Observer: out.transition,
-		Logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:   slog.New(withoutFailures{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}),
 		History:  256,
 	})
 	if err != nil {
-		fmt.Fprintln(stderr, "mcpfsm run:", err)
+		fmt.Fprintln(stderr, "mcpfsm run:", errorText(err))
 		return 1
 	}
-	out.note(fmt.Sprintf("running %d servers from %s; Ctrl-C to stop, SIGHUP to reload", len(cfg.Servers), path))
+	out.note(fmt.Sprintf("running %d servers from %s; Ctrl-C to stop, SIGHUP to reload", len(cfg.Servers), printable(path, maxLine)))
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -71,35 +77,75 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 		case <-hup:
 			next, err := mcpfsm.LoadConfig(path)
 			if err != nil {
-				out.note("reload failed, keeping the running config:\n" + err.Error())
+				out.note("reload failed, keeping the running config:\n" + errorText(err))
 				continue
 			}
+			out.servers(next)
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second) // Ctrl-C cuts a reload short
 			res, err := m.Reload(rctx, next)
 			cancel()
 			msg := "reloaded: " + res.String()
 			if err != nil {
-				msg += "\nreload errors: " + err.Error()
+				msg += "\nreload errors: " + errorText(err)
 			}
 			out.note(msg)
 		}
 	}
-	var histories map[string][]machine.Transition
-	if *history {
-		histories = map[string][]machine.Transition{}
-		for _, name := range m.Servers() {
-			histories[name] = m.Conn(name).History()
+	// The connections are taken before Close, which forgets them, and their histories
+	// read after it, so that they end with the close.
+	conns := map[string]*mcpfsm.Conn{}
+	for _, name := range m.Servers() {
+		if c := m.Conn(name); c != nil {
+			conns[name] = c
 		}
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = m.Close(cctx)
+	var histories map[string][]machine.Transition
+	if *history {
+		histories = map[string][]machine.Transition{}
+		for name, c := range conns {
+			histories[name] = c.History()
+		}
+	}
 	out.summary(histories)
 	if err != nil {
-		fmt.Fprintln(stderr, "mcpfsm run:", err)
+		fmt.Fprintln(stderr, "mcpfsm run:", errorText(err))
 		return 1
 	}
 	return 0
+}
+
+// serverLine is the first JSON line of each server in mcpfsm run --json and simulate
+// --json: the policies its transitions run under, written as in a lifecycle. A reload
+// that changes them prints another. mcpfsm graph --trace labels the picture with them.
+type serverLine struct {
+	Time     time.Time         `json:"time"`
+	Kind     string            `json:"kind"` // "server"
+	Server   string            `json:"server"`
+	Policies map[string]string `json:"policies"`
+}
+
+func newServerLine(at time.Time, server string, p machine.Policies) serverLine {
+	line := serverLine{Time: at, Kind: "server", Server: server, Policies: map[string]string{}}
+	for _, info := range machine.AllPolicies() {
+		line.Policies[info.Name] = p.Format(info)
+	}
+	return line
+}
+
+// effectivePolicies are the policies a server of a config runs with (as the Manager
+// gives them: the spec's defaults when the config leaves them zero, as one built in
+// Go may).
+func effectivePolicies(s mcpfsm.ServerConfig) machine.Policies {
+	switch {
+	case s.Policies != (machine.Policies{}):
+		return s.Policies
+	case s.Spec != nil:
+		return s.Spec.Defaults()
+	}
+	return mcpfsm.DefaultSpec().Defaults()
 }
 
 // event is a transition as mcpfsm run --json and simulate --json print it, one JSON
@@ -129,10 +175,31 @@ func toEvent(server string, tr machine.Transition) event {
 
 // eventPrinter prints transitions as they come, from every server's owner.
 type eventPrinter struct {
-	mu    sync.Mutex
-	w     io.Writer
-	json  bool
-	stats map[string]*serverStats
+	mu       sync.Mutex
+	w        io.Writer
+	json     bool
+	stats    map[string]*serverStats
+	policies map[string]machine.Policies // as last printed, by server
+}
+
+// servers prints, in JSON mode, a server line for each server of cfg that is new or
+// whose policies changed since its last one.
+func (p *eventPrinter) servers(cfg *mcpfsm.Config) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.json {
+		return
+	}
+	now := time.Now()
+	for _, s := range cfg.Servers {
+		pol := effectivePolicies(s)
+		if old, ok := p.policies[s.Name]; ok && old == pol {
+			continue
+		}
+		p.policies[s.Name] = pol
+		line, _ := json.Marshal(newServerLine(now, s.Name, pol))
+		fmt.Fprintf(p.w, "%s\n", line)
+	}
 }
 
 type serverStats struct {
@@ -166,21 +233,22 @@ func (p *eventPrinter) transition(server string, tr machine.Transition) {
 	fmt.Fprintf(p.w, "%s  %s\n", tr.At.Format("15:04:05.000"), formatTransition(server, tr))
 }
 
-// formatTransition renders a transition for people: server, from → to, trigger, cause.
+// formatTransition renders a transition for people: server, from → to, trigger, and
+// the cause with its error, made printable (a server's text may hold anything).
 func formatTransition(server string, tr machine.Transition) string {
 	line := fmt.Sprintf("%-14s %-12s → %-12s  %s", server, tr.From, tr.To, tr.Trigger)
 	if tr.Cause != states.CauseNone {
 		line += " (" + tr.Cause.String()
 		if tr.Err != nil {
-			line += ": " + tr.Err.Error()
+			line += ": " + printable(tr.Err.Error(), maxLine)
 		}
 		line += ")"
 	}
 	return line
 }
 
-// note prints a line of the command's own; in JSON mode it goes out as a comment-free
-// object with no server.
+// note prints a line of the command's own, whose outside text the caller has made
+// printable; in JSON mode it goes out as an object with no server.
 func (p *eventPrinter) note(msg string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/machine"
@@ -61,7 +62,7 @@ JSON object.`, stderr)
 	case *configFile != "":
 		cfg, err := mcpfsm.LoadConfig(*configFile)
 		if err != nil {
-			fmt.Fprintln(stderr, err)
+			fmt.Fprintln(stderr, errorText(err))
 			return 1
 		}
 		sc, ok := cfg.Server(*server)
@@ -72,8 +73,8 @@ JSON object.`, stderr)
 		spec, pol = sc.Spec, &sc.Policies
 	case *specFile != "":
 		var err error
-		if spec, err = mcpfsm.LoadSpecFile(*specFile); err != nil {
-			fmt.Fprintln(stderr, err)
+		if spec, err = loadSpecFile(*specFile); err != nil {
+			fmt.Fprintln(stderr, errorText(err))
 			return 1
 		}
 	}
@@ -83,14 +84,30 @@ JSON object.`, stderr)
 			fmt.Fprintf(stderr, "mcpfsm simulate: no built-in scenario %q:%s", fs.Arg(0), scenarioList())
 			return 2
 		}
-		var err error
-		if sc, err = simulate.LoadFile(fs.Arg(0)); err != nil {
-			fmt.Fprintln(stderr, err)
+		// Read as a spec is: a regular file, size-capped (simulate.LoadFile is not).
+		data, err := machine.ReadFile(fs.Arg(0))
+		if err == nil {
+			sc, err = simulate.Load(fs.Arg(0), data)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, errorText(err))
 			return 1
 		}
 	}
 	res := simulate.Run(spec, pol, sc, *seed)
 	if *asJSON {
+		if !*summaryOnly {
+			effective := spec.Defaults()
+			if pol != nil {
+				effective = *pol
+			}
+			at := time.Time{}
+			if len(res.Transitions) > 0 {
+				at = res.Transitions[0].At
+			}
+			line, _ := json.Marshal(newServerLine(at, sc.Name, effective))
+			fmt.Fprintf(stdout, "%s\n", line)
+		}
 		for _, tr := range res.Transitions {
 			if !*summaryOnly {
 				line, _ := json.Marshal(toEvent(sc.Name, tr))

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/machine"
 )
 
 func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -20,10 +21,21 @@ prints every problem as FILE:LINE:COLUMN: message to stderr and exits 1.`, stder
 		fmt.Fprintln(stderr, "mcpfsm validate: want exactly one FILE")
 		return 2
 	}
-	if _, err := mcpfsm.LoadSpecFile(fs.Arg(0)); err != nil {
-		fmt.Fprintln(stderr, err)
+	if _, err := loadSpecFile(fs.Arg(0)); err != nil {
+		fmt.Fprintln(stderr, errorText(err))
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", fs.Arg(0))
+	fmt.Fprintf(stdout, "%s: ok\n", printable(fs.Arg(0), maxLine))
 	return 0
+}
+
+// loadSpecFile loads a spec file the way a servers config's spec is loaded: only a
+// regular file, of at most machine.MaxSpecSize bytes, so that /dev/zero or a FIFO
+// given by mistake is refused at once rather than read without end or waited on.
+func loadSpecFile(path string) (*machine.Spec, error) {
+	data, err := machine.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return mcpfsm.LoadSpec(path, data)
 }

@@ -1,5 +1,0 @@
-//go:build !unix
-
-package machine
-
-const openNonblock = 0
