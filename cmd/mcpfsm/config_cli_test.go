@@ -213,7 +213,7 @@ func TestSimulate(t *testing.T) {
 	scenario := filepath.Join(dir, "mine.yaml")
 	os.WriteFile(scenario, []byte("duration: 1h\ntimeline:\n  - {at: 0s, server: up}\n  - {at: 10m, server: sideways}\n"), 0o644)
 	_, errOut, code = runCLI(t, "simulate", scenario)
-	if want := scenario + `:4:23: server "sideways" is not up, down, frozen or restart`; code != 1 || !strings.Contains(errOut, want) {
+	if want := scenario + `:4:23: server "sideways" is not up, down, frozen, restart, missing or garbage`; code != 1 || !strings.Contains(errOut, want) {
 		t.Errorf("a bad scenario: exit %d, stderr %q, want %q", code, errOut, want)
 	}
 	os.WriteFile(scenario, []byte("duration: 1h\ntimeline:\n  - {at: 0s, server: down}\n  - {at: 30m, server: up}\n"), 0o644)
@@ -250,7 +250,7 @@ func TestGraphTrace(t *testing.T) {
 		}
 	}
 	current := strings.ReplaceAll(last["to"].(string), "-", "_")
-	for _, want := range []string{"class " + current + " current", "classDef visited", "connect_failed [tripped] ×1", "after cooldown (breaker_cooldown 15s) ×"} {
+	for _, want := range []string{"class " + current + " current", "classDef visited", "connect_failed [not unfixable, not unauthorized, tripped] ×1", "after cooldown (breaker_cooldown 15s) ×"} {
 		if !strings.Contains(mmd, want) {
 			t.Errorf("the highlighted graph lacks %q:\n%s", want, mmd)
 		}
