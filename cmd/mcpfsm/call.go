@@ -48,45 +48,16 @@ still printed) or the call failed (the error goes to stderr).`, stderr)
 		// (the TypeScript SDK's) refuse.
 		arguments = map[string]any{}
 	}
-	cfg, err := mcpfsm.LoadConfig(cfgPath)
-	if err != nil {
-		fmt.Fprintln(stderr, errorText(err))
-		return 1
+	conn, failed, closeConn, code := openServer("call", cfgPath, server, stderr)
+	if conn == nil {
+		return code
 	}
-	sc, ok := cfg.Server(server)
-	if !ok {
-		var names []string
-		for _, s := range cfg.Servers {
-			names = append(names, s.Name)
-		}
-		fmt.Fprintf(stderr, "mcpfsm call: %s has no server %s (it has %s)\n", printable(cfgPath, maxLine), machine.Quote(server), strings.Join(names, ", "))
-		return 1
-	}
-	// The failures are not logged (they are warnings): the last one is printed with
-	// the call's error instead, if the error does not say it already.
-	var failed lastFailure
-	conn, err := mcpfsm.Open(sc.Transport, mcpfsm.Options{
-		Spec: sc.Spec, Policies: &sc.Policies,
-		Logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-		Observer: failed.observe,
-	})
-	if err != nil {
-		fmt.Fprintln(stderr, "mcpfsm call:", errorText(err))
-		return 1
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = conn.Close(cctx)
-	}()
+	defer closeConn()
 	cctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	res, err := conn.CallTool(cctx, &mcp.CallToolParams{Name: tool, Arguments: arguments})
 	if err != nil {
-		fmt.Fprintln(stderr, errorText(err))
-		if reason := failed.get(); reason != nil && !strings.Contains(err.Error(), reason.Err.Error()) {
-			fmt.Fprintf(stderr, "mcpfsm call: the last failure of %s: %s: %s\n", server, reason.Cause, printable(reason.Err.Error(), maxLine))
-		}
+		failed.report("call", server, err, stderr)
 		return 1
 	}
 	if *asJSON {
@@ -104,6 +75,51 @@ still printed) or the call failed (the error goes to stderr).`, stderr)
 		return 1
 	}
 	return 0
+}
+
+// openServer opens a connection to one server of a servers config, for a command that
+// talks to it (call, ls, read, prompt). On failure it prints why and returns a nil
+// connection and the exit code. The connection's failures are not logged (they are
+// warnings): the returned lastFailure keeps the last, for the command's error.
+func openServer(cmd, cfgPath, server string, stderr io.Writer) (*mcpfsm.Conn, *lastFailure, func(), int) {
+	cfg, err := mcpfsm.LoadConfig(cfgPath)
+	if err != nil {
+		fmt.Fprintln(stderr, errorText(err))
+		return nil, nil, nil, 1
+	}
+	sc, ok := cfg.Server(server)
+	if !ok {
+		var names []string
+		for _, s := range cfg.Servers {
+			names = append(names, s.Name)
+		}
+		fmt.Fprintf(stderr, "mcpfsm %s: %s has no server %s (it has %s)\n", cmd, printable(cfgPath, maxLine), machine.Quote(server), strings.Join(names, ", "))
+		return nil, nil, nil, 1
+	}
+	failed := &lastFailure{}
+	conn, err := mcpfsm.Open(sc.Transport, mcpfsm.Options{
+		Spec: sc.Spec, Policies: &sc.Policies,
+		Logger:   slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Observer: failed.observe,
+	})
+	if err != nil {
+		fmt.Fprintf(stderr, "mcpfsm %s: %s\n", cmd, errorText(err))
+		return nil, nil, nil, 1
+	}
+	return conn, failed, func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
+	}, 0
+}
+
+// report prints a request's error, and the last failure of the connection if the
+// error does not say it already.
+func (l *lastFailure) report(cmd, server string, err error, stderr io.Writer) {
+	fmt.Fprintln(stderr, errorText(err))
+	if reason := l.get(); reason != nil && !strings.Contains(err.Error(), reason.Err.Error()) {
+		fmt.Fprintf(stderr, "mcpfsm %s: the last failure of %s: %s: %s\n", cmd, server, reason.Cause, printable(reason.Err.Error(), maxLine))
+	}
 }
 
 // lastFailure remembers the last transition of a connection that carried an error.

@@ -5,6 +5,9 @@
 //	mcpfsm demo                                  a fault tour against an in-process server
 //	mcpfsm run [--json] CONFIG                   connect to the servers of a config, print transitions
 //	mcpfsm call CONFIG SERVER TOOL [ARGUMENTS]   call one tool through a connection
+//	mcpfsm ls CONFIG SERVER                      a server's info, tools, prompts, resources
+//	mcpfsm read CONFIG SERVER URI                read a resource
+//	mcpfsm prompt CONFIG SERVER NAME [ARGUMENTS] get a prompt
 //	mcpfsm simulate [--spec FILE] SCENARIO       a lifecycle in virtual time
 //	mcpfsm graph [--format dot|mermaid] [SPEC]   render a lifecycle (default: the built-in one)
 //	mcpfsm validate FILE                         check a lifecycle spec
@@ -36,6 +39,9 @@ type command struct {
 var commands = map[string]command{
 	"run":            {"connect to every server of a config and print its lifecycle", runRun},
 	"call":           {"call one tool of one server of a config", runCall},
+	"ls":             {"show what one server of a config is and has: tools, prompts, resources", runList},
+	"read":           {"read a resource of one server of a config", runRead},
+	"prompt":         {"get a prompt of one server of a config", runPrompt},
 	"simulate":       {"run a lifecycle in virtual time against a scripted server", runSimulate},
 	"example-server": {"serve the project's example MCP server (stdio or HTTP)", runExampleServer},
 	"demo":           {"watch a connection survive a fault tour against an in-process server", runDemo},
