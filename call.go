@@ -135,7 +135,7 @@ func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.St
 		case errors.Is(err, machine.ErrClosed):
 			return nil, st, ErrClosed
 		case err != nil:
-			return nil, st, &notReadyError{ctxErr: err, last: c.m.LastFailure()}
+			return nil, st, &notReadyError{ctxErr: err, last: c.m.Status().LastFailure}
 		}
 		if s := c.tryAcquire(); s != nil {
 			if s != avoid {
@@ -145,7 +145,7 @@ func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.St
 			continue
 		}
 		if c.spec.Calls(st) == machine.FailFast && !c.m.Reconnecting() {
-			return nil, st, &unavailableError{state: st, last: c.m.LastFailure()}
+			return nil, st, &unavailableError{state: st, last: c.m.Status().LastFailure}
 		}
 	}
 }
@@ -164,7 +164,7 @@ func (c *Conn) noSession(r request, st states.State, err error, first *CallError
 	case errors.Is(err, ErrNotReady):
 		cause = states.CauseCanceled
 	case errors.Is(err, ErrUnavailable):
-		if f := c.m.LastFailure(); f != nil {
+		if f := c.m.Status().LastFailure; f != nil {
 			cause = f.Cause
 		}
 	}

@@ -244,8 +244,11 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 			p.r.Errorf(o.at, "%s: %v", what, err)
 		}
 	}
-	if problem := machine.CheckPolicies(&s.Policies); problem != "" {
-		p.r.Errorf(sf.Key, "%s: %s", what, problem)
+	var pe *machine.PolicyError
+	if err := s.Policies.Validate(); errors.As(err, &pe) {
+		for _, problem := range pe.Problems {
+			p.r.Errorf(sf.Key, "%s: %s", what, problem)
+		}
 	}
 	return s, true
 }

@@ -331,9 +331,6 @@ func (m *Machine) Status() Status {
 	return st
 }
 
-// LastFailure returns the last failure the machine saw, or nil.
-func (m *Machine) LastFailure() *Failure { return m.lastBad.Load() }
-
 // History returns the latest transitions, oldest first.
 func (m *Machine) History() []Transition { return m.hist.snapshot() }
 

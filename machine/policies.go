@@ -250,15 +250,6 @@ type PolicyError struct {
 
 func (e *PolicyError) Error() string { return "invalid policies: " + strings.Join(e.Problems, "; ") }
 
-// CheckPolicies reports a relation between policies that their values break (a maximum
-// below its base), or "" when there is none.
-func CheckPolicies(p *Policies) string {
-	if problems := p.check(); len(problems) > 0 {
-		return problems[0][1]
-	}
-	return ""
-}
-
 // check reports relations between policies that no single value can break, as
 // (policy name, message) pairs.
 func (p *Policies) check() [][2]string {
