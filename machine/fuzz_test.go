@@ -10,9 +10,11 @@ import (
 	"github.com/mcpfsm/mcpfsm/states"
 )
 
-// FuzzLoadSpec: no input makes LoadSpec panic or hang, and a spec it accepts can be
-// fired with every trigger in every state, under every value of the extended state that
-// guards read, without stateless panicking (as it does on ambiguous guards).
+// FuzzLoadSpec: no input makes LoadSpec panic or hang, with the default registry or one
+// whose invoked effects are not all bound to code (an unbound effect is a load error);
+// and a spec it accepts can be fired with every trigger in every state, under every
+// value of the extended state that guards read, without stateless panicking (as it does
+// on ambiguous guards).
 func FuzzLoadSpec(f *testing.F) {
 	for _, seed := range []string{
 		"{{},<<}", "<<: *a", "a: &a [*a]", "[{<<:}]", "&a a: *a", "!!binary x", "? [a]\n: b",
@@ -31,7 +33,24 @@ func FuzzLoadSpec(f *testing.F) {
 		f.Add(data)
 	}
 	reg := effects.Registry()
+	// A custom registry that leaves two invoked effects unbound (no code): a spec
+	// that invokes them must not load, and none may panic.
+	unbound := reg
+	unbound.Invokes = map[string]machine.Invoke{}
+	for name, inv := range reg.Invokes {
+		if name == "probe" || name == "retire" {
+			inv.Run = nil
+		}
+		unbound.Invokes[name] = inv
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if spec, err := machine.LoadSpec("fuzz.yaml", data, unbound); err == nil {
+			for _, st := range spec.States() {
+				if st.Invoke == "probe" || st.Invoke == "retire" {
+					t.Fatalf("state %s invokes the unbound %s, and the spec loaded", st.Name, st.Invoke)
+				}
+			}
+		}
 		spec, err := machine.LoadSpec("fuzz.yaml", data, reg)
 		if err != nil {
 			if spec != nil {
