@@ -616,13 +616,6 @@ func (s *Session) probe(ctx context.Context) error {
 	return nil
 }
 
-// isMethodNotFound reports whether err carries a JSON-RPC method-not-found
-// answer.
-func isMethodNotFound(err error) bool {
-	var je *jsonrpc.Error
-	return errors.As(err, &je) && je.Code == jsonrpc.CodeMethodNotFound
-}
-
 // pingRefused reports whether err is a server's refusal of ping itself (method not
 // found, or invalid params), as opposed to a failure to reach it.
 func pingRefused(err error) bool {
