@@ -434,6 +434,10 @@ func TestScenario_StdioServerCrashRespawns(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Cause != states.CauseLost || !errors.Is(err, ErrMayHaveRun) {
 			t.Errorf("a call in flight got %v, want a CallError with cause lost that may have run", err)
 		}
+		// Issue 17 item 20: the error tells the session's fate, not "while ready".
+		if msg := err.Error(); strings.Contains(msg, "while ready") || !strings.Contains(msg, "the session broke (lost)") {
+			t.Errorf("a call whose session died says %q", msg)
+		}
 	}
 	c.waitFor(func(states.State) bool { return c.count(states.Connecting, states.Ready) >= 2 }, 20*time.Second)
 	if n := c.count(states.TearingDown, states.BackingOff); n != 1 {
