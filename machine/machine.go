@@ -576,12 +576,28 @@ func (m *Machine) applyClose(now time.Time) (*invokeSpec, bool, time.Time) {
 		return nil, true, now
 	}
 	tr, next, ok := m.core.apply(states.Close, &Event{Trigger: states.Close}, false, now)
-	m.closeSeq = m.core.seq
+	if !ok || m.core.took.internal || !m.closeLeaves(m.core.state) {
+		m.closeSeq = m.core.seq
+	}
+	// Otherwise closeSeq stays behind: the state close led to is a state the machine
+	// enters, and close is applied there too, as the validator's proof assumes (a
+	// close there that would keep the machine in place is not applied again: the
+	// state's effect, or its outcome, moves it on).
 	if !ok {
 		return nil, false, now
 	}
 	m.publish(&tr, states.Close)
 	return next, !m.core.took.internal, now
+}
+
+// closeLeaves reports whether a close transition of state id leaves it.
+func (m *Machine) closeLeaves(id sid) bool {
+	for _, e := range m.spec.states[id].on[states.Close] {
+		if !e.internal {
+			return true
+		}
+	}
+	return false
 }
 
 // invoke runs an invoked effect under its timeout and returns its outcome and the time
