@@ -181,7 +181,20 @@ func (m *Machine) Start() { m.Post(Event{Trigger: states.Start}) }
 func (m *Machine) Reconnect() {
 	n := m.asked.Add(1)
 	if !m.Post(Event{Trigger: states.Recycle, reconnect: n}) {
-		m.applied.Store(n)
+		m.markApplied(n)
+	}
+}
+
+// markApplied records that reconnect n has been applied. Reconnects are numbered
+// before they are posted, so two posted at once may reach the owner in the other
+// order: applied only grows, or a smaller number stored last would leave
+// Reconnecting true with nothing left to apply.
+func (m *Machine) markApplied(n uint64) {
+	for {
+		cur := m.applied.Load()
+		if cur >= n || m.applied.CompareAndSwap(cur, n) {
+			return
+		}
 	}
 }
 
@@ -476,7 +489,7 @@ func (m *Machine) handle(ev *Event, now time.Time) time.Time {
 		if ok {
 			m.publish(&tr, ev.Trigger)
 		}
-		m.applied.Store(ev.reconnect)
+		m.markApplied(ev.reconnect)
 		m.wake()
 		return m.follow(inv, now)
 	}
