@@ -227,9 +227,10 @@ func serverCaps(s *session) *mcp.ServerCapabilities {
 
 // restoreAndSwap re-establishes on s what the user established on the connection's
 // sessions (the log level, the resource subscriptions), then makes s the session calls
-// use and delivers its lists, if they changed, to the handlers. Both happen under the
-// session state's lock, so that a change the user makes meanwhile is either restored
-// here or, once recorded after the swap, followed up on s (see Conn.changeState). After
+// use and delivers its lists, if they changed, to the handlers. The restore and the swap
+// happen under the session state's lock, so that a change the user makes meanwhile is
+// either restored here or, once recorded after the swap, followed up on s (see
+// Conn.changeState); the delivery comes after, outside it. After
 // a reconnect, every subscribed resource is reported updated once: an update may have
 // been missed while no session was up.
 func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error {
@@ -246,8 +247,12 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	if l.resources != nil {
 		s.resources.items.Store(l.resources)
 	}
-	c.listMu.Lock() // no re-list of the old session delivers its lists after these
 	old := c.current.Swap(s)
+	c.stateMu.Unlock()
+	// The handlers are the user's: they run without stateMu, so that one may read
+	// the connection (Subscriptions, Roots). A re-list of the old session delivers
+	// under listMu only while it is current: from here on, none delivers after these.
+	c.listMu.Lock()
 	c.deliverTools(l.tools)
 	if l.prompts != nil {
 		c.deliverPrompts(l.prompts)
@@ -256,7 +261,6 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 		c.deliverResources(*l.resources)
 	}
 	c.listMu.Unlock()
-	c.stateMu.Unlock()
 	if old != nil {
 		// Make before break: calls move to the new session now; the old one
 		// finishes those in flight and is closed by retire (or teardown).
@@ -272,7 +276,9 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	}
 	if s.id > 1 && c.hs.ResourceUpdated != nil {
 		for _, uri := range subs {
-			c.hs.ResourceUpdated(context.WithoutCancel(ctx), &mcp.ResourceUpdatedNotificationParams{URI: uri})
+			safely(func() {
+				c.hs.ResourceUpdated(context.WithoutCancel(ctx), &mcp.ResourceUpdatedNotificationParams{URI: uri})
+			})
 		}
 	}
 	return nil
@@ -589,21 +595,21 @@ func (c *Conn) deliver(items any) {
 func (c *Conn) deliverTools(tools []*mcp.Tool) {
 	if c.hs.ToolsChanged != nil && (c.sent.tools == nil || !reflect.DeepEqual(*c.sent.tools, tools)) {
 		c.sent.tools = &tools
-		c.hs.ToolsChanged(tools)
+		safely(func() { c.hs.ToolsChanged(tools) })
 	}
 }
 
 func (c *Conn) deliverPrompts(prompts []*mcp.Prompt) {
 	if c.hs.PromptsChanged != nil && (c.sent.prompts == nil || !reflect.DeepEqual(*c.sent.prompts, prompts)) {
 		c.sent.prompts = &prompts
-		c.hs.PromptsChanged(prompts)
+		safely(func() { c.hs.PromptsChanged(prompts) })
 	}
 }
 
 func (c *Conn) deliverResources(l resourceList) {
 	if c.hs.ResourcesChanged != nil && (c.sent.resources == nil || !reflect.DeepEqual(*c.sent.resources, l)) {
 		c.sent.resources = &l
-		c.hs.ResourcesChanged(l.resources, l.templates)
+		safely(func() { c.hs.ResourcesChanged(l.resources, l.templates) })
 	}
 }
 
