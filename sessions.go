@@ -368,7 +368,13 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 	if age := inv.Policies.MaxSessionAge; age > 0 && time.Since(s.start) >= age {
 		healthy.Trigger = states.Recycle
 	}
-	if heard := time.Since(time.Unix(0, s.answered.Load())); inv.Policies.KeepaliveInterval > 0 && heard < inv.Policies.KeepaliveInterval {
+	// Spared only if the answer came within the interval less its jitter: the next
+	// probe, due an interval less a fresh jitter after that answer, then comes at
+	// least that long after it and is not spared again by the same answer (with the
+	// whole interval as the bar, it could be, with a delay left of at most zero, and
+	// so again every millisecond until the interval had passed).
+	every := inv.Policies.KeepaliveInterval
+	if heard := time.Since(time.Unix(0, s.answered.Load())); every > 0 && heard < every-time.Duration(inv.Policies.KeepaliveJitter*float64(every)) {
 		// A caller's request was answered within the interval: the server is alive,
 		// as of then. The next probe is due an interval after that answer, so that a
 		// server that froze since is found as soon as an unspared probe would find it.
