@@ -55,6 +55,7 @@ type Manager struct {
 	order   []string                   // server names in config order
 	clients map[clientKind]*mcp.Client // the SDK clients, shared by connections of a kind
 	roots   []*mcp.Root                // under mu
+	shut    []*Conn                    // the connections Close took, for every Close to wait for
 }
 
 type managed struct {
@@ -74,7 +75,7 @@ func NewManager(cfg *Config, opts ManagerOptions) (*Manager, error) {
 	for _, s := range cfg.Servers {
 		mc, err := m.openLocked(s)
 		if err != nil {
-			m.closeLocked(context.Background())
+			_ = closeAll(context.Background(), m.shutLocked())
 			return nil, err
 		}
 		m.conns[s.Name] = mc
@@ -449,19 +450,26 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 // Close closes every connection, at once, and returns when all have closed or ctx has
 // ended. From then on requests fail with ErrClosed and Reload does nothing.
 func (m *Manager) Close(ctx context.Context) error {
+	// The lock is not held while the connections close (for up to their teardown
+	// timeouts): a request made meanwhile must find ErrClosed at once, not wait.
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.closeLocked(ctx)
+	conns := m.shutLocked()
+	m.mu.Unlock()
+	return closeAll(ctx, conns)
 }
 
-func (m *Manager) closeLocked(ctx context.Context) error {
-	m.closed = true
-	var conns []*Conn
-	for _, name := range m.order {
-		conns = append(conns, m.conns[name].conn)
+// shutLocked marks the Manager closed, the first time, and returns the connections it
+// had then: every Close waits for all of them (Conn.Close may be called again). m.mu
+// is held.
+func (m *Manager) shutLocked() []*Conn {
+	if !m.closed {
+		m.closed = true
+		for _, name := range m.order {
+			m.shut = append(m.shut, m.conns[name].conn)
+		}
+		m.conns, m.order = map[string]*managed{}, nil
 	}
-	m.conns, m.order = map[string]*managed{}, nil
-	return closeAll(ctx, conns)
+	return m.shut
 }
 
 func closeAll(ctx context.Context, conns []*Conn) error {
