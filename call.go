@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/effects"
@@ -262,7 +263,7 @@ func send[R any](ctx context.Context, c *Conn, method, name string, rule effects
 // Tools walks every page.
 func (c *Conn) ListTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.ListToolsResult, error) {
 	return send(ctx, c, "tools/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
-		return cs.ListTools(ctx, orEmpty(p))
+		return cs.ListTools(ctx, orEmpty(own(p)))
 	})
 }
 
@@ -281,7 +282,7 @@ func (c *Conn) Tools(ctx context.Context, p *mcp.ListToolsParams) iter.Seq2[*mcp
 // ListPrompts lists one page of the server's prompts. Prompts walks every page.
 func (c *Conn) ListPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
 	return send(ctx, c, "prompts/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
-		return cs.ListPrompts(ctx, orEmpty(p))
+		return cs.ListPrompts(ctx, orEmpty(own(p)))
 	})
 }
 
@@ -303,14 +304,14 @@ func (c *Conn) GetPrompt(ctx context.Context, p *mcp.GetPromptParams) (*mcp.GetP
 		name = p.Name
 	}
 	return send(ctx, c, "prompts/get", name, effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.GetPromptResult, error) {
-		return cs.GetPrompt(ctx, p)
+		return cs.GetPrompt(ctx, own(p))
 	})
 }
 
 // ListResources lists one page of the server's resources. Resources walks every page.
 func (c *Conn) ListResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
 	return send(ctx, c, "resources/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
-		return cs.ListResources(ctx, orEmpty(p))
+		return cs.ListResources(ctx, orEmpty(own(p)))
 	})
 }
 
@@ -329,7 +330,7 @@ func (c *Conn) Resources(ctx context.Context, p *mcp.ListResourcesParams) iter.S
 // ResourceTemplates walks every page.
 func (c *Conn) ListResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
 	return send(ctx, c, "resources/templates/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
-		return cs.ListResourceTemplates(ctx, orEmpty(p))
+		return cs.ListResourceTemplates(ctx, orEmpty(own(p)))
 	})
 }
 
@@ -351,14 +352,14 @@ func (c *Conn) ReadResource(ctx context.Context, p *mcp.ReadResourceParams) (*mc
 		uri = p.URI
 	}
 	return send(ctx, c, "resources/read", uri, effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
-		return cs.ReadResource(ctx, p)
+		return cs.ReadResource(ctx, own(p))
 	})
 }
 
 // Complete asks the server to complete an argument of a prompt or a resource template.
 func (c *Conn) Complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.CompleteResult, error) {
 	return send(ctx, c, "completion/complete", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CompleteResult, error) {
-		return cs.Complete(ctx, p)
+		return cs.Complete(ctx, own(p))
 	})
 }
 
@@ -366,9 +367,26 @@ func (c *Conn) Complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.Comple
 // business; see the lifecycle's keepalive).
 func (c *Conn) Ping(ctx context.Context, p *mcp.PingParams) error {
 	_, err := send(ctx, c, "ping", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (struct{}, error) {
-		return struct{}{}, cs.Ping(ctx, p)
+		return struct{}{}, cs.Ping(ctx, own(p))
 	})
 	return err
+}
+
+// own returns a copy of the caller's params for one sending: the SDK writes into the
+// params it is given (_meta: the log level, see withLogLevel, and on protocol
+// 2026-07-28 its own keys), and the caller's value, and its Meta map, may be in use by
+// other goroutines. nil stays nil.
+func own[P any, PP interface {
+	*P
+	mcp.Params
+}](p PP) PP {
+	if p == nil {
+		return nil
+	}
+	cp := PP(new(P))
+	*cp = *p
+	cp.SetMeta(maps.Clone(p.GetMeta()))
+	return cp
 }
 
 // orEmpty returns p, or a new zero P when p is nil.
