@@ -47,3 +47,20 @@ func TestReviewCloseAppliedInTheStateCloseLeadsTo(t *testing.T) {
 		}
 	})
 }
+
+// TestReviewCloseGuardedByClosingIsHandled: the engine applies close only with the
+// guard "closing" true (applyClose sets it first), so a close edge guarded by closing
+// handles close. The validator checks close's coverage over every value of every
+// guard, closing false included, and rejects such a spec ("does not handle close when
+// not closing"): a valid spec refused.
+func TestReviewCloseGuardedByClosingIsHandled(t *testing.T) {
+	old := []byte("      close:\n        to: closed\n        description: Closed while parked.")
+	data := defaultSpecYAML(t)
+	if !bytes.Contains(data, old) {
+		t.Fatal("transitions.yaml changed: parked's close edge not found")
+	}
+	data = bytes.Replace(data, old, []byte("      close:\n        to: closed\n        guard: closing\n        description: Closed while parked."), 1)
+	if _, err := machine.LoadSpec("closing-guard.yaml", data, effects.Registry()); err != nil {
+		t.Errorf("a close edge guarded by closing is refused:\n%v", err)
+	}
+}
