@@ -2,12 +2,14 @@ package mcpfsm
 
 import (
 	"context"
+	"io"
 	"os"
 	"os/exec"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -83,5 +85,62 @@ func TestReviewListHandlerPanicIsContained(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Errorf("a panicking ToolsChanged handler took the process down: %v\n%s", err, capText(string(out), 2000))
+	}
+}
+
+// flakyReadStub is a stub session that fails its second request about uriA (the first
+// is the restore's subscribe, the second a read) as a broken session does.
+type flakyReadStub struct {
+	stubClient
+	flaky bool
+	n     *atomic.Int32
+}
+
+func (f flakyReadStub) Request(ctx context.Context, _, name string, _ func(context.Context, *mcp.ClientSession) error) error {
+	if f.flaky && name == testserver.ResourceA && f.n.Add(1) == 2 {
+		return io.EOF
+	}
+	return nil
+}
+
+// TestReviewResourceUpdatedMayReadTheResource: after a reconnect, ResourceUpdated is
+// called for each subscription on the owner, with a context that never ends. The
+// natural handler re-reads the resource through the connection. If that read finds
+// the new session broken, it is reported and waits to be retried on the next session,
+// which only the owner can open, and the owner is waiting for the handler: the
+// connection is stuck for good, and Close never returns.
+func TestReviewResourceUpdatedMayReadTheResource(t *testing.T) {
+	var cp atomic.Pointer[Conn]
+	var dials atomic.Int32
+	var reads atomic.Int32
+	opened := make(chan struct{})
+	c, err := Open(transport.Config{Name: "stub", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}, Options{
+		Logger: quietLogger(), Policies: fastPolicies(),
+		dial: func(context.Context, transport.Config, transport.Options) (transport.Client, error) {
+			return flakyReadStub{stubClient{res: &mcp.CallToolResult{}}, dials.Add(1) == 2, &reads}, nil
+		},
+		Handlers: Handlers{ResourceUpdated: func(ctx context.Context, p *mcp.ResourceUpdatedNotificationParams) {
+			<-opened
+			_, _ = cp.Load().ReadResource(ctx, &mcp.ReadResourceParams{URI: p.URI})
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.Store(c)
+	close(opened)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	c.Reconnect() // session 2: the restore's subscribe works, the handler's read does not
+	if _, err := c.WaitState(ctx, func(states.State) bool { return dials.Load() >= 3 }); err != nil {
+		t.Errorf("no session after the broken one: %v (state %s, %d dials)", err, c.State(), dials.Load())
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer ccancel()
+	if err := c.Close(cctx); err != nil {
+		t.Fatalf("Close: %v: the owner is stuck in ResourceUpdated (the test leaks it)", err)
 	}
 }
