@@ -274,12 +274,16 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	for _, r := range []interface{ start(*Conn, *session) }{&s.tools, &s.prompts, &s.resources} {
 		r.start(c, s) // for a change that came while connecting
 	}
-	if s.id > 1 && c.hs.ResourceUpdated != nil {
-		for _, uri := range subs {
-			safely(func() {
-				c.hs.ResourceUpdated(context.WithoutCancel(ctx), &mcp.ResourceUpdatedNotificationParams{URI: uri})
-			})
-		}
+	if h := c.hs.ResourceUpdated; s.id > 1 && h != nil && len(subs) > 0 {
+		// Off the owner: the natural handler reads the resource again through the
+		// connection, and that read may need the owner (to replace a session that
+		// broke under it), which must not be waiting for the handler.
+		hctx := context.WithoutCancel(ctx)
+		go func() {
+			for _, uri := range subs {
+				safely(func() { h(hctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}) })
+			}
+		}()
 	}
 	return nil
 }
