@@ -49,6 +49,11 @@ type Options struct {
 	// client is the SDK client of a Manager's connections, shared among those with
 	// the same handlers; nil: the Conn makes its own.
 	client *mcp.Client
+	// inherit is the connection this one replaces (a Manager's Reload with a new
+	// lifecycle): the new one starts with its session state (level, subscriptions),
+	// and its first session reports each subscription updated once, as after any
+	// reconnect.
+	inherit *Conn
 	// onOpen and onClose see every session as it opens and closes, and dial opens
 	// them (tests).
 	onOpen, onClose func(*session)
@@ -85,6 +90,8 @@ type Conn struct {
 
 	// The session state carried from session to session: see state.go.
 	stateMu   sync.Mutex
+	stateVer  uint64 // counts the changes of the session state, for restores to notice
+	resumed   bool   // the state came from a connection this one replaced (see Options.inherit)
 	level     mcp.LoggingLevel
 	levelMeta atomic.Pointer[mcp.LoggingLevel] // level, for requests to carry (see withLogLevel)
 	subs      []string                         // subscribed URIs, in the order they were subscribed
@@ -135,6 +142,15 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	hs := opts.Handlers
 	c := &Conn{name: cfg.Name, spec: spec, opts: opts, hs: &hs, client: opts.client, shared: opts.client != nil}
 	c.cfg.Store(&versioned{cfg, 1})
+	if old := opts.inherit; old != nil {
+		old.stateMu.Lock()
+		c.level, c.subs, c.resumed = old.level, slices.Clone(old.subs), true
+		old.stateMu.Unlock()
+		if c.level != "" {
+			level := c.level
+			c.levelMeta.Store(&level)
+		}
+	}
 	c.answers = kindOf(&hs, opts.Roots != nil)&(kindRoots|kindSampling|kindSamplingTools|kindElicit) != 0
 	if c.client == nil {
 		c.client = newSDKClient(opts.Client, kindOf(&hs, opts.Roots != nil))

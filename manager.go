@@ -73,7 +73,7 @@ func NewManager(cfg *Config, opts ManagerOptions) (*Manager, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range cfg.Servers {
-		mc, err := m.openLocked(s)
+		mc, err := m.openLocked(s, nil)
 		if err != nil {
 			_ = closeAll(context.Background(), m.shutLocked())
 			return nil, err
@@ -126,8 +126,9 @@ func specChanged(old, s ServerConfig) bool {
 	return old.specText == nil && old.Spec != s.Spec
 }
 
-// openLocked opens the connection to s. m.mu is held.
-func (m *Manager) openLocked(s ServerConfig) (*managed, error) {
+// openLocked opens the connection to s (replacing old, if not nil: it inherits its
+// session state). m.mu is held.
+func (m *Manager) openLocked(s ServerConfig, old *Conn) (*managed, error) {
 	pol := policies(s)
 	var hs Handlers
 	if m.opts.Handlers != nil {
@@ -147,7 +148,7 @@ func (m *Manager) openLocked(s ServerConfig) (*managed, error) {
 	}
 	opts := Options{
 		Spec: s.Spec, Client: m.opts.Client, Handlers: hs, Roots: m.roots, Logger: m.opts.Logger,
-		History: m.opts.History, Policies: &pol, client: client,
+		History: m.opts.History, Policies: &pol, client: client, inherit: old,
 	}
 	if obs := m.opts.Observer; obs != nil {
 		opts.Observer = func(tr machine.Transition) { obs(s.Name, tr) }
@@ -196,9 +197,9 @@ type Tool struct {
 	*mcp.Tool
 }
 
-// Tools returns the tools of every server that has a session up, as last listed, sorted
-// by qualified name.
-func (m *Manager) Tools() []Tool {
+// Listed returns the tools of every server that has a session up, as last listed
+// (without asking the servers), sorted by qualified name.
+func (m *Manager) Listed() []Tool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Tool
@@ -226,6 +227,11 @@ func (m *Manager) SetRoots(roots ...*mcp.Root) error {
 		}
 	}
 	m.roots = slices.Clone(roots)
+	for _, mc := range m.conns {
+		mc.conn.stateMu.Lock()
+		mc.conn.opts.Roots = slices.Clone(roots)
+		mc.conn.stateMu.Unlock()
+	}
 	return nil
 }
 
@@ -330,11 +336,34 @@ func (m *Manager) Ping(ctx context.Context, server string, p *mcp.PingParams) er
 
 // Prompts iterates over every prompt of a server, page by page.
 func (m *Manager) Prompts(ctx context.Context, server string, p *mcp.ListPromptsParams) iter.Seq2[*mcp.Prompt, error] {
+	return each(ctx, m, server, func(c *Conn) iter.Seq2[*mcp.Prompt, error] { return c.Prompts(ctx, p) })
+}
+
+// Tools iterates over every tool of a server, page by page.
+func (m *Manager) Tools(ctx context.Context, server string, p *mcp.ListToolsParams) iter.Seq2[*mcp.Tool, error] {
+	return each(ctx, m, server, func(c *Conn) iter.Seq2[*mcp.Tool, error] { return c.Tools(ctx, p) })
+}
+
+// Resources iterates over every resource of a server, page by page.
+func (m *Manager) Resources(ctx context.Context, server string, p *mcp.ListResourcesParams) iter.Seq2[*mcp.Resource, error] {
+	return each(ctx, m, server, func(c *Conn) iter.Seq2[*mcp.Resource, error] { return c.Resources(ctx, p) })
+}
+
+// ResourceTemplates iterates over every resource template of a server, page by page.
+func (m *Manager) ResourceTemplates(ctx context.Context, server string, p *mcp.ListResourceTemplatesParams) iter.Seq2[*mcp.ResourceTemplate, error] {
+	return each(ctx, m, server, func(c *Conn) iter.Seq2[*mcp.ResourceTemplate, error] { return c.ResourceTemplates(ctx, p) })
+}
+
+// each is an iterator of a server's connection, or one that yields why there is none.
+func each[T any](ctx context.Context, m *Manager, server string, seq func(*Conn) iter.Seq2[T, error]) iter.Seq2[T, error] {
 	c, err := on(ctx, m, server, func(c *Conn) (*Conn, error) { return c, nil })
 	if err != nil {
-		return func(yield func(*mcp.Prompt, error) bool) { yield(nil, err) }
+		return func(yield func(T, error) bool) {
+			var zero T
+			yield(zero, err)
+		}
 	}
-	return c.Prompts(ctx, p)
+	return seq(c)
 }
 
 // A ReloadResult says what a Reload did to each server.
@@ -390,7 +419,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 		order = append(order, s.Name)
 		switch {
 		case old == nil:
-			mc, err := m.openLocked(s)
+			mc, err := m.openLocked(s, nil)
 			if err != nil {
 				errs = append(errs, err)
 				order = order[:len(order)-1]
@@ -399,7 +428,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 			next[s.Name] = mc
 			res.Added = append(res.Added, s.Name)
 		case specChanged(old.cfg, s):
-			mc, err := m.openLocked(s)
+			mc, err := m.openLocked(s, old.conn)
 			if err != nil {
 				errs = append(errs, err)
 				next[s.Name] = old

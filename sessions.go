@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -234,11 +235,36 @@ func serverCaps(s *session) *mcp.ServerCapabilities {
 // a reconnect, every subscribed resource is reported updated once: an update may have
 // been missed while no session was up.
 func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error {
-	c.stateMu.Lock()
-	level, subs := c.level, c.subscribedLocked()
-	if err := c.restore(ctx, s, level, subs); err != nil {
-		c.stateMu.Unlock()
-		return err
+	// The restore runs without stateMu, so that a Subscribe or SetLoggingLevel
+	// answered meanwhile is not held past its context; the swap takes it, and finds
+	// out from the version whether the state changed during the restore. If it did,
+	// the change is restored too (the difference only); after a few rounds the last
+	// is made under the lock, so that a busy user cannot starve the swap.
+	var given sessionState // what s has been given so far
+	var subs []string
+	for round := 0; ; round++ {
+		c.stateMu.Lock()
+		want := sessionState{c.level, c.subscribedLocked()}
+		ver := c.stateVer
+		last := round == restoreRounds
+		if !last {
+			c.stateMu.Unlock()
+		}
+		if err := c.restore(ctx, s, given, want); err != nil {
+			if last {
+				c.stateMu.Unlock()
+			}
+			return err
+		}
+		given, subs = want, want.subs
+		if !last {
+			c.stateMu.Lock()
+			if c.stateVer != ver {
+				c.stateMu.Unlock()
+				continue
+			}
+		}
+		break // stateMu is held
 	}
 	s.tools.items.Store(&l.tools)
 	if l.prompts != nil {
@@ -274,7 +300,7 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	for _, r := range []interface{ start(*Conn, *session) }{&s.tools, &s.prompts, &s.resources} {
 		r.start(c, s) // for a change that came while connecting
 	}
-	if h := c.hs.ResourceUpdated; s.id > 1 && h != nil && len(subs) > 0 {
+	if h := c.hs.ResourceUpdated; (s.id > 1 || c.resumed) && h != nil && len(subs) > 0 {
 		// Off the owner: the natural handler reads the resource again through the
 		// connection, and that read may need the owner (to replace a session that
 		// broke under it), which must not be waiting for the handler.
@@ -288,23 +314,56 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	return nil
 }
 
-// restore sets level and subscribes to subs on s. A failure is the new session's: it
-// does not become the one calls use.
-func (c *Conn) restore(ctx context.Context, s *session, level mcp.LoggingLevel, subs []string) error {
-	if level != "" {
+// sessionState is what a restore gives a session: the log level and subscriptions.
+type sessionState struct {
+	level mcp.LoggingLevel
+	subs  []string
+}
+
+// restoreRounds is how many times a restore starts over for a state that changed
+// while it ran before its last round holds the lock.
+const restoreRounds = 3
+
+// restore gives s the session state want, knowing it has given already: it sets the
+// level if it changed, subscribes to what is new and unsubscribes from what is gone. A
+// failure is the new session's: it does not become the one calls use.
+func (c *Conn) restore(ctx context.Context, s *session, given, want sessionState) error {
+	if want.level != "" && want.level != given.level {
 		err := s.s.Request(ctx, transport.OpRequest, "logging/setLevel", func(ctx context.Context, cs *mcp.ClientSession) error {
-			return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+			return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: want.level})
 		})
 		if err != nil {
-			return &restoreError{what: fmt.Sprintf("log level %q", level), err: err}
+			return &restoreError{what: fmt.Sprintf("log level %q", want.level), err: err}
 		}
 	}
-	return forEachLimit(ctx, subs, restoreParallel, func(ctx context.Context, uri string) error {
+	var added, gone []string
+	for _, uri := range want.subs {
+		if !slices.Contains(given.subs, uri) {
+			added = append(added, uri)
+		}
+	}
+	for _, uri := range given.subs {
+		if !slices.Contains(want.subs, uri) {
+			gone = append(gone, uri)
+		}
+	}
+	if err := forEachLimit(ctx, added, restoreParallel, func(ctx context.Context, uri string) error {
 		err := s.s.Request(ctx, transport.OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
 			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 		})
 		if err != nil {
 			return &restoreError{what: fmt.Sprintf("subscription to %q", uri), err: err}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return forEachLimit(ctx, gone, restoreParallel, func(ctx context.Context, uri string) error {
+		err := s.s.Request(ctx, transport.OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
+			return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+		})
+		if err != nil {
+			return &restoreError{what: fmt.Sprintf("cancelled subscription to %q", uri), err: err}
 		}
 		return nil
 	})
@@ -413,15 +472,17 @@ func endCause(err error) states.Cause {
 }
 
 // retire closes the session Replace replaced, once the calls in flight on it have
-// finished (for up to half of teardown_timeout). Like a planned teardown's, its error
-// counts only if it holds a real failure.
+// finished: it waits for them for the effect's timeout (drain_timeout in the default
+// lifecycle) less what the close needs (teardown_timeout, or half the timeout if that
+// is less), then closes the session. Like a planned teardown's, its error counts only
+// if it holds a real failure.
 func (c *Conn) retire(ctx context.Context, inv machine.Invocation) machine.Event {
 	s := c.retired
 	c.retired = nil
 	if s == nil {
 		return machine.Event{Trigger: states.Retired}
 	}
-	drain(ctx, s, inv.Policies.TeardownTimeout/2)
+	drain(ctx, s, inv.Timeout-min(inv.Policies.TeardownTimeout, inv.Timeout/2))
 	cause, err := effects.CloseOutcome(ctx, inv, c.closeNow(ctx, s))
 	return machine.Event{Trigger: states.Retired, Cause: cause, Err: err}
 }
