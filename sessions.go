@@ -482,8 +482,13 @@ func (c *Conn) retire(ctx context.Context, inv machine.Invocation) machine.Event
 	if s == nil {
 		return machine.Event{Trigger: states.Retired}
 	}
-	drain(ctx, s, inv.Timeout-min(inv.Policies.TeardownTimeout, inv.Timeout/2))
-	cause, err := effects.CloseOutcome(ctx, inv, c.closeNow(ctx, s))
+	closing := min(inv.Policies.TeardownTimeout, inv.Timeout/2)
+	drain(ctx, s, inv.Timeout-closing)
+	// The close has its share of the time, as a teardown has: a server that hangs in
+	// close is forced at that deadline (reported as our own, as the effect's is).
+	cctx, cancel := context.WithTimeoutCause(ctx, closing, machine.ErrEffectTimeout)
+	defer cancel()
+	cause, err := effects.CloseOutcome(cctx, inv, c.closeNow(cctx, s))
 	return machine.Event{Trigger: states.Retired, Cause: cause, Err: err}
 }
 

@@ -37,6 +37,7 @@ func policies() *machine.Policies {
 	p.ConnectTimeout = 2 * time.Second
 	p.ProbeTimeout = 300 * time.Millisecond
 	p.TeardownTimeout = 500 * time.Millisecond
+	p.DrainTimeout = time.Second // a replaced session waits this long for its calls
 	p.KeepaliveInterval = 300 * time.Millisecond
 	p.BackoffBase = 50 * time.Millisecond
 	p.BackoffMax = 500 * time.Millisecond
