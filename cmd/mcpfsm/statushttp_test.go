@@ -16,6 +16,10 @@ import (
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 )
 
+// noKeepAlive is an HTTP client that leaves no idle connection (and no goroutine)
+// behind.
+var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
+
 // TestStatusAddr: --http-status listens on loopback unless told otherwise; a missing
 // host is loopback.
 func TestStatusAddr(t *testing.T) {

@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -27,10 +29,6 @@ import (
 // a WebSocket: a small client written here on the standard library (the handshake of
 // RFC 6455 and its frames), rather than a test tool that would download a browser of
 // its own, which these machines cannot.
-
-// noKeepAlive is an HTTP client that leaves no idle connection (and no goroutine)
-// behind.
-var noKeepAlive = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}
 
 // chromiumPath returns Debian's chromium, or "" if it is not installed.
 func chromiumPath() string {
