@@ -31,8 +31,16 @@ type request struct {
 }
 
 // call sends a request through the connection: see the file's comment. run sends it
-// on one session.
+// on one session. With telemetry enabled (see otel.go) the request is observed.
 func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.Context, s *session) (T, error)) (T, error) {
+	if c.tel.enabled(ctx) {
+		return observe(ctx, c, r, run)
+	}
+	return callPath(ctx, c, r, run, nil)
+}
+
+// callPath is call itself; o, if not nil, observes it.
+func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx context.Context, s *session) (T, error), o *callObs) (T, error) {
 	var zero T
 	var failed *session // the session a first attempt failed on
 	var first *CallError
@@ -47,6 +55,12 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 		}
 		if first != nil && rep != nil {
 			rep.First = first // the request is sent again: this is why
+		}
+		if o != nil {
+			if first != nil {
+				o.retry(ctx, first)
+			}
+			o.sent(s, st)
 		}
 		rctx := ctx
 		if c.answers {

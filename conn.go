@@ -15,6 +15,8 @@ import (
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configure a Conn. The zero value runs the default lifecycle with its
@@ -45,6 +47,12 @@ type Options struct {
 	History int
 	// Rand draws the lifecycle's jitter; seed it for a repeatable run.
 	Rand *rand.Rand
+	// MeterProvider and TracerProvider receive the connection's metrics and spans
+	// (docs/observability.md lists them); the global providers (otel.GetMeterProvider,
+	// otel.GetTracerProvider) when nil, which record nothing until an application
+	// sets them.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 
 	// client is the SDK client of a Manager's connections, shared among those with
 	// the same handlers; nil: the Conn makes its own.
@@ -96,7 +104,8 @@ type Conn struct {
 	levelMeta atomic.Pointer[mcp.LoggingLevel] // level, for requests to carry (see withLogLevel)
 	subs      []string                         // subscribed URIs, in the order they were subscribed
 
-	ok success // the last request answered (see Status)
+	ok  success    // the last request answered (see Status)
+	tel *telemetry // metrics and spans (see otel.go)
 
 	progress   sync.Map // progress token → func(*mcp.ProgressNotificationParams)
 	progressID atomic.Uint64
@@ -158,9 +167,17 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 			c.client.AddRoots(opts.Roots...)
 		}
 	}
+	c.tel = newTelemetry(cfg.Name, spec, cfg, opts.MeterProvider, opts.TracerProvider)
+	observer := c.tel.transition
+	if obs := opts.Observer; obs != nil {
+		observer = func(tr machine.Transition) {
+			c.tel.transition(tr)
+			obs(tr)
+		}
+	}
 	c.m = machine.New(spec, machine.Options{
 		Name: cfg.Name, Effects: (*lifecycle)(c), Policies: opts.Policies, Logger: opts.Logger,
-		Observer: opts.Observer, History: opts.History, Rand: opts.Rand,
+		Observer: observer, History: opts.History, Rand: opts.Rand,
 	})
 	c.healthyAfter.Store(int64(c.m.Policies().BreakerCooldown))
 	c.m.Start()

@@ -16,6 +16,8 @@ import (
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrUnknownServer is the error of a request to a server a Manager does not have.
@@ -40,6 +42,10 @@ type ManagerOptions struct {
 	Observer func(server string, tr machine.Transition)
 	// History is how many transitions each connection remembers.
 	History int
+	// MeterProvider and TracerProvider receive every connection's metrics and spans
+	// (see Options.MeterProvider); the global providers when nil.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
 // A Manager keeps a connection to each server of a Config: it opens them all, routes
@@ -149,6 +155,7 @@ func (m *Manager) openLocked(s ServerConfig, old *Conn) (*managed, error) {
 	opts := Options{
 		Spec: s.Spec, Client: m.opts.Client, Handlers: hs, Roots: m.roots, Logger: m.opts.Logger,
 		History: m.opts.History, Policies: &pol, client: client, inherit: old,
+		MeterProvider: m.opts.MeterProvider, TracerProvider: m.opts.TracerProvider,
 	}
 	if obs := m.opts.Observer; obs != nil {
 		opts.Observer = func(tr machine.Transition) { obs(s.Name, tr) }

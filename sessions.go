@@ -139,8 +139,14 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	v := c.cfg.Load()
 	c.nextID++
 	s := &session{id: c.nextID, conn: c, drained: make(chan struct{}, 1)}
+	start := time.Now()
 	ev := c.open(context.WithValue(ctx, sessionKey{}, s), inv, v.cfg, s)
 	c.last.Store(&attempt{gen: v.gen, err: ev.Err})
+	id := ""
+	if ev.Trigger == states.Connected {
+		id = s.s.ID()
+	}
+	c.tel.connected(inv, start, ev, id)
 	return ev
 }
 
@@ -444,12 +450,15 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 		healthy.Heard = heard
 		return healthy
 	}
+	start := time.Now()
 	err := s.s.Probe(ctx)
 	if err == nil {
 		c.ok.note(time.Now(), true)
+		c.tel.probed(start, "ok")
 		return healthy
 	}
 	cause, err := effects.ClassifyEffect(ctx, inv, err, false)
+	c.tel.probed(start, cause.String())
 	if cause == states.CauseServer {
 		// The server answered, with an error: the connection works.
 		return healthy
