@@ -2,7 +2,6 @@ package mcpfsm
 
 import (
 	"encoding/json"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -128,10 +127,7 @@ func (c *Conn) Status() Status {
 	if f := ms.LastFailure; f != nil {
 		st.LastFailure = &FailureStatus{Cause: f.Cause, Message: machine.ErrorText(f.Err), At: f.At}
 	}
-	if !ms.Next.IsZero() && !ms.Next.Before(ms.Since) && timedEdges(c.spec)[ms.State][ms.NextEdge] {
-		// The machine publishes a transition before it re-arms its timer (after
-		// the new state's effect, which may take a while): until then the timer
-		// is the old state's, which is not the new state's next move.
+	if !ms.Next.IsZero() {
 		st.Next = &NextMove{What: ms.NextEdge, At: ms.Next}
 	}
 	if s := c.current.Load(); s != nil {
@@ -154,25 +150,4 @@ func transportKind(cfg transport.Config) string {
 		return "inmemory"
 	}
 	return ""
-}
-
-var timedEdgesOf sync.Map // *machine.Spec → map[states.State]map[string]bool
-
-// timedEdges returns the names of the timed edges ("after backoff") of each state of
-// spec.
-func timedEdges(spec *machine.Spec) map[states.State]map[string]bool {
-	if m, ok := timedEdgesOf.Load(spec); ok {
-		return m.(map[states.State]map[string]bool)
-	}
-	m := map[states.State]map[string]bool{}
-	for _, e := range spec.Edges() {
-		if e.Delay != "" {
-			if m[e.From] == nil {
-				m[e.From] = map[string]bool{}
-			}
-			m[e.From][e.Name()] = true
-		}
-	}
-	v, _ := timedEdgesOf.LoadOrStore(spec, m)
-	return v.(map[states.State]map[string]bool)
 }

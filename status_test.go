@@ -346,3 +346,17 @@ func TestManagerStatus(t *testing.T) {
 		}
 	})
 }
+
+// TestStatusDecodes: a status encodes to JSON and decodes back (the call mode and the
+// cause by name), as a client of /status in Go would read it.
+func TestStatusDecodes(t *testing.T) {
+	in := Status{Server: "s", State: "breaker-open", Calls: machine.FailFast, LastFailure: &FailureStatus{Cause: states.CauseConfig, Message: "m"}}
+	data, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Status
+	if err := json.Unmarshal(data, &out); err != nil || out.Calls != machine.FailFast || out.LastFailure.Cause != states.CauseConfig {
+		t.Errorf("decoded %+v, %v from %s", out, err, data)
+	}
+}

@@ -645,6 +645,15 @@ func (m *Machine) publish(tr *Transition, t trig) {
 	m.state.Store(uint32(m.core.state))
 	if tr.From != tr.To {
 		m.since.Store(tr.At.UnixNano())
+		// The new state's next timed edge, as it was just armed: published with
+		// the state, not once the owner gets round to the timer (after the new
+		// state's effect, which may take a while).
+		if next := m.core.deadline(); next.IsZero() {
+			m.nextAt.Store(0)
+		} else {
+			m.nextTr.Store(uint32(m.core.nextTrig()))
+			m.nextAt.Store(next.UnixNano())
+		}
 	}
 	m.fails.Store(int32(min(tr.Failures, 1<<30)))
 	if tr.Cause.Failure() {
@@ -689,8 +698,8 @@ func (m *Machine) settle() {
 		m.nextAt.Store(0)
 	} else {
 		m.timer.Reset(time.Until(next))
-		m.nextAt.Store(next.UnixNano())
 		m.nextTr.Store(uint32(m.core.nextTrig()))
+		m.nextAt.Store(next.UnixNano())
 	}
 	m.timerAt = next
 }

@@ -2,6 +2,7 @@ package machine
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -74,6 +75,17 @@ func (c CallMode) String() string {
 
 // MarshalText encodes c as its name.
 func (c CallMode) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText decodes a call mode's name.
+func (c *CallMode) UnmarshalText(b []byte) error {
+	for m, name := range callModeNames {
+		if name != "" && name == string(b) {
+			*c = CallMode(m)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown call mode %q", b)
+}
 
 type policyDoc struct {
 	info PolicyInfo
