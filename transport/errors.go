@@ -160,6 +160,9 @@ func newRedactor(c Config) *redactor {
 		}
 	}
 	if h := c.httpConfig(); h != nil {
+		if h.Auth != nil {
+			add(h.Auth.ClientSecret)
+		}
 		for _, v := range h.Headers {
 			add(v)
 			// A server may quote the credentials alone ("invalid token T" of
