@@ -92,6 +92,9 @@ func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx conte
 			c.answeredOn(s) // an answer all the same
 		}
 		c.report(s, v.Cause, err)
+		if v.Cause == states.CauseAuth {
+			err = c.refusedCall(s, err)
+		}
 		if v.MayHaveRun {
 			err = fmt.Errorf("%w: %w", ErrMayHaveRun, err)
 		}

@@ -133,6 +133,10 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg, err := withAuth(cfg, transport.Config{}, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
 	spec := opts.Spec
 	if spec == nil {
 		spec = DefaultSpec()
@@ -258,6 +262,10 @@ func (c *Conn) Reconfigure(ctx context.Context, cfg transport.Config, p *machine
 	var gen uint64
 	for {
 		old := c.cfg.Load()
+		cfg, err := withAuth(cfg, old.cfg, c.opts.Logger)
+		if err != nil {
+			return err
+		}
 		if c.cfg.CompareAndSwap(old, &versioned{cfg, old.gen + 1}) {
 			gen = old.gen + 1
 			break

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -34,7 +35,8 @@ import (
 // retired the old refresh token), keeping the old refresh token if the
 // answer had none.
 type OAuth struct {
-	cfg      Auth // Handler and Token unset
+	src      Auth // as given
+	cfg      Auth // with defaults; Handler and Token unset
 	server   string
 	resource string // the MCP endpoint: what the tokens are for
 	key      string
@@ -82,7 +84,7 @@ func NewOAuth(cfg Config, log *slog.Logger) (*OAuth, error) {
 		log = discardLogger
 	}
 	o := &OAuth{
-		cfg: a, server: cfg.Name, resource: h.URL, key: a.StoreKey, log: log,
+		src: *h.Auth, cfg: a, server: cfg.Name, resource: h.URL, key: a.StoreKey, log: log,
 		client: sameOriginClient(a.Client, a.Timeout),
 		sem:    make(chan struct{}, 1), asked: map[string]bool{},
 	}
@@ -206,22 +208,23 @@ func (o *OAuth) Authorize(ctx context.Context, req *http.Request, resp *http.Res
 	return nil
 }
 
-// SetToken hands the client a token obtained elsewhere (scopes: what it grants,
-// if known). It is used at once, and saved in the store once the server has
-// accepted it.
-func (o *OAuth) SetToken(tok *oauth2.Token, scopes ...string) error {
-	if tok == nil || tok.AccessToken == "" {
-		return errors.New("mcpfsm: SetToken: the token is empty")
+// SetCredentials hands the client credentials obtained elsewhere: at least a
+// token; with TokenURL (and the client it was issued to) if it can be
+// refreshed. They are used at once, and saved in the store once the server has
+// accepted them.
+func (o *OAuth) SetCredentials(c *Credentials) error {
+	if c == nil || c.Token == nil || c.Token.AccessToken == "" {
+		return errors.New("mcpfsm: SetCredentials: no token")
+	}
+	cp := *c
+	cp.Scopes = slices.Clone(c.Scopes)
+	if cp.Resource == "" {
+		cp.Resource = o.resource
 	}
 	o.mu.Lock()
 	o.loadLocked(context.Background())
-	c := &Credentials{Resource: o.resource, Token: tok, Scopes: slices.Clone(scopes)}
-	if old := o.creds; old != nil && tok.RefreshToken != "" {
-		// A refresh token refreshes at the same client.
-		c.TokenURL, c.AuthStyle, c.ClientID, c.ClientSecret = old.TokenURL, old.AuthStyle, old.ClientID, old.ClientSecret
-	}
 	o.mu.Unlock()
-	o.adopt(c, true)
+	o.adopt(&cp, true)
 	return nil
 }
 
@@ -652,4 +655,11 @@ func (o *OAuth) resourceMetadata(ctx context.Context, ch Challenge) (*oauthex.Pr
 		return nil, fmt.Errorf("protected resource metadata: %w", authFlowError(errors.Join(errs...), ctx))
 	}
 	return &oauthex.ProtectedResourceMetadata{AuthorizationServers: []string{root.String()}, Resource: o.resource}, nil
+}
+
+// For reports whether o is the OAuth client of cfg's auth: built from the same
+// auth settings, for the same server and URL.
+func (o *OAuth) For(cfg Config) bool {
+	h := cfg.httpConfig()
+	return h != nil && h.Auth != nil && cfg.Name == o.server && h.URL == o.resource && reflect.DeepEqual(*h.Auth, o.src)
 }

@@ -501,7 +501,7 @@ func NewPipe(s *Server) *Pipe {
 	s.URL = "http://localhost"
 	p.srv = &http.Server{Handler: s.mux}
 	p.client = &http.Transport{DialContext: p.dial}
-	go func() { _ = p.srv.Serve(p) }()
+	go func() { _ = p.srv.Serve(pipeListener{p}) }()
 	return p
 }
 
@@ -520,29 +520,34 @@ func (p *Pipe) dial(ctx context.Context, _, _ string) (net.Conn, error) {
 	}
 }
 
+// Close stops the network, its server and its client's idle connections.
+func (p *Pipe) Close() error {
+	_ = p.srv.Close() // closes the listener too
+	p.client.CloseIdleConnections()
+	return nil
+}
+
+// pipeListener is the server's side of a Pipe.
+type pipeListener struct{ *Pipe }
+
 // Accept implements net.Listener.
-func (p *Pipe) Accept() (net.Conn, error) {
+func (l pipeListener) Accept() (net.Conn, error) {
 	select {
-	case c := <-p.conns:
+	case c := <-l.conns:
 		return c, nil
-	case <-p.done:
+	case <-l.done:
 		return nil, net.ErrClosed
 	}
 }
 
-// Close implements net.Listener: it stops the network, its server and its
-// client's idle connections.
-func (p *Pipe) Close() error {
-	p.once.Do(func() {
-		close(p.done)
-		p.client.CloseIdleConnections()
-		_ = p.srv.Close()
-	})
+// Close implements net.Listener.
+func (l pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
 	return nil
 }
 
 // Addr implements net.Listener.
-func (p *Pipe) Addr() net.Addr { return pipeAddr{} }
+func (l pipeListener) Addr() net.Addr { return pipeAddr{} }
 
 type pipeAddr struct{}
 
