@@ -134,20 +134,22 @@ type AuthError struct {
 	Err       error     // why no better credentials: ErrLoginRequired, the token endpoint's answer...
 }
 
-// Error says the server refused our credentials, what it asked for, and why no
-// better ones could be had.
+// Error says why no better credentials could be had, first (what to do, when
+// it is a login), then the server's refusal and what it asked for.
 func (e *AuthError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "the server refused our credentials (HTTP %d", e.Status)
+	if e.Err != nil {
+		b.WriteString(e.Err.Error())
+		b.WriteString(" (")
+	} else {
+		b.WriteString("the server refused our credentials (")
+	}
+	fmt.Fprintf(&b, "HTTP %d", e.Status)
 	if s := e.Challenge.String(); s != "" {
 		b.WriteString("; ")
 		b.WriteString(s)
 	}
 	b.WriteString(")")
-	if e.Err != nil {
-		b.WriteString(": ")
-		b.WriteString(e.Err.Error())
-	}
 	return b.String()
 }
 
@@ -223,11 +225,10 @@ func capText(s string, n int) string {
 type loginRequired struct{ hint string }
 
 func (e *loginRequired) Error() string {
-	msg := "a new authorization needs a user, and this process has no way to ask one (no Auth.Fetcher)"
 	if e.hint != "" {
-		msg += ": run " + e.hint
+		return "login required: run " + e.hint
 	}
-	return msg
+	return "login required, and no user to ask here (no Auth.Fetcher)"
 }
 
 func (e *loginRequired) Is(target error) bool { return target == ErrLoginRequired }
@@ -332,7 +333,7 @@ func (a *handlerAuth) authorize(ctx context.Context, req *http.Request, resp *ht
 func (a *handlerAuth) worked(uint64) {}
 
 // errForbidden is why a 403 that does not ask for more scope is final.
-var errForbidden = errors.New("the server forbids this request to these credentials (not a matter of scope)")
+var errForbidden = errors.New("the server forbids this request with these credentials (not a matter of scope)")
 
 // drainClose reads a little of a body, so its connection can be reused, and closes it.
 func drainClose(b io.ReadCloser) {

@@ -244,7 +244,7 @@ func TestAuthBadInput(t *testing.T) {
 		{"malformed metadata", authtest.Options{MalformedMetadata: true}, "authorization server metadata"},
 		{"hanging token endpoint", authtest.Options{HangToken: true}, "token exchange failed"},
 		{"redirect to another host", authtest.Options{RedirectMetadata: "http://127.0.0.2:1/elsewhere-metadata"}, "another origin"},
-		{"insufficient scope loop", authtest.Options{NeverGrant: "admin"}, "refused again"},
+		{"insufficient scope loop", authtest.Options{NeverGrant: "admin"}, "refused the request again"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := authServer(t, tc.opts, false)

@@ -139,7 +139,7 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		}
 		status, ch = resp.StatusCode, ParseChallenge(resp.Header)
 		drainClose(resp.Body)
-		aerr = errors.New("refused again with new credentials")
+		aerr = errors.New("the server refused the request again with new credentials")
 	}
 	if rec, _ := ctx.Value(statusKey{}).(*answers); rec != nil {
 		rec.status.Store(int32(status))

@@ -51,6 +51,7 @@ var commands = map[string]command{
 	"demo":           {"watch a connection survive a fault tour against an in-process server", runDemo},
 	"graph":          {"render a lifecycle as DOT or Mermaid", runGraph},
 	"validate":       {"check a lifecycle spec and report every problem", runValidate},
+	"auth":           {"log in to a server of a config (OAuth), or show each server's token state", runAuth},
 }
 
 func main() {
