@@ -122,13 +122,13 @@ func (p *configParser) serverAuth(f machine.Field, what, name string, t *transpo
 		p.r.Errorf(f.Value, "%s: client_credentials needs client_id and client_secret", what)
 		return
 	}
-	h.Auth = a
-	if err := (transport.Config{Name: name, HTTP: h}).Validate(); err != nil && p.r.Err() == nil {
-		// What the transport refuses that the checks above let through, said
-		// without secrets (the transport's messages quote none).
+	// What the transport refuses that the checks above let through (its messages
+	// quote no secret), on a placeholder URL: the server's own is checked apart.
+	if err := (transport.Config{Name: name, HTTP: &transport.HTTP{URL: "https://placeholder/", Auth: a}}).Validate(); err != nil {
 		p.r.Errorf(f.Value, "%s: %v", what, unwrapConfig(err))
-		h.Auth = nil
+		return
 	}
+	h.Auth = a
 }
 
 // tokenStore reads where the tokens are kept: a directory relative to the config's,
@@ -170,11 +170,12 @@ func (p *configParser) secret(n *yaml.Node, what string) (string, bool) {
 	return v, ok
 }
 
-// unwrapConfig returns the message of a transport config error without its server
-// prefix (the config's message names the server already).
-func unwrapConfig(err error) error {
+// unwrapConfig returns the message of a transport config error about the auth
+// settings without its prefixes (the server, the transport, "auth"): the config's
+// message says where it is.
+func unwrapConfig(err error) string {
 	if te, ok := err.(*transport.Error); ok && te.Err != nil {
-		return te.Err
+		err = te.Err
 	}
-	return err
+	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), "http: "), "auth: ")
 }
