@@ -3,8 +3,11 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -318,5 +321,28 @@ func TestFileStore(t *testing.T) {
 	}
 	if strings.Contains(got.String(), "a2") || strings.Contains(got.String(), "r1") {
 		t.Errorf("String shows a token: %s", got)
+	}
+}
+
+// TestBearerTokenRedacted: a server that quotes the bearer token it was sent (an OAuth
+// token, which the config does not hold) in its error does not get it printed.
+func TestBearerTokenRedacted(t *testing.T) {
+	const token = "tok-SEKRIT-0123456789"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"bad header %s"}}`, r.Header.Get("Authorization"))
+	}))
+	defer srv.Close()
+	cfg := Config{Name: "echo-token", HTTP: &HTTP{URL: srv.URL, Auth: &Auth{Token: oauth2.StaticTokenSource(&oauth2.Token{AccessToken: token})}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, cfg, Options{})
+	if err == nil {
+		t.Fatal("dial succeeded")
+	}
+	if strings.Contains(err.Error(), token) || !strings.Contains(err.Error(), "REDACTED") {
+		t.Errorf("the error quotes the bearer token: %v", err)
 	}
 }

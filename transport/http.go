@@ -33,7 +33,7 @@ var ErrResponseTooLarge = fmt.Errorf("the HTTP response body is larger than %d M
 // newHTTPClient returns the client a session uses for h: the caller's client
 // (or a private transport) wrapped in a lifeRoundTripper. own is the private
 // transport, nil if the caller gave a client.
-func newHTTPClient(life context.Context, h *HTTP, az authorizer) (client *http.Client, own *http.Transport) {
+func newHTTPClient(life context.Context, h *HTTP, az authorizer, red *redactor) (client *http.Client, own *http.Transport) {
 	var base http.RoundTripper
 	if h.Client != nil {
 		c := *h.Client // a shallow copy: the caller's client is not modified
@@ -55,7 +55,7 @@ func newHTTPClient(life context.Context, h *HTTP, az authorizer) (client *http.C
 	if u, err := url.Parse(h.URL); err == nil {
 		origin = originOf(u)
 	}
-	client.Transport = &lifeRoundTripper{base: base, life: life, headers: h.Headers, origin: origin, maxBody: MaxResponseBody, auth: az}
+	client.Transport = &lifeRoundTripper{base: base, life: life, headers: h.Headers, origin: origin, maxBody: MaxResponseBody, auth: az, red: red}
 	return client, own
 }
 
@@ -91,6 +91,7 @@ type lifeRoundTripper struct {
 	origin  string // originOf the configured URL
 	maxBody int64  // MaxResponseBody; smaller in tests
 	auth    authorizer
+	red     *redactor // learns the bearer tokens sent, which errors must not quote
 }
 
 // RoundTrip implements http.RoundTripper. With an authorizer, a request to the
@@ -171,6 +172,7 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 			}
 		}
 		if tok != "" {
+			rt.red.remember(tok)
 			r.Header.Set("Authorization", "Bearer "+tok)
 		}
 	} else {

@@ -398,7 +398,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		if err != nil {
 			return nil, err
 		}
-		hc, own := newHTTPClient(s.life, cfg.HTTP, az)
+		hc, own := newHTTPClient(s.life, cfg.HTTP, az, s.red)
 		s.own = own
 		inner = &mcp.StreamableClientTransport{Endpoint: cfg.HTTP.URL, HTTPClient: hc, MaxRetries: cfg.HTTP.MaxRetries}
 	case KindSSE:
@@ -406,7 +406,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		if err != nil {
 			return nil, err
 		}
-		hc, own := newHTTPClient(s.life, cfg.SSE, az)
+		hc, own := newHTTPClient(s.life, cfg.SSE, az, s.red)
 		s.own = own
 		inner = &mcp.SSEClientTransport{Endpoint: cfg.SSE.URL, HTTPClient: hc}
 		// Protocol 2026-07-28 has no SSE binding. Ask for the last version
