@@ -400,8 +400,10 @@ func (r ReloadResult) String() string {
 // a planned reconnect to the new config; if it cannot connect, the old session serves on
 // and Reload says why); one whose lifecycle spec changed gets a new connection (requests
 // waiting on the old one move to it); one whose policies alone changed adopts them and
-// keeps its session; the others are not touched. Reload waits for the closes and
-// reconnects until ctx ends. After Close it does nothing and returns ErrClosed.
+// keeps its session; the others are not touched, except that one whose calls fail fast
+// (parked, unauthorized, breaker open) tries again at once, with its credentials
+// reloaded. Reload waits for the closes and reconnects until ctx ends. After Close it
+// does nothing and returns ErrClosed.
 func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error) {
 	if err := checkServers(cfg); err != nil {
 		return ReloadResult{}, err
@@ -418,6 +420,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 		cfg ServerConfig
 	}
 	var moving []move
+	var poke []*Conn
 	next := map[string]*managed{}
 	var order []string
 	var errs []error
@@ -462,6 +465,12 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 		default:
 			next[s.Name] = old
 			res.Unchanged = append(res.Unchanged, s.Name)
+			if old.conn.m.Calls() == machine.FailFast {
+				// A reload is a person's cue to look again: a connection that fails
+				// fast (parked, unauthorized after a login elsewhere, an open
+				// breaker) tries again now, with the credentials as they are.
+				poke = append(poke, old.conn)
+			}
 		}
 	}
 	for _, name := range m.order {
@@ -472,6 +481,10 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 	}
 	m.conns, m.order = next, order
 	m.mu.Unlock()
+	for _, c := range poke {
+		c.CredentialsChanged()
+		c.Reconnect()
+	}
 	conns := make([]*Conn, len(moving))
 	for i, mv := range moving {
 		conns[i] = mv.c
