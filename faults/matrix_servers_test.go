@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,15 @@ import (
 func (r *run) stdioConfig(opts testserver.Options) transport.Config {
 	opts.Name = r.marker
 	return transport.Config{Name: r.id, Stdio: &transport.Stdio{Command: testserver.Build(r.t), Args: testserver.Args(opts)}}
+}
+
+// stdioConfigWith is stdioConfig with switches of mcptestserver alone (see
+// its package comment) before opts' own.
+func (r *run) stdioConfigWith(opts testserver.Options, switches ...string) transport.Config {
+	opts.Journal, opts.Control = r.journal, r.controlFile
+	cfg := r.stdioConfig(opts)
+	cfg.Stdio.Args = append(slices.Clone(switches), cfg.Stdio.Args...)
+	return cfg
 }
 
 // child returns the row's live stdio child, failing the row if there is not
