@@ -634,7 +634,15 @@ func untilConnectFailed(r *run) {
 const (
 	bigArg         = 1 << 20     // the argument that fills a stopped server's stdin pipe
 	bigCallTimeout = time.Second // the deadline of the call that writes it
-	pipeFull       = 64 << 10    // Linux's default pipe capacity
+	// bigCallSlack is how late the call may return: less than lateSlack, as
+	// a write the transport does not interrupt ends only when the stopped
+	// child is killed, at detection + teardown timeout (1.3s + 0.5s).
+	bigCallSlack = 500 * time.Millisecond
+	// stoppedProbe is the probe timeout of the stop-reading row, as in the
+	// issue: longer than the call's deadline, so that it is the call's
+	// deadline that must end the write, not the probe's failure.
+	stoppedProbe = time.Second
+	pipeFull     = 64 << 10 // Linux's default pipe capacity
 )
 
 // stopReadingRow (issue 17, item 1): the server stops reading its stdin
@@ -661,8 +669,12 @@ func stopReadingRow() *row {
 		},
 		// The probe queued behind the write times out; or the write, broken
 		// by the call's deadline, ends the session.
-		detect: []states.Cause{states.CauseTimeout, states.CauseLost},
+		detect:   []states.Cause{states.CauseTimeout, states.CauseLost},
+		policies: func(p *machine.Policies) { p.ProbeTimeout = stoppedProbe },
 		check: func(r *run) {
+			if late := big.end.Sub(big.deadline); late > bigCallSlack {
+				r.errorf("the 1 MiB call returned %v after its deadline, want at most %v: %v", late, bigCallSlack, big.err)
+			}
 			r.awaitGone(stopped, "the stopped child")
 			r.note("1 MiB call returned after %s (deadline %s): %s", duration(big.end.Sub(big.start)), duration(bigCallTimeout), outcome(big))
 		},
@@ -697,17 +709,22 @@ var breaks = []streamBreak{
 	{"oversize-line-then-deaf", syscall.SIGUSR2, testserver.Options{HangClose: true}, []string{"-on-usr2", "oversize"}},
 }
 
-// breakPolicies returns the policies of a break's row: the over-size line
-// gets the tolerant probe timeout, as reading 16 MiB (under the race detector,
-// on a loaded machine) may take longer than 300ms, and a probe whose answer
-// waits behind it would time out first: the row is about the break, which
-// must be what the connection detects.
-func breakPolicies(b streamBreak) func(*machine.Policies) {
+// breakDetect returns the causes with which a break may be detected: lost or
+// protocol; for the over-size line also a probe's timeout, as the client reads
+// 16 MiB before it fails the line (seconds under the race detector on a loaded
+// machine) and a probe whose answer waits behind it times out first. The
+// second break, with no probe, checks that the end itself is reported.
+func breakDetect(b streamBreak) []states.Cause {
 	if b.fault == "oversize-line-then-deaf" {
-		return tolerant
+		return []states.Cause{states.CauseLost, states.CauseProtocol, states.CauseTimeout}
 	}
-	return nil
+	return []states.Cause{states.CauseLost, states.CauseProtocol}
 }
+
+// breakReported bounds how long after the second break its end may be
+// reported: reading a 16 MiB line under the race detector takes seconds on a
+// loaded machine.
+const breakReported = 20 * time.Second
 
 // breakThenDeafRow (issue 17, item 2): the server breaks its stream (a line
 // that is not JSON, its stdout closed, a line over the SDK's limit) with a
@@ -729,16 +746,39 @@ func breakThenDeafRow(b streamBreak) *row {
 			r.mayHaveRun(held)
 			r.note("the call in flight failed %s after the break", duration(time.Since(r.start)))
 		},
-		detect:   []states.Cause{states.CauseLost, states.CauseProtocol},
-		policies: breakPolicies(b),
-		check:    func(r *run) { r.awaitGone(broken, "the child that broke its stream") },
+		detect: breakDetect(b),
+		check: func(r *run) {
+			r.awaitGone(broken, "the child that broke its stream")
+			// With calls in flight, a call may report the break before the
+			// session's end does: the teardown is then our own close of a deaf
+			// server, which waits for it until forced (see the second break).
+			took, _ := r.stay(states.TearingDown)
+			r.note("the broken session's teardown %s", duration(took))
+		},
 		beforeClose: func(r *run) {
+			// With the load stopped and probes put off, only the session's end
+			// can report the break: a close that is not ours, which must not
+			// wait on the deaf server. The end is reported, and the child
+			// killed within endGrace (250ms, for a closed stdout), not at the
+			// teardown timeout. Then Close, at once.
+			r.noProbes()
 			pid := r.child()
 			struck := time.Now()
 			_ = syscall.Kill(pid, b.sig)
-			r.await("the second break seen", 5*time.Second, func() bool { return r.failedSince(struck) })
+			r.await("the second break reported", breakReported, func() bool { return r.failedSince(struck) })
+			det := r.firstFailureSince(struck)
+			gone := settle(r.pol.TeardownTimeout*9/10-time.Since(det.At), func() bool { return !r.alive(pid) })
+			r.note("second break, with no call or probe: reported after %s, the child killed after %s",
+				duration(det.At.Sub(struck)), duration(time.Since(struck)))
+			var te *transport.Error
+			switch {
+			case !errors.As(det.Err, &te) || te.Op != transport.OpEnd:
+				r.errorf("the second break was not reported by the session's end: %v\n%s", det, r.timeline())
+			case !gone:
+				r.errorf("the deaf child was still alive %v after the end was reported: the end waited on it\n%s", r.pol.TeardownTimeout*9/10, r.timeline())
+			}
 			r.afterClose = append(r.afterClose, func() {
-				r.note("Close %s after a second break", duration(r.closeTook))
+				r.note("Close %s", duration(r.closeTook))
 			})
 		},
 	}
@@ -759,9 +799,64 @@ func (r *run) stop(pid int) {
 // about to be), failing the row if it lives on.
 func (r *run) awaitGone(pid int, what string) {
 	r.t.Helper()
-	r.await(what+" killed", 5*time.Second, func() bool {
-		return !slices.ContainsFunc(marked(r.marker), func(p testutil.Proc) bool { return p.PID == pid && p.State != "Z" })
+	r.await(what+" killed", 5*time.Second, func() bool { return !r.alive(pid) })
+}
+
+// stay returns how long the connection stayed in st the first time it entered
+// it from the fault's start on, and the transition that left it.
+func (r *run) stay(st states.State) (time.Duration, machine.Transition) {
+	var in time.Time
+	for _, tr := range r.transitions() {
+		switch {
+		case tr.At.Before(r.start):
+		case in.IsZero() && tr.To == st:
+			in = tr.At
+		case !in.IsZero() && tr.From == st && tr.To != st:
+			return tr.At.Sub(in), tr
+		}
+	}
+	r.fatalf("the connection did not pass through %s after the fault\n%s", st, r.timeline())
+	return 0, machine.Transition{}
+}
+
+// noProbes puts the connection's probes off for an hour, and returns once no
+// probe armed before is still due: the connection has applied the change and
+// stayed ready for longer than the old keepalive interval (a timer armed with
+// it would have fired).
+func (r *run) noProbes() {
+	r.t.Helper()
+	quiet := *r.pol
+	quiet.KeepaliveInterval = time.Hour
+	if err := r.conn.SetPolicies(quiet); err != nil {
+		r.fatalf("SetPolicies: %v", err)
+	}
+	r.await("the policies applied", 5*time.Second, func() bool { return r.conn.Policies().KeepaliveInterval == time.Hour })
+	r.await("no probe due", 5*time.Second, func() bool {
+		trs := r.transitions()
+		last := trs[len(trs)-1]
+		return last.To == states.Ready && time.Since(last.At) > r.pol.KeepaliveInterval+probeDueSlack
 	})
+}
+
+// probeDueSlack: how late a probe's timer may be seen to fire on a loaded
+// machine.
+const probeDueSlack = 200 * time.Millisecond
+
+// firstFailureSince returns the first transition from t on whose cause is a
+// failure.
+func (r *run) firstFailureSince(t time.Time) machine.Transition {
+	for _, tr := range r.transitions() {
+		if !tr.At.Before(t) && failure(tr.Cause) {
+			return tr
+		}
+	}
+	r.fatalf("no failure since %v\n%s", t, r.timeline())
+	return machine.Transition{}
+}
+
+// alive reports whether pid is a live child of the row (not a zombie).
+func (r *run) alive(pid int) bool {
+	return slices.ContainsFunc(marked(r.marker), func(p testutil.Proc) bool { return p.PID == pid && p.State != "Z" })
 }
 
 // failedSince reports whether the connection recorded a failure from t on.
@@ -809,7 +904,7 @@ func (r *run) awaitCall(c *call, done <-chan struct{}) {
 	}
 	var ce *mcpfsm.CallError
 	switch {
-	case c.end.Sub(c.deadline) > lateSlack:
+	case c.end.Sub(c.deadline) > bigCallSlack:
 		r.errorf("call %s returned %v after its deadline: %v", c.id, c.end.Sub(c.deadline), c.err)
 	case c.err != nil && !errors.As(c.err, &ce):
 		r.errorf("call %s: an error that is not a *mcpfsm.CallError: %T %v", c.id, c.err, c.err)
