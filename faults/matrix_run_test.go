@@ -295,8 +295,9 @@ func (w *row) play(t *testing.T) {
 // is a reconnect we asked for: none failed, but for a call whose own deadline
 // ended it (on a loaded machine), and then not before that deadline; and, for
 // a reconnect, a non-idempotent call still in flight on the replaced session
-// when its close came (retire lets calls finish for half the teardown timeout:
-// a loaded machine may take longer), which says it may have run.
+// when its close came (retire lets calls finish for drain_timeout less the
+// close's share, 500ms here: a loaded machine may take longer), which says it
+// may have run.
 func (r *run) checkNoneLost() {
 	trs := r.transitions()
 	retiredUnder := func(c *call) bool {
