@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -27,8 +26,16 @@ import (
 // each of their events instead (mcp.DefaultMaxEventSize, 16 MiB).
 const MaxResponseBody = 32 << 20
 
-// ErrResponseTooLarge is the error of a read past MaxResponseBody.
-var ErrResponseTooLarge = fmt.Errorf("the HTTP response body is larger than %d MiB", MaxResponseBody>>20)
+// MaxErrorBody is the most bytes a session reads of the body of a non-2xx
+// HTTP answer (an error page, a proxy's complaint). The SDK reads such a body
+// whole and copies it into the error it returns, more than once, so a cap as
+// large as MaxResponseBody would let one endless error page cost hundreds of
+// MiB; a megabyte holds any error a person would read.
+const MaxErrorBody = 1 << 20
+
+// ErrResponseTooLarge is the error of a read past MaxResponseBody (or, for a
+// non-2xx answer, MaxErrorBody).
+var ErrResponseTooLarge = errors.New("the HTTP response body is too large")
 
 // newHTTPClient returns the client a session uses for h: the caller's client
 // (or a private transport) wrapped in a lifeRoundTripper. own is the private
@@ -201,6 +208,9 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 	ct := resp.Header.Get("Content-Type")
 	if !isEventStream(ct) {
 		body.left = rt.maxBody
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			body.left = min(rt.maxBody, MaxErrorBody)
+		}
 	}
 	if rec != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 && resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusNoContent {
 		switch mt, _, _ := mime.ParseMediaType(ct); {
