@@ -14,7 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestReviewSparedProbesDoNotSpin: a probe spared by a recent answer (Event.Heard)
+// TestSparedProbesDoNotSpin: a probe spared by a recent answer (Event.Heard)
 // sets the next one an interval after that answer, less a fresh jitter. When that
 // jitter is larger than the last one, the next probe comes before the interval since
 // the answer has passed, is spared again, and the delay left is at most zero: the
@@ -22,7 +22,7 @@ import (
 // passed since the answer. A connection that goes quiet after one call then takes
 // hundreds of transitions, filling its history and its observer with probes, where
 // one probe per interval is the schedule.
-func TestReviewSparedProbesDoNotSpin(t *testing.T) {
+func TestSparedProbesDoNotSpin(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		pol := DefaultSpec().Defaults()
 		pol.KeepaliveInterval = 30 * time.Second
@@ -80,10 +80,10 @@ func (f frozenStub) Probe(ctx context.Context) error {
 	return nil
 }
 
-// TestReviewFrozenAfterCallFound: a server that freezes right after answering a call
+// TestFrozenAfterCallFound: a server that freezes right after answering a call
 // is found by a probe within keepalive_interval + probe_timeout of that answer, spared
 // probes or not (the promise of the keepalive delay).
-func TestReviewFrozenAfterCallFound(t *testing.T) {
+func TestFrozenAfterCallFound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		pol := DefaultSpec().Defaults()
 		var frozen atomic.Bool

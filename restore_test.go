@@ -35,13 +35,13 @@ func (r restoreStub) Request(ctx context.Context, _, name string, _ func(context
 	return nil
 }
 
-// TestReviewSubscribeDuringRestoreKeepsItsDeadline: a restore holds stateMu while it
+// TestSubscribeDuringRestoreKeepsItsDeadline: a restore holds stateMu while it
 // re-establishes the session state on a new session, for as long as connect_timeout.
 // A Subscribe (or SetLoggingLevel, Unsubscribe) made meanwhile is sent on the session
 // that serves (make before break) and answered at once, then waits for stateMu to
 // record it, without its context: it returns when the restore gives up, long after its
 // deadline. (Subscriptions, Roots and SetRoots block the same way.)
-func TestReviewSubscribeDuringRestoreKeepsItsDeadline(t *testing.T) {
+func TestSubscribeDuringRestoreKeepsItsDeadline(t *testing.T) {
 	pol := *fastPolicies()
 	pol.ConnectTimeout = 2 * time.Second
 	var dials atomic.Int32

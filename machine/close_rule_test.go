@@ -12,7 +12,7 @@ import (
 	"github.com/mcpfsm/mcpfsm/states"
 )
 
-// TestReviewCloseAppliedInTheStateCloseLeadsTo: checkClose proves termination on the
+// TestCloseAppliedInTheStateCloseLeadsTo: checkClose proves termination on the
 // graph of close edges, as if close were applied again in the state a close edge leads
 // to. The engine does not: closeDue compares closeSeq with core.seq, and applyClose
 // sets closeSeq after its own transition, so close is never applied in the state close
@@ -20,7 +20,7 @@ import (
 // ready's close goes to parked, whose own close goes to closed: the validator accepts
 // it) leaves the machine resting there, closing, until some timer moves it: Close
 // wedges for park_interval (6 minutes), or for ever in a state with no timer.
-func TestReviewCloseAppliedInTheStateCloseLeadsTo(t *testing.T) {
+func TestCloseAppliedInTheStateCloseLeadsTo(t *testing.T) {
 	old := []byte("      close:\n        to: tearing-down\n        description: Closed while ready.")
 	data := defaultSpecYAML(t)
 	if !bytes.Contains(data, old) {
@@ -48,12 +48,12 @@ func TestReviewCloseAppliedInTheStateCloseLeadsTo(t *testing.T) {
 	})
 }
 
-// TestReviewCloseGuardedByClosingIsHandled: the engine applies close only with the
+// TestCloseGuardedByClosingIsHandled: the engine applies close only with the
 // guard "closing" true (applyClose sets it first), so a close edge guarded by closing
 // handles close. The validator checks close's coverage over every value of every
 // guard, closing false included, and rejects such a spec ("does not handle close when
 // not closing"): a valid spec refused.
-func TestReviewCloseGuardedByClosingIsHandled(t *testing.T) {
+func TestCloseGuardedByClosingIsHandled(t *testing.T) {
 	old := []byte("      close:\n        to: closed\n        description: Closed while parked.")
 	data := defaultSpecYAML(t)
 	if !bytes.Contains(data, old) {

@@ -20,12 +20,12 @@ func stubDial(context.Context, transport.Config, transport.Options) (transport.C
 	return stubClient{res: &mcp.CallToolResult{}}, nil
 }
 
-// TestReviewListHandlerMayReadTheConn: ToolsChanged runs on the owner as a session
+// TestListHandlerMayReadTheConn: ToolsChanged runs on the owner as a session
 // comes up. A handler that reads the connection's own state (Subscriptions, Roots: a
 // getter, not a blocking call) deadlocks the owner, because the first delivery is made
 // with stateMu held (restoreAndSwap): the connection never becomes ready, and Close
 // never returns.
-func TestReviewListHandlerMayReadTheConn(t *testing.T) {
+func TestListHandlerMayReadTheConn(t *testing.T) {
 	var cp atomic.Pointer[Conn]
 	opened := make(chan struct{})
 	got := make(chan []string, 1)
@@ -57,11 +57,11 @@ func TestReviewListHandlerMayReadTheConn(t *testing.T) {
 	<-got
 }
 
-// TestReviewListHandlerPanicIsContained: a panic in a notification handler is
+// TestListHandlerPanicIsContained: a panic in a notification handler is
 // contained (safely), but the list handlers, and ResourceUpdated after a reconnect,
 // are called bare on the owner or a re-list goroutine: a panic there takes down the
 // process. The scenario runs in a child test process; the parent checks it survived.
-func TestReviewListHandlerPanicIsContained(t *testing.T) {
+func TestListHandlerPanicIsContained(t *testing.T) {
 	if os.Getenv("MCPFSM_REVIEW_PANIC") == "1" {
 		c, err := Open(transport.Config{Name: "stub", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}, Options{
 			Logger: quietLogger(), dial: stubDial,
@@ -80,7 +80,7 @@ func TestReviewListHandlerPanicIsContained(t *testing.T) {
 		}
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestReviewListHandlerPanicIsContained$", "-test.count=1")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestListHandlerPanicIsContained$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "MCPFSM_REVIEW_PANIC=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -103,13 +103,13 @@ func (f flakyReadStub) Request(ctx context.Context, _, name string, _ func(conte
 	return nil
 }
 
-// TestReviewResourceUpdatedMayReadTheResource: after a reconnect, ResourceUpdated is
+// TestResourceUpdatedMayReadTheResource: after a reconnect, ResourceUpdated is
 // called for each subscription on the owner, with a context that never ends. The
 // natural handler re-reads the resource through the connection. If that read finds
 // the new session broken, it is reported and waits to be retried on the next session,
 // which only the owner can open, and the owner is waiting for the handler: the
 // connection is stuck for good, and Close never returns.
-func TestReviewResourceUpdatedMayReadTheResource(t *testing.T) {
+func TestResourceUpdatedMayReadTheResource(t *testing.T) {
 	var cp atomic.Pointer[Conn]
 	var dials atomic.Int32
 	var reads atomic.Int32

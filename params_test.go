@@ -11,13 +11,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestReviewRequestsDoNotModifyParams: CallTool copies its params before the SDK sees
+// TestRequestsDoNotModifyParams: CallTool copies its params before the SDK sees
 // them (transport.Session.CallTool), but every other request hands the caller's params
 // to the SDK, which writes into them: withLogLevel sets _meta's log level once one is
 // set, and the SDK adds its own _meta on protocol 2026-07-28. A caller that reuses one
 // params value from several goroutines (a fixed ReadResourceParams, a shared Meta map)
 // gets a data race, or a fatal concurrent map write.
-func TestReviewRequestsDoNotModifyParams(t *testing.T) {
+func TestRequestsDoNotModifyParams(t *testing.T) {
 	cfg := transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}
 	c := open(t, cfg, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -12,12 +12,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestReviewManagerCloseDoesNotBlockRequests: Manager.Close holds the Manager's lock
+// TestManagerCloseDoesNotBlockRequests: Manager.Close holds the Manager's lock
 // while its connections close (up to teardown_timeout each, and more), and every
 // request takes that lock, without its context, to find its connection. A request made
 // meanwhile, with a short deadline, waits for the whole close: a call that hangs past
 // its context. (Status, Servers, Conn and Reload block the same way.)
-func TestReviewManagerCloseDoesNotBlockRequests(t *testing.T) {
+func TestManagerCloseDoesNotBlockRequests(t *testing.T) {
 	pol := *fastPolicies()
 	pol.TeardownTimeout = 3 * time.Second // the server ignores the close: the teardown takes all of it
 	cfg := &Config{Servers: []ServerConfig{{
@@ -59,12 +59,12 @@ func TestReviewManagerCloseDoesNotBlockRequests(t *testing.T) {
 	}
 }
 
-// TestReviewReloadKeepsSessionState: a Reload that changes a server's lifecycle spec
+// TestReloadKeepsSessionState: a Reload that changes a server's lifecycle spec
 // gives it a new Conn, and requests through the Manager follow it; but what the user
 // established through the Manager (subscriptions, the log level) stays with the old
 // Conn, which is closed: the new one never subscribes, and the updates stop, though
 // the Manager's Subscribe promises they are kept across reconnects.
-func TestReviewReloadKeepsSessionState(t *testing.T) {
+func TestReloadKeepsSessionState(t *testing.T) {
 	bbm, err := LoadSpecFile("docs/lifecycles/break-before-make.yaml")
 	if err != nil {
 		t.Fatal(err)

@@ -10,14 +10,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestReviewReconnectLetsCallsFinish: Conn.Reconnect promises that the old session "is
+// TestReconnectLetsCallsFinish: Conn.Reconnect promises that the old session "is
 // closed once the calls in flight on it have finished", and calls "never wait for it"
 // (make before break). retire drains the old session for at most teardown_timeout/2,
 // then closes it by force: a tool call in flight longer than that (here 1s, with a
 // 500ms teardown_timeout) is cut, and, not being idempotent, fails with ErrMayHaveRun.
 // A planned reconnect (Reconnect, a Reload that changed the transport, a recycle at
 // max_session_age) thus fails the long calls of a healthy server.
-func TestReviewReconnectLetsCallsFinish(t *testing.T) {
+func TestReconnectLetsCallsFinish(t *testing.T) {
 	cfg := transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}
 	c := open(t, cfg, nil, nil) // teardown_timeout 500ms
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
