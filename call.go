@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"maps"
+	"reflect"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/effects"
@@ -223,8 +224,9 @@ func WithProgress(ctx context.Context, f func(*mcp.ProgressNotificationParams)) 
 	return context.WithValue(ctx, progressKey{}, f)
 }
 
-// CallTool calls a tool, waiting for a session if none is up. Arguments nil are sent
-// as {} (servers written with the TypeScript SDK reject null). p is not modified.
+// CallTool calls a tool, waiting for a session if none is up. Arguments nil (or a nil
+// map or pointer) are sent as {} (servers written with the TypeScript SDK reject
+// null). p is not modified.
 //
 // A tool that fails returns a result with IsError set and a nil error: that is the
 // tool's answer, and it says nothing about the connection. An error is a *CallError. A
@@ -239,7 +241,7 @@ func (c *Conn) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallTo
 	if p != nil {
 		cp = *p
 	}
-	if cp.Arguments == nil {
+	if isNil(cp.Arguments) {
 		cp.Arguments = map[string]any{}
 	}
 	if f, ok := ctx.Value(progressKey{}).(func(*mcp.ProgressNotificationParams)); ok && f != nil {
@@ -252,6 +254,20 @@ func (c *Conn) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallTo
 	return call(ctx, c, request{method: "tools/call", name: cp.Name, tool: true}, func(ctx context.Context, s *session) (*mcp.CallToolResult, error) {
 		return s.s.CallTool(ctx, &cp)
 	})
+}
+
+// isNil reports whether v would be sent as JSON null: nil, or a nil map,
+// pointer, slice or interface in an interface (map[string]any(nil) is not
+// == nil).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Map, reflect.Pointer, reflect.Slice, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
 }
 
 func cloneMeta(m mcp.Meta) mcp.Meta {
