@@ -392,9 +392,20 @@ func (c *Conn) SetRoots(roots ...*mcp.Root) error {
 		return errors.New("mcpfsm: the connection was opened without roots (Options.Roots), so it does not advertise them")
 	}
 	setRoots(c.client, c.opts.Roots, roots)
+	c.keepRoots(roots)
+	return nil
+}
+
+// keepRoots records roots as the connection's own (what Roots returns and a
+// restore announces), with stateMu held. The client that serves them is set
+// by the caller: the connection's own, or the Manager's shared one.
+func (c *Conn) keepRoots(roots []*mcp.Root) {
 	c.opts.Roots = slices.Clone(roots)
 	if c.opts.Roots == nil {
 		c.opts.Roots = []*mcp.Root{}
 	}
-	return nil
 }
+
+// failsFast reports whether calls fail fast in the connection's state (parked,
+// unauthorized, an open breaker): a reload is a cue to look again.
+func (c *Conn) failsFast() bool { return c.m.Calls() == machine.FailFast }

@@ -299,33 +299,45 @@ func TestProbesSkippedWhileCallsAnswer(t *testing.T) {
 }
 
 // TestReloadLeavesParked (issue 13): a config reload, even one that changes nothing for
-// a parked server, makes it look again at once.
+// a parked server or only retunes its policies, makes it look again at once.
 func TestReloadLeavesParked(t *testing.T) {
-	dir := t.TempDir()
-	bin := dir + "/server"
-	cfg := &Config{Servers: []ServerConfig{{Name: "s", Transport: transport.Config{Name: "s", Stdio: &transport.Stdio{Command: bin}}}}}
-	m, err := NewManager(cfg, ManagerOptions{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close(context.Background())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, err := m.Conn("s").WaitState(ctx, func(st states.State) bool { return st == states.Parked }); err != nil {
-		t.Fatal(err)
-	}
-	// The command is installed; the config is the same.
-	if err := os.Symlink(testserver.Build(t), bin); err != nil {
-		t.Fatal(err)
-	}
-	if res, err := m.Reload(ctx, cfg); err != nil || len(res.Unchanged) != 1 {
-		t.Fatalf("reload: %s, %v", res, err)
-	}
-	start := time.Now()
-	if err := m.Conn("s").WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if took := time.Since(start); took > 10*time.Second {
-		t.Errorf("ready %s after the reload, not at once", took)
+	for _, retune := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unchanged", true: "retuned"}[retune], func(t *testing.T) {
+			dir := t.TempDir()
+			bin := dir + "/server"
+			cfg := &Config{Servers: []ServerConfig{{Name: "s", Transport: transport.Config{Name: "s", Stdio: &transport.Stdio{Command: bin}}}}}
+			m, err := NewManager(cfg, ManagerOptions{Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if _, err := m.Conn("s").WaitState(ctx, func(st states.State) bool { return st == states.Parked }); err != nil {
+				t.Fatal(err)
+			}
+			// The command is installed; the config is the same, or retunes a policy.
+			if err := os.Symlink(testserver.Build(t), bin); err != nil {
+				t.Fatal(err)
+			}
+			next := cfg
+			if retune {
+				s := cfg.Servers[0]
+				s.Policies = DefaultSpec().Defaults()
+				s.Policies.KeepaliveInterval *= 2
+				next = &Config{Servers: []ServerConfig{s}}
+			}
+			res, err := m.Reload(ctx, next)
+			if err != nil || len(res.Unchanged)+len(res.Retuned) != 1 || (len(res.Retuned) == 1) != retune {
+				t.Fatalf("reload: %s, %v", res, err)
+			}
+			start := time.Now()
+			if err := m.Conn("s").WaitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("ready %s after the reload, not at once", took)
+			}
+		})
 	}
 }

@@ -236,7 +236,7 @@ func (m *Manager) SetRoots(roots ...*mcp.Root) error {
 	m.roots = slices.Clone(roots)
 	for _, mc := range m.conns {
 		mc.conn.stateMu.Lock()
-		mc.conn.opts.Roots = slices.Clone(roots)
+		mc.conn.keepRoots(roots)
 		mc.conn.stateMu.Unlock()
 	}
 	return nil
@@ -462,10 +462,13 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 			}
 			next[s.Name] = &managed{conn: old.conn, cfg: s}
 			res.Retuned = append(res.Retuned, s.Name)
+			if old.conn.failsFast() {
+				poke = append(poke, old.conn)
+			}
 		default:
 			next[s.Name] = old
 			res.Unchanged = append(res.Unchanged, s.Name)
-			if old.conn.m.Calls() == machine.FailFast {
+			if old.conn.failsFast() {
 				// A reload is a person's cue to look again: a connection that fails
 				// fast (parked, unauthorized after a login elsewhere, an open
 				// breaker) tries again now, with the credentials as they are.
