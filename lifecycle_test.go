@@ -51,6 +51,11 @@ func TestScenario_MissingCommandSaysWhy(t *testing.T) {
 			if _, err := c.WaitState(ctx, func(st states.State) bool { return st == states.Parked }); err != nil {
 				t.Fatal(err)
 			}
+			mu.Lock()
+			if attempts != 1 {
+				t.Errorf("parked after %d attempts, want 1", attempts)
+			}
+			mu.Unlock()
 			start := time.Now()
 			_, err = c.CallTool(ctx, &mcp.CallToolParams{Name: "echo"})
 			var ce *CallError
