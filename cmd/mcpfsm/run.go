@@ -22,7 +22,7 @@ import (
 )
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("run", "[--json] [--history] CONFIG", `
+	fs := newFlags("run", "[--json] [--history] [--http-status ADDR] CONFIG", `
 Connect to every server of a servers config and keep the connections healthy,
 printing each transition as it happens: time, server, from → to, trigger, and the
 cause of a failure with its error. With --json, print one JSON object per line
