@@ -145,6 +145,9 @@ func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.St
 		}
 		c.release(s)
 	}
+	if testHookWaits != nil {
+		testHookWaits(c.name)
+	}
 	for {
 		st, err := c.m.Wait(ctx, func(st states.State) bool {
 			cur := c.current.Load()
@@ -168,6 +171,10 @@ func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.St
 		}
 	}
 }
+
+// testHookWaits, set by tests before any connection is opened, hears of each
+// request that found no session and is about to wait for one.
+var testHookWaits func(server string)
 
 // noSession is the error of a request that found no session to run on: err says why.
 // When a first attempt had failed and this was to be the retry, the request ran once,

@@ -182,6 +182,14 @@ func TestManagerClosed(t *testing.T) {
 // TestReloadMovesWaitingCalls (issue 17 item 17): a call waiting for a server whose
 // lifecycle a Reload changes did not run: it is sent on the new connection.
 func TestReloadMovesWaitingCalls(t *testing.T) {
+	waits := make(chan struct{}, 1)
+	testHookWaits = func(string) {
+		select {
+		case waits <- struct{}{}:
+		default:
+		}
+	}
+	defer func() { testHookWaits = nil }()
 	dead := testserver.StartHTTP(t, testserver.Options{})
 	dead.Stop()
 	live := testserver.StartHTTP(t, testserver.Options{})
@@ -204,7 +212,11 @@ func TestReloadMovesWaitingCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the call is waiting
+	select {
+	case <-waits: // the call is waiting
+	case <-ctx.Done():
+		t.Fatal("the call never waited")
+	}
 	moved := &Config{Servers: []ServerConfig{{Name: "s", Transport: transport.Config{Name: "s", HTTP: &transport.HTTP{URL: live.URL()}}, Spec: other, Policies: *pol}}}
 	if res, err := m.Reload(ctx, moved); err != nil || len(res.Reconnected) != 1 {
 		t.Fatalf("reload: %s, %v", res, err)
