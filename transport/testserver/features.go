@@ -291,6 +291,19 @@ func (st *server) addFeatures(s *mcp.Server) {
 		Annotations: readOnly,
 	}, sampleThenElicit)
 	mcp.AddTool(s, &mcp.Tool{
+		Name: "elicit_complete",
+		Description: "Sends notifications/elicitation/complete with elicitationId id to the calling session " +
+			"(as a server does when a URL-mode elicitation finishes); returns \"sent\".",
+		Annotations: readOnly,
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		ID string `json:"id"`
+	}) (*mcp.CallToolResult, any, error) {
+		if err := req.Session.NotifyElicitationComplete(ctx, &mcp.ElicitationCompleteParams{ElicitationID: in.ID}); err != nil {
+			return nil, nil, err
+		}
+		return text("sent"), nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{
 		Name:        "state",
 		Description: "Returns, as JSON, what the calling session sent this server: log levels, subscriptions, roots/list_changed, methods.",
 		Annotations: readOnly,

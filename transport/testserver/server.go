@@ -59,6 +59,8 @@
 //   - sample_then_elicit {prompt, message} (both optional): sample, then
 //     elicit, in one call; returns their two answers on two lines.
 //     Read-only.
+//   - elicit_complete {id}: sends notifications/elicitation/complete with
+//     elicitationId id to the calling session; returns "sent". Read-only.
 //   - state {}: returns, as JSON, what the calling session sent this server
 //     (see SessionState and State): the levels of its logging/setLevel, its
 //     subscriptions now and every subscribe it made, how many

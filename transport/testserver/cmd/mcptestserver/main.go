@@ -21,6 +21,9 @@
 //	                      (error), or on stderr and exit 1 (stderr)
 //	-token VALUE          ignored (a secret for the redaction tests)
 //	-sampling-tool        register the sample tool (see testserver.AddSamplingTool)
+//	-raw                  serve a hand-written JSON-RPC server instead of the SDK's,
+//	                      whose tool ask {method} sends the client a request of
+//	                      that method whatever it advertised (see raw.go)
 //
 // With -http it prints its endpoint URL on a line of stdout once listening.
 // Its crash tool exits at once with status 3.
@@ -70,6 +73,7 @@ func main() {
 	flag.StringVar(&extra.echoArgs, "echo-args", "", "error: quote the arguments in initialize's error; stderr: print them there and exit 1")
 	flag.String("token", "", "ignored: a secret for redaction tests")
 	flag.BoolVar(&extra.samplingTool, "sampling-tool", false, "register the sample tool")
+	raw := flag.Bool("raw", false, "stdio: serve the hand-written JSON-RPC server of raw.go instead of the SDK's")
 	protocols := flag.String("protocols", "", "comma-separated protocol versions to speak, e.g. 2025-11-25 (default: every version the SDK supports)")
 	flag.Parse()
 	if *protocols != "" {
@@ -105,6 +109,13 @@ func main() {
 		opts.Grandchild = pid
 	}
 
+	if *raw {
+		if err := serveRaw(os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "mcptestserver:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var err error
 	if *addr != "" {
 		err = serveHTTP(*addr, opts)
