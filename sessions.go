@@ -151,11 +151,15 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 }
 
 func (c *Conn) open(ctx context.Context, inv machine.Invocation, cfg transport.Config, s *session) machine.Event {
-	ts, err := c.opts.dial(ctx, cfg, transport.Options{
+	topts := transport.Options{
 		MCPClient: c.client,
 		Logger:    c.opts.Logger,
 		OnEnd:     func(err error) { c.report(s, endCause(err), err) },
-	})
+	}
+	if inv.Timeout > 0 {
+		topts.Deadline = inv.Now.Add(inv.Timeout) // the effect's context says only that it ended
+	}
+	ts, err := c.opts.dial(ctx, cfg, topts)
 	if err != nil {
 		return c.connectFailed(ctx, inv, err)
 	}

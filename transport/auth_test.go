@@ -280,6 +280,32 @@ func TestAuthBadInput(t *testing.T) {
 	}
 }
 
+// TestAuthWithinDialDeadline: a caller whose context does not say when it ends (a
+// machine's effect) gives the dial's deadline in Options.Deadline; an authorization
+// that hangs (here the token endpoint, with Auth.Timeout far longer) fails as a
+// refusal within three quarters of it, not at the caller's timeout.
+func TestAuthWithinDialDeadline(t *testing.T) {
+	srv := authServer(t, authtest.Options{HangToken: true}, false)
+	cfg := authConfig(srv, &Auth{Fetcher: authtest.Fetcher(nil), RedirectURL: redirect, Timeout: time.Minute}, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // later than the dial's
+	defer cancel()
+	const within = 1500 * time.Millisecond
+	start := time.Now()
+	s, err := Dial(ctx, cfg, Options{Deadline: start.Add(within)})
+	took := time.Since(start)
+	if err == nil {
+		_ = s.Close(ctx)
+		t.Fatal("dial succeeded")
+	}
+	var ae *AuthError
+	if !errors.As(err, &ae) || !strings.Contains(err.Error(), "token exchange failed") {
+		t.Errorf("err = %v, want an *AuthError saying the token exchange failed", err)
+	}
+	if took > within {
+		t.Errorf("the dial failed after %v, want within %v (the authorization takes three quarters)", took, within)
+	}
+}
+
 // The file store: 0600 in a 0700 directory, atomic, keys that are not names
 // get a file of their own.
 func TestFileStore(t *testing.T) {

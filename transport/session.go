@@ -42,6 +42,12 @@ type Options struct {
 	// Logger receives the session's own events; discarded if nil. Nothing it
 	// logs contains a secret.
 	Logger *slog.Logger
+	// Deadline, if set, is when the dial must be done, for a caller whose
+	// context ends at its timeout without saying when (as a machine's effects'
+	// contexts do). An authorization needed while dialing takes three quarters
+	// of the time left, so that it fails as a refusal, with its reason, before
+	// the dial runs out of time. The session does not inherit it.
+	Deadline time.Time
 }
 
 // DefaultClient is the client implementation sent in initialize when
@@ -314,6 +320,9 @@ func (s *Session) ended(err error) {
 func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if !opts.Deadline.IsZero() {
+		ctx = context.WithValue(ctx, dialDeadlineKey{}, opts.Deadline)
 	}
 	s := &Session{
 		name:    cfg.Name,
