@@ -1,17 +1,25 @@
 package mcpfsm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
@@ -643,30 +651,107 @@ func TestCancelSendsCancelledAndDoesNotCount(t *testing.T) {
 	}
 }
 
-// TestRestoreFailureFailsTheNewSession: a subscription the restarted server rejects
-// (the resource it was to has gone) fails the restore: the new session never becomes
-// the one calls use, the connection does not become ready, and the failure names
-// what could not be restored, in its transitions, its Status and the errors of calls.
-func TestRestoreFailureFailsTheNewSession(t *testing.T) {
+// TestRestoreRefusedSubscriptionDropped: a subscription the restarted server refuses
+// (the resource it was to has gone) does not keep the connection down: the new session
+// comes up without it, the other subscription is restored, the dropped resource is
+// reported updated once (so that the handler's read finds out), and Subscriptions no
+// longer lists it.
+func TestRestoreRefusedSubscriptionDropped(t *testing.T) {
 	h := testserver.StartHTTP(t, testserver.Options{})
-	c := open(t, httpConfig(h), nil, nil)
+	updates := make(chan string, 16)
+	c := open(t, httpConfig(h), nil, func(o *Options) {
+		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updates <- p.URI }
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if text, err := c.callText(ctx, "change_resources", nil); err != nil || text != "added "+testserver.ResourceExtra {
 		t.Fatalf("change_resources = %q, %v", text, err)
 	}
-	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: testserver.ResourceExtra}); err != nil {
+	for _, uri := range []string{testserver.ResourceA, testserver.ResourceExtra} {
+		if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := c.current.Load()
+	h.Restart(true) // a new server, without the extra resource
+	c.waitFor(func(states.State) bool { s := c.current.Load(); return s != nil && s != first }, 20*time.Second)
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{testserver.ResourceA}, c.Subscriptions()); diff != "" {
+		t.Errorf("Subscriptions after the restart (-want +got):\n%s", diff)
+	}
+	got := map[string]int{}
+	for len(got) < 2 {
+		select {
+		case uri := <-updates:
+			got[uri]++
+		case <-ctx.Done():
+			t.Fatalf("updates after the restart: %v", got)
+		}
+	}
+	if got[testserver.ResourceA] != 1 || got[testserver.ResourceExtra] != 1 {
+		t.Errorf("updates after the restart: %v, want one each", got)
+	}
+	if _, err := c.ReadResource(ctx, &mcp.ReadResourceParams{URI: testserver.ResourceExtra}); err == nil {
+		t.Error("the dropped resource reads without error")
+	}
+	if st := c.sessionState(ctx); !slices.Equal(st.Subscriptions, []string{testserver.ResourceA}) {
+		t.Errorf("the new session is subscribed to %v", st.Subscriptions)
+	}
+	if st := c.Status(); st.Failures != 1 {
+		t.Errorf("%d failures counted, want 1 (the restart's)", st.Failures)
+	}
+}
+
+// TestRestoreFailureFailsTheNewSession: a restore that fails other than by the server's
+// refusal (here every subscribe answered 503 by a proxy, after the server forgot its
+// sessions) fails the new session: it never becomes the one calls use, and the failure
+// names what could not be restored, in the transitions, the Status and the error of a
+// call. Unsubscribing, with no session up, forgets the subscription at once, and the
+// next session comes up.
+func TestRestoreFailureFailsTheNewSession(t *testing.T) {
+	var failSubscribe atomic.Bool
+	h := testserver.StartHTTP(t, testserver.Options{})
+	target, err := url.Parse(h.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := httputil.NewSingleHostReverseProxy(target)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && failSubscribe.Load() {
+			b, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			if bytes.Contains(b, []byte(`"resources/subscribe"`)) {
+				http.Error(w, "overloaded", http.StatusServiceUnavailable)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	pol := fastPolicies()
+	pol.BreakerThreshold = 1000 // it keeps trying
+	c := open(t, transport.Config{Name: "s", HTTP: &transport.HTTP{URL: srv.URL + "/mcp"}}, pol, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
 		t.Fatal(err)
 	}
 	before := len(c.transitions())
-	h.Restart(true) // a new server, without the extra resource
-	const why = `restoring the subscription to "` + testserver.ResourceExtra + `"`
-	c.waitState(states.BreakerOpen, 20*time.Second)
+	failSubscribe.Store(true)
+	h.Restart(true) // the session is lost; the next one's restore fails
+	const why = `restoring the subscription to "` + testserver.ResourceA + `"`
+	c.waitFor(func(states.State) bool {
+		for _, tr := range c.transitions()[before:] {
+			if tr.Trigger == states.ConnectFailed.String() {
+				return c.current.Load() == nil
+			}
+		}
+		return false
+	}, 20*time.Second)
 	failed := 0
 	for _, tr := range c.transitions()[before:] {
-		if tr.Trigger == states.Connected.String() {
-			t.Errorf("a session came up with a failed restore: %v\n%s", tr, c.timeline())
-		}
 		if tr.Trigger == states.ConnectFailed.String() {
 			failed++
 			if tr.Err == nil || !strings.Contains(tr.Err.Error(), why) {
@@ -675,14 +760,25 @@ func TestRestoreFailureFailsTheNewSession(t *testing.T) {
 		}
 	}
 	if failed == 0 {
-		t.Errorf("no connect failed after the restart\n%s", c.timeline())
+		t.Errorf("no connect failed\n%s", c.timeline())
 	}
-	st := c.Status()
-	if st.Session != nil || st.LastFailure == nil || !strings.Contains(st.LastFailure.Message, why) {
-		t.Errorf("status after the failed restores: %+v (last failure %+v)", st, st.LastFailure)
+	t.Logf("the failure: %v", c.Status().LastFailure)
+	if st := c.Status(); st.LastFailure == nil || !strings.Contains(st.LastFailure.Message, why) {
+		t.Errorf("status after the failed restores: %+v", st.LastFailure)
 	}
-	_, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+	short, cancelShort := context.WithTimeout(ctx, 200*time.Millisecond)
+	_, err = c.CallTool(short, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+	cancelShort()
 	if err == nil || !strings.Contains(err.Error(), why) {
-		t.Errorf("a call with the breaker open: %v, want the restore's failure named", err)
+		t.Errorf("a call with no session: %v, want the restore's failure named", err)
+	}
+	if err := c.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatalf("Unsubscribe with no session: %v", err)
+	}
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("after the unsubscribe: %v\n%s", err, c.timeline())
+	}
+	if subs := c.Subscriptions(); len(subs) != 0 {
+		t.Errorf("Subscriptions = %v", subs)
 	}
 }

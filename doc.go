@@ -46,7 +46,11 @@
 // session's server asks for them. After a reconnect every subscribed resource is
 // reported updated once (an update may have been missed meanwhile), and the tool,
 // prompt and resource lists are listed again and handed to their handlers if they
-// changed. A restore that fails is the new session's failure: it does not serve.
+// changed. A subscription the new session's server refuses (the resource is gone) is
+// dropped, and reported updated once so that a read finds out; a level it refuses is
+// logged and kept for the next session. A restore that fails otherwise is the new
+// session's failure: it does not serve. Unsubscribe with no session up forgets the
+// subscription at once.
 //
 // # What the server sends
 //

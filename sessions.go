@@ -251,7 +251,7 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	// the change is restored too (the difference only); after a few rounds the last
 	// is made under the lock, so that a busy user cannot starve the swap.
 	var given sessionState // what s has been given so far
-	var subs []string
+	var subs, refused []string
 	for round := 0; ; round++ {
 		c.stateMu.Lock()
 		want := sessionState{c.level, c.subscribedLocked()}
@@ -260,13 +260,14 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 		if !last {
 			c.stateMu.Unlock()
 		}
-		if err := c.restore(ctx, s, given, want); err != nil {
+		no, err := c.restore(ctx, s, given, want)
+		if err != nil {
 			if last {
 				c.stateMu.Unlock()
 			}
 			return err
 		}
-		given, subs = want, want.subs
+		given, subs, refused = want, want.subs, append(refused, no...)
 		if !last {
 			c.stateMu.Lock()
 			if c.stateVer != ver {
@@ -275,6 +276,12 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 			}
 		}
 		break // stateMu is held
+	}
+	if len(refused) > 0 {
+		// The server refused them (the resources are gone): they are not kept,
+		// and the one ResourceUpdated below tells the handler to look again.
+		c.subs = slices.DeleteFunc(c.subs, func(uri string) bool { return slices.Contains(refused, uri) })
+		c.stateVer++
 	}
 	s.tools.items.Store(&l.tools)
 	if l.prompts != nil {
@@ -335,15 +342,22 @@ type sessionState struct {
 const restoreRounds = 3
 
 // restore gives s the session state want, knowing it has given already: it sets the
-// level if it changed, subscribes to what is new and unsubscribes from what is gone. A
-// failure is the new session's: it does not become the one calls use.
-func (c *Conn) restore(ctx context.Context, s *session, given, want sessionState) error {
+// level if it changed, subscribes to what is new and unsubscribes from what is gone.
+// It returns the subscriptions the server refused: a server that answers a
+// re-subscribe with an error (the resource is gone from a restarted server) does not
+// keep the connection down for it. A level the server refuses is logged and kept, for
+// the next session. Any other failure is the new session's: it does not become the one
+// calls use.
+func (c *Conn) restore(ctx context.Context, s *session, given, want sessionState) (refused []string, err error) {
 	if want.level != "" && want.level != given.level {
 		err := s.s.Request(ctx, transport.OpRequest, "logging/setLevel", func(ctx context.Context, cs *mcp.ClientSession) error {
 			return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: want.level})
 		})
-		if err != nil {
-			return &restoreError{what: fmt.Sprintf("log level %q", want.level), err: err}
+		switch {
+		case refusal(err):
+			c.opts.Logger.Warn("mcpfsm: the new session refused the log level; it keeps the server's", "server", c.name, "level", string(want.level), "error", err)
+		case err != nil:
+			return nil, &restoreError{what: fmt.Sprintf("log level %q", want.level), err: err}
 		}
 	}
 	var added, gone []string
@@ -357,26 +371,39 @@ func (c *Conn) restore(ctx context.Context, s *session, given, want sessionState
 			gone = append(gone, uri)
 		}
 	}
+	var mu sync.Mutex
 	if err := forEachLimit(ctx, added, restoreParallel, func(ctx context.Context, uri string) error {
 		err := s.s.Request(ctx, transport.OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
 			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 		})
-		if err != nil {
+		switch {
+		case refusal(err):
+			c.opts.Logger.Warn("mcpfsm: the new session refused a subscription; it is dropped", "server", c.name, "uri", uri, "error", err)
+			mu.Lock()
+			refused = append(refused, uri)
+			mu.Unlock()
+		case err != nil:
 			return &restoreError{what: fmt.Sprintf("subscription to %q", uri), err: err}
 		}
 		return nil
 	}); err != nil {
-		return err
+		return nil, err
 	}
-	return forEachLimit(ctx, gone, restoreParallel, func(ctx context.Context, uri string) error {
+	return refused, forEachLimit(ctx, gone, restoreParallel, func(ctx context.Context, uri string) error {
 		err := s.s.Request(ctx, transport.OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
 			return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
 		})
-		if err != nil {
+		if err != nil && !refusal(err) { // refused: it is not subscribed there either
 			return &restoreError{what: fmt.Sprintf("cancelled subscription to %q", uri), err: err}
 		}
 		return nil
 	})
+}
+
+// refusal reports whether err is the server's error answer to a request (not a
+// failure to get one, nor a refusal of our credentials).
+func refusal(err error) bool {
+	return err != nil && effects.Classify(err, false) == states.CauseServer
 }
 
 // restoreParallel is how many subscriptions a restore sends at once.

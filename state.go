@@ -19,7 +19,7 @@ import (
 // part of the connection: every later session is set to it before calls move there.
 func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams) error {
 	level := orEmpty(p).Level
-	return c.changeState(ctx, "logging/setLevel", string(level), func(ctx context.Context, cs *mcp.ClientSession) error {
+	return c.changeState(ctx, "logging/setLevel", string(level), false, func(ctx context.Context, cs *mcp.ClientSession) error {
 		return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
 	}, func() {
 		c.level = level
@@ -32,10 +32,12 @@ func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams
 // subscription is part of the connection: every later session subscribes before calls
 // move there, and after a reconnect the resource is reported updated once, since an
 // update may have been missed while no session was up. A subscription the server
-// rejects is an error and is not kept.
+// rejects is an error and is not kept; so is one that a later session's server
+// rejects (the resource is gone from a restarted server): that session comes up
+// without it, and the resource is reported updated once, so that a read finds out.
 func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 	uri := orEmpty(p).URI
-	return c.changeState(ctx, "resources/subscribe", uri, func(ctx context.Context, cs *mcp.ClientSession) error {
+	return c.changeState(ctx, "resources/subscribe", uri, false, func(ctx context.Context, cs *mcp.ClientSession) error {
 		return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 	}, func() {
 		if !slices.Contains(c.subs, uri) {
@@ -44,10 +46,12 @@ func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 	})
 }
 
-// Unsubscribe cancels a subscription; later sessions do not restore it.
+// Unsubscribe cancels a subscription; later sessions do not restore it. With no
+// session up (the server is down, or the connection fails fast), there is nothing to
+// tell a server: the subscription is forgotten at once.
 func (c *Conn) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error {
 	uri := orEmpty(p).URI
-	return c.changeState(ctx, "resources/unsubscribe", uri, func(ctx context.Context, cs *mcp.ClientSession) error {
+	return c.changeState(ctx, "resources/unsubscribe", uri, true, func(ctx context.Context, cs *mcp.ClientSession) error {
 		return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
 	}, func() {
 		c.subs = slices.DeleteFunc(c.subs, func(s string) bool { return s == uri })
@@ -66,8 +70,20 @@ func (c *Conn) Subscriptions() []string {
 // send again), and records the change once the server has accepted it. If calls moved
 // to a new session while the request was in flight, that session's restore could not
 // know of the change: it is sent there too. (A session that comes up after the record
-// restores it: restore and swap hold stateMu, as the record does.)
-func (c *Conn) changeState(ctx context.Context, method, name string, f func(context.Context, *mcp.ClientSession) error, record func()) error {
+// restores it: restore and swap hold stateMu, as the record does.) A change that
+// only takes something away (offline) is recorded at once when no session is up: no
+// server holds it, and the next session's restore will not give it.
+func (c *Conn) changeState(ctx context.Context, method, name string, offline bool, f func(context.Context, *mcp.ClientSession) error, record func()) error {
+	if offline {
+		c.stateMu.Lock()
+		if c.current.Load() == nil {
+			record()
+			c.stateVer++
+			c.stateMu.Unlock()
+			return nil
+		}
+		c.stateMu.Unlock()
+	}
 	var on *session
 	send := func() error {
 		_, err := call(ctx, c, request{method: method, name: name, rule: effects.RetrySafe}, func(ctx context.Context, s *session) (struct{}, error) {

@@ -164,7 +164,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"validate", "-h"}, 0, "Usage: mcpfsm validate FILE", ""},
 		{[]string{"graph", "--format", "svg"}, 2, "", `unknown format "svg"`},
 		{[]string{"graph", "--bogus"}, 2, "", "flag provided but not defined: -bogus"},
-		{[]string{"run", "-h"}, 0, "Usage: mcpfsm run [--json] [--history] CONFIG", ""},
+		{[]string{"run", "-h"}, 0, "Usage: mcpfsm run [--json] [--history] [--http-status ADDR] CONFIG", ""},
 		{[]string{"validate"}, 2, "", "want exactly one FILE"},
 	} {
 		out, errOut, code := runCLI(t, c.args...)
