@@ -177,7 +177,8 @@ type backend struct {
 	server string
 }
 
-// refuse is the error of a backend's request the gateway cannot forward.
+// refuse is the error of a backend's request the gateway cannot forward. (Not
+// method-not-found, whose message the SDK replaces with the method's name.)
 func (b *backend) refuse(code int64, method, why string) error {
 	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf("mcpfsm gateway: %s from server %q cannot be forwarded: %s", method, b.server, why)}
 }
@@ -208,15 +209,16 @@ func stripMeta(m mcp.Meta) mcp.Meta {
 func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParams) (*mcp.CreateMessageWithToolsResult, error) {
 	const method = "sampling/createMessage"
 	fc, why := b.g.callFor(ctx, b.server)
+
 	switch {
 	case fc == nil:
 		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)
 	case fc.caps == nil || fc.caps.Sampling == nil:
-		return nil, b.refuse(jsonrpc.CodeMethodNotFound, method, "the front client does not support sampling")
+		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support sampling")
 	case len(p.Tools) > 0 && fc.caps.Sampling.Tools == nil:
-		return nil, b.refuse(jsonrpc.CodeMethodNotFound, method, "the front client does not support sampling with tools")
+		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support sampling with tools")
 	case fc.newer:
-		return nil, b.refuse(jsonrpc.CodeMethodNotFound, method, "the front client is on protocol 2026-07-28, and the gateway does not yet pass input requests through")
+		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client is on protocol 2026-07-28, and the gateway does not yet pass input requests through")
 	}
 	fctx, cancel := frontContext(fc, ctx)
 	defer cancel()
@@ -232,9 +234,9 @@ func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitR
 	case fc == nil:
 		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)
 	case fc.caps == nil || fc.caps.Elicitation == nil:
-		return nil, b.refuse(jsonrpc.CodeMethodNotFound, method, "the front client does not support elicitation")
+		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support elicitation")
 	case fc.newer:
-		return nil, b.refuse(jsonrpc.CodeMethodNotFound, method, "the front client is on protocol 2026-07-28, and the gateway does not yet pass input requests through")
+		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client is on protocol 2026-07-28, and the gateway does not yet pass input requests through")
 	}
 	fctx, cancel := frontContext(fc, ctx)
 	defer cancel()

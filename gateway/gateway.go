@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -251,8 +252,20 @@ func (g *Gateway) syncer() {
 		}
 		g.listMu.Unlock()
 		t := compute(*g.rules.Load(), *g.sep.Load(), lists)
-		g.register(t)
+		// The table first: a client calls only what it has seen listed, and the
+		// front server lists only what register adds.
 		g.table.Store(t)
+		if refused := g.register(t); len(refused) > 0 {
+			c := *t
+			c.tools = maps.Clone(t.tools)
+			for _, name := range refused {
+				delete(c.tools, name)
+			}
+			g.table.Store(&c)
+			g.regMu.Lock()
+			g.reg = &c
+			g.regMu.Unlock()
+		}
 		for _, c := range t.collisions {
 			g.log.Warn("mcpfsm gateway: a name collides", "collision", c)
 		}
@@ -260,8 +273,9 @@ func (g *Gateway) syncer() {
 }
 
 // register makes the front server show t: it adds what is new or changed and removes
-// what is gone, so that only real changes notify the front sessions.
-func (g *Gateway) register(t *table) {
+// what is gone, so that only real changes notify the front sessions. It returns the
+// tools the SDK's server refused (an input schema that is not an object).
+func (g *Gateway) register(t *table) (refused []string) {
 	g.regMu.Lock()
 	defer g.regMu.Unlock()
 	old := g.reg
@@ -280,7 +294,7 @@ func (g *Gateway) register(t *table) {
 		}
 		if err := addTool(g.server, st.front, g.callTool); err != nil {
 			g.log.Warn("mcpfsm gateway: a tool cannot be shown", "server", st.server, "tool", st.name, "err", err)
-			delete(t.tools, name)
+			refused = append(refused, name)
 		}
 	}
 	gone = gone[:0]
@@ -337,6 +351,7 @@ func (g *Gateway) register(t *table) {
 		g.server.AddResourceTemplate(st.front, g.readResource)
 	}
 	g.reg = t
+	return refused
 }
 
 // addTool adds a tool to the front server, turning the SDK's panic on a tool it
@@ -419,6 +434,10 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			r.Instructions, r.ServerInfo = g.instructions(), g.implementation()
 		case *mcp.DiscoverResult:
 			r.Instructions = g.instructions()
+			if r.Meta == nil {
+				r.Meta = mcp.Meta{}
+			}
+			r.Meta[mcp.MetaKeyServerInfo] = g.implementation()
 		}
 		if method == "logging/setLevel" {
 			if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
