@@ -65,6 +65,8 @@ func (g *Gateway) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	if !ok {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: g.table.Load().unknown("tool", req.Params.Name)}
 	}
+	ctx, untrack := g.posts.track(ctx, req)
+	defer untrack()
 	c, err := g.ready(ctx, st.server)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -136,6 +138,8 @@ func requestError(text string) error {
 // with errors as JSON-RPC errors.
 func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, f func(context.Context, *mcpfsm.Conn) (R, error)) (R, error) {
 	var zero R
+	ctx, untrack := g.posts.track(ctx, req)
+	defer untrack()
 	c, err := g.ready(ctx, server)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -72,6 +72,7 @@ type Gateway struct {
 	reg   *table
 
 	calls calls // front requests in flight, by backend
+	posts posts // front requests in flight, by the HTTP POST that carried them
 
 	sessMu   sync.Mutex
 	levels   map[*mcp.ServerSession]mcp.LoggingLevel // set by 2025-11-25 front sessions
