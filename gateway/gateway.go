@@ -45,6 +45,12 @@ type Options struct {
 	// StatusResource, if set, is the URI of a resource the gateway serves itself:
 	// every backend's status as JSON (mcpfsm.Status), read at the time of reading.
 	StatusResource string
+	// StartupWait bounds how long, after New, a front request that lists or uses
+	// names (tools/list, tools/call, ...) waits for the backends to list theirs: a
+	// host that launches the gateway and lists its tools at once gets them all, not
+	// an empty list. A backend that fails to connect stops being waited for. 5s when
+	// 0; negative: no wait.
+	StartupWait time.Duration
 	// SweepInterval is how often the gateway forgets what it kept for front sessions
 	// that have ended (log levels, roots, subscriptions); 30s when 0.
 	SweepInterval time.Duration
@@ -84,6 +90,13 @@ type Gateway struct {
 
 	broadcast *outbox // notifications not tied to a call
 
+	// Startup: the backends not yet settled (listed, or failed), and opened, closed
+	// when none is left or StartupWait has passed.
+	settleMu  sync.Mutex
+	unsettled map[string]bool
+	listed    map[string]bool // listed, not yet registered by the syncer
+	opened    chan struct{}
+
 	ctx    context.Context // ends at Close: background work stops
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -104,6 +117,9 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 	if opts.SweepInterval <= 0 {
 		opts.SweepInterval = 30 * time.Second
 	}
+	if opts.StartupWait == 0 {
+		opts.StartupWait = 5 * time.Second
+	}
 	g := &Gateway{
 		opts: opts, log: opts.Logger, lists: map[string]*listing{}, dirty: make(chan struct{}, 1),
 		levels: map[*mcp.ServerSession]mcp.LoggingLevel{}, roots: map[*mcp.ServerSession][]*mcp.Root{},
@@ -111,6 +127,10 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 		reg: &table{tools: map[string]shownTool{}, prompts: map[string]shownPrompt{}, resources: map[string]shownResource{}},
 	}
 	g.calls.by = map[string]map[*frontCall]struct{}{}
+	g.opened, g.unsettled, g.listed = make(chan struct{}), map[string]bool{}, map[string]bool{}
+	for _, sc := range cfg.Servers {
+		g.unsettled[sc.Name] = true
+	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.broadcast = &outbox{g: g}
 	g.setRules(cfg)
@@ -118,7 +138,7 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 	g.server = g.newServer()
 	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
 		Client: opts.Client, Handlers: g.handlersFor, Roots: []*mcp.Root{}, Logger: opts.Logger,
-		Observer: opts.Observer, History: opts.History,
+		Observer: g.observe, History: opts.History,
 	})
 	if err != nil {
 		g.cancel()
@@ -129,7 +149,53 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 	g.wg.Add(2)
 	go g.syncer()
 	go g.sweeper()
+	if opts.StartupWait < 0 {
+		g.settle("")
+	} else {
+		stop := time.AfterFunc(opts.StartupWait, func() { g.settle("") })
+		context.AfterFunc(g.ctx, func() { stop.Stop() })
+	}
 	return g, nil
+}
+
+// observe sees every backend's transitions: a failure settles a backend that has not
+// listed yet (it will not list soon).
+func (g *Gateway) observe(server string, tr machine.Transition) {
+	if tr.Cause.Failure() {
+		g.settle(server)
+	}
+	if g.opts.Observer != nil {
+		g.opts.Observer(server, tr)
+	}
+}
+
+// settle marks a backend settled ("" settles them all), and opens the front once
+// every one is.
+func (g *Gateway) settle(server string) {
+	g.settleMu.Lock()
+	defer g.settleMu.Unlock()
+	if len(g.unsettled) == 0 && server != "" {
+		return
+	}
+	if server == "" {
+		clear(g.unsettled)
+	}
+	delete(g.unsettled, server)
+	if len(g.unsettled) == 0 {
+		select {
+		case <-g.opened:
+		default:
+			close(g.opened)
+		}
+	}
+}
+
+// waitSettled waits, at startup, for the backends to have listed or failed.
+func (g *Gateway) waitSettled(ctx context.Context) {
+	select {
+	case <-g.opened:
+	case <-ctx.Done():
+	}
 }
 
 func (g *Gateway) setRules(cfg *mcpfsm.Config) {
@@ -232,6 +298,11 @@ func (g *Gateway) setList(server string, f func(*listing)) {
 	}
 	f(l)
 	g.listMu.Unlock()
+	g.settleMu.Lock()
+	if g.unsettled[server] {
+		g.listed[server] = true
+	}
+	g.settleMu.Unlock()
 	g.changed()
 }
 
@@ -245,6 +316,10 @@ func (g *Gateway) syncer() {
 			return
 		case <-g.dirty:
 		}
+		g.settleMu.Lock()
+		listed := g.listed
+		g.listed = map[string]bool{}
+		g.settleMu.Unlock()
 		g.listMu.Lock()
 		lists := make(map[string]*listing, len(g.lists))
 		for k, v := range g.lists {
@@ -266,6 +341,9 @@ func (g *Gateway) syncer() {
 			g.regMu.Lock()
 			g.reg = &c
 			g.regMu.Unlock()
+		}
+		for server := range listed {
+			g.settle(server) // its names are registered: the front may list them
 		}
 		for _, c := range t.collisions {
 			g.log.Warn("mcpfsm gateway: a name collides", "collision", c)
@@ -412,6 +490,10 @@ func (g *Gateway) newServer() *mcp.Server {
 // backends' log level when a front session sets its own.
 func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "tools/list", "prompts/list", "resources/list", "resources/templates/list", "tools/call", "prompts/get", "resources/read", "completion/complete":
+			g.waitSettled(ctx)
+		}
 		switch method {
 		case "tools/call":
 			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {

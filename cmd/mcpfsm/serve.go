@@ -60,6 +60,7 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 	replica := fs.String("replica", "", "I/N: replica I of N behind nginx hashing Mcp-Session-Id")
 	sessionTimeout := fs.Duration("session-timeout", 30*time.Minute, "close an HTTP front session idle this long (0: never)")
 	readyWait := fs.Duration("ready-wait", 0, "how long a request waits for a server that has no session (0: fail at once)")
+	startupWait := fs.Duration("startup-wait", 5*time.Second, "at startup, how long listing waits for the servers to list theirs (negative: not at all)")
 	statusURI := fs.String("status-resource", "", "serve every server's status as JSON at this resource URI (such as mcpfsm://status)")
 	// --http-status ADDR (the status HTTP server shared with mcpfsm run) goes here:
 	// see the TODO below where the front starts.
@@ -89,7 +90,7 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := gateway.Options{
 		Implementation: &mcp.Implementation{Name: "mcpfsm-gateway", Version: version()},
-		Logger:         logger, History: 256, ReadyWait: *readyWait, StatusResource: *statusURI,
+		Logger:         logger, History: 256, ReadyWait: *readyWait, StatusResource: *statusURI, StartupWait: *startupWait,
 	}
 	if *replica != "" {
 		i, n, err := gateway.ParseReplica(*replica)
@@ -113,6 +114,11 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 		return 1
 	}
 	defer func() {
+		// The front's sessions first (an HTTP server's shutdown leaves the MCP
+		// sessions it served open), then the backends.
+		for ss := range g.Server().Sessions() {
+			_ = ss.Close()
+		}
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		if err := g.Close(cctx); err != nil {
