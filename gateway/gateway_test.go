@@ -335,7 +335,7 @@ func TestGateway_ProgressLoggingCancel(t *testing.T) {
 		t.Error("the backend's log message did not reach the front")
 	}
 
-	before := stats(t, cs)["notifications/cancelled"]
+	before := backendStats(t, cs)["notifications/cancelled"]
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -350,8 +350,8 @@ func TestGateway_ProgressLoggingCancel(t *testing.T) {
 	waitStats(t, cs, func(s map[string]int) bool { return s["notifications/cancelled"] > before })
 }
 
-// stats reads the test server's counts of what reached it.
-func stats(t *testing.T, cs *mcp.ClientSession) map[string]int {
+// backendStats reads the test server's counts of what reached it.
+func backendStats(t *testing.T, cs *mcp.ClientSession) map[string]int {
 	t.Helper()
 	res := call(t, cs, "a__stats", nil)
 	var out map[string]int
@@ -364,9 +364,9 @@ func stats(t *testing.T, cs *mcp.ClientSession) map[string]int {
 func waitStats(t *testing.T, cs *mcp.ClientSession, ok func(map[string]int) bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
-	for !ok(stats(t, cs)) {
+	for !ok(backendStats(t, cs)) {
 		if time.Now().After(deadline) {
-			t.Fatalf("the backend never saw it: %v", stats(t, cs))
+			t.Fatalf("the backend never saw it: %v", backendStats(t, cs))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

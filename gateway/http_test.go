@@ -141,7 +141,7 @@ func TestGateway_BadFrontClients(t *testing.T) {
 
 	// Gone mid-call: a client whose connection drops with a call in flight (no
 	// DELETE, no cancel notification). The backend's call is cancelled.
-	before := stats(t, good)["notifications/cancelled"]
+	before := backendStats(t, good)["notifications/cancelled"]
 	conns := &trackConns{}
 	hc := &http.Client{Transport: &http.Transport{DialContext: conns.dial}}
 	gone := httpFront(t, url, "2025-11-25", hc)
@@ -196,7 +196,7 @@ func TestGateway_StdioClientGone(t *testing.T) {
 	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
 	watcher := front(t, g, nil, "")
 	waitTools(t, watcher, has("a__slow"))
-	before := stats(t, watcher)["notifications/cancelled"]
+	before := backendStats(t, watcher)["notifications/cancelled"]
 	toServer, fromClient := io.Pipe()
 	toClient, fromServer := io.Pipe()
 	ss, err := g.Server().Connect(context.Background(), &mcp.IOTransport{Reader: toServer, Writer: fromServer}, nil)
