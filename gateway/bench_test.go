@@ -2,8 +2,8 @@ package gateway_test
 
 import (
 	"context"
-	"net/http"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"slices"
