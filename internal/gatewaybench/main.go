@@ -46,6 +46,7 @@ var (
 	clients = flag.String("clients", "1,16,64", "numbers of concurrent clients")
 	only    = flag.String("only", "", "comma-separated targets to run (direct, mcpfsm, supergateway, mcp-proxy); all by default")
 	tool    = flag.String("tool", "test_simple_text", "the everything-server's tool to call")
+	soak    = flag.Int("soak", 0, "instead: make this many calls (16 clients) to each target, printing its memory every tenth of them")
 )
 
 func main() {
@@ -141,6 +142,16 @@ func run() error {
 		}
 		ns = append(ns, n)
 	}
+	if *soak > 0 {
+		for _, mode := range []string{"2025-11-25", "2026-07-28"} {
+			for _, t := range targets {
+				if err := soakTarget(t, mode, *soak); err != nil {
+					return fmt.Errorf("%s (%s): %w", t.name, mode, err)
+				}
+			}
+		}
+		return nil
+	}
 	fmt.Printf("gatewaybench: %s/%s, %d CPUs, Go %s; %d rounds of %v per cell; tool %s\n",
 		runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version(), *rounds, *cell, *tool)
 	for _, mode := range []string{"2025-11-25", "2026-07-28"} {
@@ -206,6 +217,79 @@ func measureTarget(t target, mode string, ns []int, into map[int][]result, peak 
 	if proc != nil {
 		peak[t.name] = max(peak[t.name], proc.peak.Load())
 	}
+	return nil
+}
+
+// soakTarget makes calls calls to a target from 16 clients and prints the memory of
+// its processes after every tenth of them.
+func soakTarget(t target, mode string, calls int) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	cmd, url, err := t.start(mode, port)
+	if err != nil {
+		return err
+	}
+	proc, err := startProcess(cmd)
+	if err != nil {
+		return err
+	}
+	defer proc.stop()
+	if err := waitHTTP(url); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	tr := &http.Transport{MaxIdleConnsPerHost: 32}
+	defer tr.CloseIdleConnections()
+	version := ""
+	if mode == "2025-11-25" {
+		version = mode
+	}
+	var sessions []*mcp.ClientSession
+	for range 16 {
+		c := mcp.NewClient(&mcp.Implementation{Name: "gatewaybench", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: tr}, MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+		if err != nil {
+			return err
+		}
+		defer cs.Close()
+		sessions = append(sessions, cs)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, err := call(ctx, sessions[0]); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	fmt.Printf("soak %s %s: RSS at start %.0fM\n", t.name, mode, float64(groupRSS(proc.cmd.Process.Pid))/(1<<20))
+	var done, errs atomic.Int64
+	step := int64(calls / 10)
+	start := time.Now()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	next := step
+	for _, cs := range sessions {
+		wg.Go(func() {
+			for done.Load() < int64(calls) {
+				if _, err := call(ctx, cs); err != nil {
+					errs.Add(1)
+				}
+				if n := done.Add(1); n >= next {
+					mu.Lock()
+					if n >= next {
+						fmt.Printf("soak %s %s: %7d calls, %6.1fs, RSS %.0fM, %d errors\n", t.name, mode, n, time.Since(start).Seconds(),
+							float64(groupRSS(proc.cmd.Process.Pid))/(1<<20), errs.Load())
+						next += step
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
 	return nil
 }
 
