@@ -42,6 +42,10 @@ type frontCall struct {
 	server string
 	seq    uint64
 	out    *outbox // the call's progress and log messages, in order, off the backend's reader
+	// parking, on a 2026-07-28 front, takes the backend's requests to the front as
+	// input requests (see mrtr.go); nil where the request has no input-required
+	// result (completion, subscribe).
+	parking *parking
 }
 
 // calls are the front requests in flight, by backend.
@@ -159,7 +163,13 @@ func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		case "roots/list":
 			fc, _ := g.callFor(ctx, server)
-			if fc != nil && !fc.newer && fc.caps != nil && (fc.caps.RootsV2 != nil || fc.caps.Roots.ListChanged) {
+			if fc != nil && fc.caps != nil && (fc.caps.RootsV2 != nil || fc.caps.Roots.ListChanged) {
+				if fc.newer {
+					if res, err := askFront[*mcp.ListRootsResult](ctx, &backend{g: g, server: server}, fc, method, &mcp.ListRootsParams{}); err == nil {
+						return res, nil
+					}
+					break
+				}
 				fctx, cancel := frontContext(fc, ctx)
 				defer cancel()
 				if res, err := fc.ss.ListRoots(fctx, nil); err == nil {
@@ -217,13 +227,14 @@ func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParam
 		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support sampling")
 	case len(p.Tools) > 0 && fc.caps.Sampling.Tools == nil:
 		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support sampling with tools")
-	case fc.newer:
-		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client is on protocol 2026-07-28, and the gateway does not yet pass input requests through")
+	}
+	cp := *p
+	cp.Meta = stripMeta(p.Meta)
+	if fc.newer {
+		return askFront[*mcp.CreateMessageWithToolsResult](ctx, b, fc, method, &cp)
 	}
 	fctx, cancel := frontContext(fc, ctx)
 	defer cancel()
-	cp := *p
-	cp.Meta = stripMeta(p.Meta)
 	return fc.ss.CreateMessageWithTools(fctx, &cp)
 }
 
@@ -235,14 +246,33 @@ func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitR
 		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)
 	case fc.caps == nil || fc.caps.Elicitation == nil:
 		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support elicitation")
-	case fc.newer:
-		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client is on protocol 2026-07-28, and the gateway does not yet pass input requests through")
+	}
+	cp := *p
+	cp.Meta = stripMeta(p.Meta)
+	if fc.newer {
+		return askFront[*mcp.ElicitResult](ctx, b, fc, method, &cp)
 	}
 	fctx, cancel := frontContext(fc, ctx)
 	defer cancel()
-	cp := *p
-	cp.Meta = stripMeta(p.Meta)
 	return fc.ss.Elicit(fctx, &cp)
+}
+
+// askFront asks a 2026-07-28 front client, through the parked call's next
+// input-required result.
+func askFront[R mcp.InputResponse](ctx context.Context, b *backend, fc *frontCall, method string, p mcp.InputRequest) (R, error) {
+	var zero R
+	if fc.parking == nil {
+		return zero, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client is on protocol 2026-07-28 and its request has no input-required result")
+	}
+	res, err := fc.parking.ask(ctx, p)
+	if err != nil {
+		return zero, err
+	}
+	r, ok := res.(R)
+	if !ok {
+		return zero, b.refuse(jsonrpc.CodeInternalError, method, fmt.Sprintf("the front client answered with %T", res))
+	}
+	return r, nil
 }
 
 // logMessage forwards a backend's log message: to the front session of the call in

@@ -65,40 +65,96 @@ func (g *Gateway) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	if !ok {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: g.table.Load().unknown("tool", req.Params.Name)}
 	}
-	ctx, untrack := g.posts.track(ctx, req)
-	defer untrack()
-	c, err := g.ready(ctx, st.server)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return toolError(g.unavailable(st.server, err)), nil
-	}
-	fc := g.calls.start(ctx, req.Session, req, st.server)
-	defer g.calls.end(fc)
-	ctx = context.WithValue(ctx, frontCallKey{}, fc)
-	if token := req.Params.GetProgressToken(); token != nil {
-		ctx = mcpfsm.WithProgress(ctx, func(p *mcp.ProgressNotificationParams) {
-			fp := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: p.Progress, Total: p.Total, Message: p.Message}
-			fc.out.push(func() { _ = fc.ss.NotifyProgress(fc.ctx, fp) })
-		})
-	}
 	p := &mcp.CallToolParams{Name: st.name, Meta: forwardMeta(req.Params.Meta)}
 	if len(req.Params.Arguments) > 0 && string(req.Params.Arguments) != "null" {
 		p.Arguments = req.Params.Arguments
 	}
-	res, err := c.CallTool(ctx, p)
+	token := req.Params.GetProgressToken()
+	res, err := forward(g, ctx, req.Session, req, st.server, request[*mcp.CallToolResult]{
+		state: req.Params.RequestState, responses: req.Params.InputResponses,
+		send: func(ctx context.Context, c *mcpfsm.Conn, fc *frontCall) (*mcp.CallToolResult, error) {
+			if token != nil {
+				ctx = mcpfsm.WithProgress(ctx, func(p *mcp.ProgressNotificationParams) {
+					fp := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: p.Progress, Total: p.Total, Message: p.Message}
+					fc.out.push(func() { _ = fc.ss.NotifyProgress(fc.ctx, fp) })
+				})
+			}
+			return c.CallTool(ctx, p)
+		},
+		inputRequired: func(reqs mcp.InputRequestMap, state string) *mcp.CallToolResult {
+			return &mcp.CallToolResult{InputRequests: reqs, RequestState: state}
+		},
+		failed: func(text string) (*mcp.CallToolResult, error) { return toolError(text), nil },
+	})
+	return res, err
+}
+
+// A request is how forward sends one kind of front request.
+type request[R any] struct {
+	// state and responses are a 2026-07-28 front request's multi-round-trip
+	// fields: a retry of a call the gateway parked (see mrtr.go).
+	state     string
+	responses mcp.InputResponseMap
+	// send sends it on the backend's connection; fc is the front call.
+	send func(ctx context.Context, c *mcpfsm.Conn, fc *frontCall) (R, error)
+	// inputRequired makes the input-required result of a parked call.
+	inputRequired func(mcp.InputRequestMap, string) R
+	// failed, if set, makes the answer to a request its backend could not take (a
+	// JSON-RPC error otherwise).
+	failed func(text string) (R, error)
+}
+
+// forward runs a front request on a backend: at once if the backend has a session
+// (or within ReadyWait), failing with the backend's state and last failure otherwise;
+// a backend's own protocol error passed on as it is, the others as failed says. On a
+// 2026-07-28 front, a backend's requests during the call go to the front as input
+// requests (see roundTrip).
+func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, r request[R]) (R, error) {
+	var zero R
+	fail := r.failed
+	if fail == nil {
+		fail = func(text string) (R, error) { return zero, requestError(text) }
+	}
+	ctx, untrack := g.posts.track(ctx, req)
+	defer untrack()
+	answer := func(ctx context.Context, res R, err error) (R, error) {
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return zero, ctx.Err()
+		}
+		if je := backendError(err); je != nil {
+			return zero, je
+		}
+		return fail(g.failed(server, err))
+	}
+	newer := false
+	if v, ok := req.(interface{ ProtocolVersion() string }); ok {
+		newer = v.ProtocolVersion() >= "2026-07-28"
+	}
+	if newer && r.state != "" && r.inputRequired != nil {
+		return roundTrip(g, ctx, nil, r.state, r.responses, nil, r.inputRequired)
+	}
+	c, err := g.ready(ctx, server)
+	if err != nil {
+		if ctx.Err() != nil {
+			return zero, ctx.Err()
+		}
+		return fail(g.unavailable(server, err))
+	}
+	fc := g.calls.start(ctx, ss, req, server)
+	ctx = context.WithValue(ctx, frontCallKey{}, fc)
+	if newer && r.inputRequired != nil {
+		return roundTrip(g, ctx, fc, "", nil, func(bctx context.Context) (R, error) {
+			res, err := r.send(bctx, c, fc)
+			return answer(bctx, res, err)
+		}, r.inputRequired)
+	}
+	defer g.calls.end(fc)
+	res, err := r.send(ctx, c, fc)
 	fc.out.flush(ctx) // the call's progress and log messages go out before its result
-	if err == nil {
-		return res, nil
-	}
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
-	}
-	if je := backendError(err); je != nil {
-		return nil, je
-	}
-	return toolError(g.failed(st.server, err)), nil
+	return answer(ctx, res, err)
 }
 
 // backendError returns the JSON-RPC error a backend answered with, if that is what
@@ -134,42 +190,19 @@ func requestError(text string) error {
 	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: text}
 }
 
-// forward runs a request (other than a tool call) on a backend, as callTool does,
-// with errors as JSON-RPC errors.
-func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, f func(context.Context, *mcpfsm.Conn) (R, error)) (R, error) {
-	var zero R
-	ctx, untrack := g.posts.track(ctx, req)
-	defer untrack()
-	c, err := g.ready(ctx, server)
-	if err != nil {
-		if ctx.Err() != nil {
-			return zero, ctx.Err()
-		}
-		return zero, requestError(g.unavailable(server, err))
-	}
-	fc := g.calls.start(ctx, ss, req, server)
-	defer g.calls.end(fc)
-	res, err := f(context.WithValue(ctx, frontCallKey{}, fc), c)
-	fc.out.flush(ctx)
-	if err == nil {
-		return res, nil
-	}
-	if ctx.Err() != nil {
-		return zero, ctx.Err()
-	}
-	if je := backendError(err); je != nil {
-		return zero, je
-	}
-	return zero, requestError(g.failed(server, err))
-}
-
 func (g *Gateway) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
 	sp, ok := g.table.Load().prompts[req.Params.Name]
 	if !ok {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: g.table.Load().unknown("prompt", req.Params.Name)}
 	}
-	return forward(g, ctx, req.Session, req, sp.server, func(ctx context.Context, c *mcpfsm.Conn) (*mcp.GetPromptResult, error) {
-		return c.GetPrompt(ctx, &mcp.GetPromptParams{Name: sp.name, Arguments: req.Params.Arguments, Meta: forwardMeta(req.Params.Meta)})
+	return forward(g, ctx, req.Session, req, sp.server, request[*mcp.GetPromptResult]{
+		state: req.Params.RequestState, responses: req.Params.InputResponses,
+		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.GetPromptResult, error) {
+			return c.GetPrompt(ctx, &mcp.GetPromptParams{Name: sp.name, Arguments: req.Params.Arguments, Meta: forwardMeta(req.Params.Meta)})
+		},
+		inputRequired: func(reqs mcp.InputRequestMap, state string) *mcp.GetPromptResult {
+			return &mcp.GetPromptResult{InputRequests: reqs, RequestState: state}
+		},
 	})
 }
 
@@ -178,8 +211,14 @@ func (g *Gateway) readResource(ctx context.Context, req *mcp.ReadResourceRequest
 	if !ok {
 		return nil, mcp.ResourceNotFoundError(req.Params.URI)
 	}
-	return forward(g, ctx, req.Session, req, r.server, func(ctx context.Context, c *mcpfsm.Conn) (*mcp.ReadResourceResult, error) {
-		return c.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI, Meta: forwardMeta(req.Params.Meta)})
+	return forward(g, ctx, req.Session, req, r.server, request[*mcp.ReadResourceResult]{
+		state: req.Params.RequestState, responses: req.Params.InputResponses,
+		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.ReadResourceResult, error) {
+			return c.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI, Meta: forwardMeta(req.Params.Meta)})
+		},
+		inputRequired: func(reqs mcp.InputRequestMap, state string) *mcp.ReadResourceResult {
+			return &mcp.ReadResourceResult{InputRequests: reqs, RequestState: state}
+		},
 	})
 }
 
@@ -217,8 +256,10 @@ func (g *Gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 	default:
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown reference type %q", ref.Type)}
 	}
-	return forward(g, ctx, req.Session, req, server, func(ctx context.Context, c *mcpfsm.Conn) (*mcp.CompleteResult, error) {
-		return c.Complete(ctx, &p)
+	return forward(g, ctx, req.Session, req, server, request[*mcp.CompleteResult]{
+		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.CompleteResult, error) {
+			return c.Complete(ctx, &p)
+		},
 	})
 }
 
@@ -239,8 +280,10 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	first := g.subCount[uri] == 0
 	g.sessMu.Unlock()
 	if first {
-		if _, err := forward(g, ctx, req.Session, req, r.server, func(ctx context.Context, c *mcpfsm.Conn) (struct{}, error) {
-			return struct{}{}, c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+		if _, err := forward(g, ctx, req.Session, req, r.server, request[struct{}]{
+			send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (struct{}, error) {
+				return struct{}{}, c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+			},
 		}); err != nil {
 			return err
 		}

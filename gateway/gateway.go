@@ -77,8 +77,9 @@ type Gateway struct {
 	regMu sync.Mutex // the syncer's: what is registered on the front server
 	reg   *table
 
-	calls calls // front requests in flight, by backend
-	posts posts // front requests in flight, by the HTTP POST that carried them
+	calls  calls  // front requests in flight, by backend
+	posts  posts  // front requests in flight, by the HTTP POST that carried them
+	parked parked // 2026-07-28 front calls waiting for their client's answers
 
 	sessMu   sync.Mutex
 	levels   map[*mcp.ServerSession]mcp.LoggingLevel // set by 2025-11-25 front sessions
@@ -252,6 +253,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 		return nil
 	}
 	g.cancel()
+	g.parked.closeAll()
 	err := g.m.Close(ctx)
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()

@@ -126,44 +126,61 @@ func TestGateway_OneBadBackend(t *testing.T) {
 }
 
 // TestGateway_SamplingForwarded: a backend tool that asks for sampling gets the front
-// client's answer: from a backend on 2025-11-25 (its own request, which the gateway
-// attributes to the one front call in flight) and on 2026-07-28 (an input request
-// inside the call's answer, whose context names the front call). A front client
-// without sampling gets a clean refusal.
+// client's answer, with the backend on 2025-11-25 (it sends a request of its own,
+// which the gateway attributes to the one front call in flight) or on 2026-07-28 (an
+// input request inside the call's answer, whose context names the front call), and
+// the front client on 2025-11-25 (asked with a request on its call's stream) or on
+// 2026-07-28 (asked with an input-required result; its retry resumes the parked
+// call). A tool that asks twice (sampling, then elicitation) works on each. A front
+// client without sampling gets a clean refusal.
 func TestGateway_SamplingForwarded(t *testing.T) {
-	for _, version := range []string{"2025-11-25", ""} {
-		t.Run("backend "+version, func(t *testing.T) {
-			s := inMemory("llm", testserver.Options{})
-			s.Transport.ProtocolVersion = version
-			g := start(t, config(s), gateway.Options{})
-			sampled := make(chan string, 1)
-			cs := front(t, g, &mcp.ClientOptions{
-				CreateMessageHandler: func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
-					sampled <- req.Params.Messages[0].Content.(*mcp.TextContent).Text
-					return &mcp.CreateMessageResult{Model: "front-model", Role: "assistant", Content: &mcp.TextContent{Text: "the front's answer"}}, nil
-				},
-			}, "2025-11-25")
-			waitTools(t, cs, has("llm__sample"))
-			res := call(t, cs, "llm__sample", map[string]any{"prompt": "what is 2+2?"})
-			if res.IsError || !strings.Contains(text(res), "the front's answer") {
-				t.Fatalf("sample: %q (error %v)", text(res), res.IsError)
-			}
-			select {
-			case p := <-sampled:
-				if p != "what is 2+2?" {
-					t.Errorf("the front was asked %q", p)
+	for _, backend := range []string{"2025-11-25", "2026-07-28"} {
+		for _, frontVersion := range []string{"2025-11-25", "2026-07-28"} {
+			t.Run("backend "+backend+" front "+frontVersion, func(t *testing.T) {
+				s := inMemory("llm", testserver.Options{})
+				if backend != "2026-07-28" {
+					s.Transport.ProtocolVersion = backend
 				}
-			default:
-				t.Error("the front's handler was not called")
-			}
-			// Refused: a 2025-11-25 backend's tool says why in its error result; on
-			// 2026-07-28 the input request fails the call, with the refusal's text.
-			plain := front(t, g, nil, "2025-11-25")
-			res, err := plain.CallTool(callCtx(t), &mcp.CallToolParams{Name: "llm__sample", Arguments: map[string]any{"prompt": "x"}})
-			if got := fmt.Sprint(err) + text(res); !strings.Contains(got, "the front client does not support sampling") || (err == nil && !res.IsError) {
-				t.Errorf("a front client without sampling: %q (error %v), want a refusal", got, res != nil && res.IsError)
-			}
-		})
+				g := start(t, config(s), gateway.Options{})
+				sampled := make(chan string, 4)
+				cs := front(t, g, &mcp.ClientOptions{
+					CreateMessageHandler: func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+						sampled <- req.Params.Messages[0].Content.(*mcp.TextContent).Text
+						return &mcp.CreateMessageResult{Model: "front-model", Role: "assistant", Content: &mcp.TextContent{Text: "the front's answer"}}, nil
+					},
+					ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+						return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "elicited"}}, nil
+					},
+				}, frontVersion)
+				if got := cs.InitializeResult().ProtocolVersion; got != frontVersion {
+					t.Fatalf("the front negotiated %s", got)
+				}
+				waitTools(t, cs, has("llm__sample"))
+				res := call(t, cs, "llm__sample", map[string]any{"prompt": "what is 2+2?"})
+				if res.IsError || !strings.Contains(text(res), "the front's answer") {
+					t.Fatalf("sample: %q (error %v)", text(res), res.IsError)
+				}
+				select {
+				case p := <-sampled:
+					if p != "what is 2+2?" {
+						t.Errorf("the front was asked %q", p)
+					}
+				default:
+					t.Error("the front's handler was not called")
+				}
+				res = call(t, cs, "llm__sample_then_elicit", map[string]any{"prompt": "p", "message": "m"})
+				if res.IsError || !strings.Contains(text(res), "the front's answer") || !strings.Contains(text(res), "elicited") {
+					t.Errorf("sample_then_elicit: %q (error %v)", text(res), res.IsError)
+				}
+				// Refused: the backend's tool says why in its error result, or (an input
+				// request refused on 2026-07-28) the call fails with the refusal's text.
+				plain := front(t, g, nil, frontVersion)
+				res, err := plain.CallTool(callCtx(t), &mcp.CallToolParams{Name: "llm__sample", Arguments: map[string]any{"prompt": "x"}})
+				if got := fmt.Sprint(err) + text(res); !strings.Contains(got, "the front client does not support sampling") || (err == nil && !res.IsError) {
+					t.Errorf("a front client without sampling: %q (error %v), want a refusal", got, res != nil && res.IsError)
+				}
+			})
+		}
 	}
 }
 
