@@ -42,8 +42,10 @@
 // list changes (the front sessions are told when a backend's lists change, reconnects
 // and reloads included), and the backends' sampling and elicitation requests, which
 // go to the front client that made the call they serve (see backend.go for how that
-// client is found on each protocol version) and are refused with method-not-found
-// when it lacks the capability. Roots: the backends are given the union of the front
+// client is found on each protocol version), as requests of the gateway's own on a
+// front session before 2026-07-28 and as input requests (SEP-2322: the backend's call
+// waits, parked, for the client's retry; see mrtr.go) on 2026-07-28, and are refused
+// (-32021, missing client capability) when it lacks the capability. Roots: the backends are given the union of the front
 // sessions' roots (the go-sdk's client answers roots/list from one list per client,
 // so a backend cannot be answered per call).
 //

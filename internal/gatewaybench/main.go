@@ -47,6 +47,7 @@ var (
 	only    = flag.String("only", "", "comma-separated targets to run (direct, mcpfsm, supergateway, mcp-proxy); all by default")
 	tool    = flag.String("tool", "test_simple_text", "the everything-server's tool to call")
 	soak    = flag.Int("soak", 0, "instead: make this many calls (16 clients) to each target, printing its memory every tenth of them")
+	kill    = flag.Bool("kill", false, "instead: kill each gateway's backend under a session and say what its client sees")
 )
 
 func main() {
@@ -141,6 +142,17 @@ func run() error {
 			return fmt.Errorf("-clients %q", *clients)
 		}
 		ns = append(ns, n)
+	}
+	if *kill {
+		for _, t := range targets {
+			if t.name == "direct" {
+				continue
+			}
+			if err := killBackend(t, backend); err != nil {
+				return fmt.Errorf("%s: %w", t.name, err)
+			}
+		}
+		return nil
 	}
 	if *soak > 0 {
 		for _, mode := range []string{"2025-11-25", "2026-07-28"} {
@@ -291,6 +303,131 @@ func soakTarget(t target, mode string, calls int) error {
 	}
 	wg.Wait()
 	return nil
+}
+
+// killBackend opens a session (2025-11-25) through a gateway, kills the backend
+// processes the gateway started (SIGKILL), then calls every 100ms for 10s, and says
+// what the session's client saw: when calls answered again, and whether a new session
+// works at the end.
+func killBackend(t target, backend string) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	cmd, url, err := t.start("2025-11-25", port)
+	if err != nil {
+		return err
+	}
+	proc, err := startProcess(cmd)
+	if err != nil {
+		return err
+	}
+	defer proc.stop()
+	if err := waitHTTP(url); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	connect := func() (*mcp.ClientSession, error) {
+		c := mcp.NewClient(&mcp.Implementation{Name: "gatewaybench", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return c.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: tr}, MaxRetries: -1}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	}
+	cs, err := connect()
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		if _, err := call(ctx, cs); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	killed := 0
+	for _, pid := range descendants(proc.cmd.Process.Pid) {
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); exe == backend {
+			if syscall.Kill(pid, syscall.SIGKILL) == nil {
+				killed++
+			}
+		}
+	}
+	start := time.Now()
+	var firstErr, lastErr string
+	var fails, oks int
+	recovered := time.Duration(-1)
+	for time.Since(start) < 10*time.Second {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := call(cctx, cs)
+		cancel()
+		if err != nil {
+			fails++
+			if firstErr == "" {
+				firstErr = err.Error()
+			}
+			lastErr = err.Error()
+			recovered = -1
+		} else {
+			oks++
+			if recovered < 0 {
+				recovered = time.Since(start)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fresh := "works"
+	if cs2, err := connect(); err != nil {
+		fresh = "fails to connect: " + err.Error()
+	} else {
+		if _, err := call(ctx, cs2); err != nil {
+			fresh = "connects, its call fails: " + err.Error()
+		}
+		_ = cs2.Close()
+	}
+	fmt.Printf("kill %s: killed %d backend process(es); the session's calls over 10s: %d answered, %d failed", t.name, killed, oks, fails)
+	if recovered >= 0 {
+		fmt.Printf("; answering again from %v on", recovered.Round(time.Millisecond))
+	} else {
+		fmt.Printf("; never answering again")
+	}
+	fmt.Printf("\n  first error: %.200s\n  last error:  %.200s\n  a new session: %.200s\n", firstErr, lastErr, fresh)
+	return nil
+}
+
+// descendants lists the processes started by pid, and theirs (a stdio child may be
+// in a process group of its own).
+func descendants(pid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	parent := map[int]int{}
+	for _, e := range entries {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		if err != nil {
+			continue
+		}
+		s := string(stat)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) >= 2 {
+			parent[p], _ = strconv.Atoi(fields[1])
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // measure runs n clients calling the tool for one cell's time.
