@@ -9,7 +9,6 @@ import (
 	"maps"
 	"reflect"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -606,14 +605,4 @@ func (g *Gateway) unavailable(server string, err error) string {
 		fmt.Fprintf(&b, "; %s", machine.ErrorText(err))
 	}
 	return b.String()
-}
-
-// servers returns the names of the configured servers, sorted (for messages).
-func (g *Gateway) servers() []string {
-	var out []string
-	for _, r := range *g.rules.Load() {
-		out = append(out, r.server)
-	}
-	sort.Strings(out)
-	return out
 }
