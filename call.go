@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
+	"reflect"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/effects"
@@ -30,8 +32,16 @@ type request struct {
 }
 
 // call sends a request through the connection: see the file's comment. run sends it
-// on one session.
+// on one session. With telemetry enabled (see otel.go) the request is observed.
 func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.Context, s *session) (T, error)) (T, error) {
+	if c.tel.enabled(ctx) {
+		return observe(ctx, c, r, run)
+	}
+	return callPath(ctx, c, r, run, nil)
+}
+
+// callPath is call itself; o, if not nil, observes it.
+func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx context.Context, s *session) (T, error), o *callObs) (T, error) {
 	var zero T
 	var failed *session // the session a first attempt failed on
 	var first *CallError
@@ -46,6 +56,12 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 		}
 		if first != nil && rep != nil {
 			rep.First = first // the request is sent again: this is why
+		}
+		if o != nil {
+			if first != nil {
+				o.retry(ctx, first)
+			}
+			o.sent(s, st)
 		}
 		rctx := ctx
 		if c.answers {
@@ -77,6 +93,9 @@ func call[T any](ctx context.Context, c *Conn, r request, run func(ctx context.C
 			c.answeredOn(s) // an answer all the same
 		}
 		c.report(s, v.Cause, err)
+		if v.Cause == states.CauseAuth {
+			err = c.refusedCall(s, err)
+		}
 		if v.MayHaveRun {
 			err = fmt.Errorf("%w: %w", ErrMayHaveRun, err)
 		}
@@ -126,6 +145,9 @@ func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.St
 		}
 		c.release(s)
 	}
+	if testHookWaits != nil {
+		testHookWaits(c.name)
+	}
 	for {
 		st, err := c.m.Wait(ctx, func(st states.State) bool {
 			cur := c.current.Load()
@@ -149,6 +171,10 @@ func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.St
 		}
 	}
 }
+
+// testHookWaits, set by tests before any connection is opened, hears of each
+// request that found no session and is about to wait for one.
+var testHookWaits func(server string)
 
 // noSession is the error of a request that found no session to run on: err says why.
 // When a first attempt had failed and this was to be the retry, the request ran once,
@@ -205,8 +231,9 @@ func WithProgress(ctx context.Context, f func(*mcp.ProgressNotificationParams)) 
 	return context.WithValue(ctx, progressKey{}, f)
 }
 
-// CallTool calls a tool, waiting for a session if none is up. Arguments nil are sent
-// as {} (servers written with the TypeScript SDK reject null). p is not modified.
+// CallTool calls a tool, waiting for a session if none is up. Arguments nil (or a nil
+// map or pointer) are sent as {} (servers written with the TypeScript SDK reject
+// null). p is not modified.
 //
 // A tool that fails returns a result with IsError set and a nil error: that is the
 // tool's answer, and it says nothing about the connection. An error is a *CallError. A
@@ -221,7 +248,7 @@ func (c *Conn) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallTo
 	if p != nil {
 		cp = *p
 	}
-	if cp.Arguments == nil {
+	if isNil(cp.Arguments) {
 		cp.Arguments = map[string]any{}
 	}
 	if f, ok := ctx.Value(progressKey{}).(func(*mcp.ProgressNotificationParams)); ok && f != nil {
@@ -234,6 +261,20 @@ func (c *Conn) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallTo
 	return call(ctx, c, request{method: "tools/call", name: cp.Name, tool: true}, func(ctx context.Context, s *session) (*mcp.CallToolResult, error) {
 		return s.s.CallTool(ctx, &cp)
 	})
+}
+
+// isNil reports whether v would be sent as JSON null: nil, or a nil map,
+// pointer, slice or interface in an interface (map[string]any(nil) is not
+// == nil).
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Map, reflect.Pointer, reflect.Slice, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
 }
 
 func cloneMeta(m mcp.Meta) mcp.Meta {
@@ -262,7 +303,7 @@ func send[R any](ctx context.Context, c *Conn, method, name string, rule effects
 // Tools walks every page.
 func (c *Conn) ListTools(ctx context.Context, p *mcp.ListToolsParams) (*mcp.ListToolsResult, error) {
 	return send(ctx, c, "tools/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListToolsResult, error) {
-		return cs.ListTools(ctx, orEmpty(p))
+		return cs.ListTools(ctx, orEmpty(own(p)))
 	})
 }
 
@@ -281,7 +322,7 @@ func (c *Conn) Tools(ctx context.Context, p *mcp.ListToolsParams) iter.Seq2[*mcp
 // ListPrompts lists one page of the server's prompts. Prompts walks every page.
 func (c *Conn) ListPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
 	return send(ctx, c, "prompts/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
-		return cs.ListPrompts(ctx, orEmpty(p))
+		return cs.ListPrompts(ctx, orEmpty(own(p)))
 	})
 }
 
@@ -303,14 +344,14 @@ func (c *Conn) GetPrompt(ctx context.Context, p *mcp.GetPromptParams) (*mcp.GetP
 		name = p.Name
 	}
 	return send(ctx, c, "prompts/get", name, effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.GetPromptResult, error) {
-		return cs.GetPrompt(ctx, p)
+		return cs.GetPrompt(ctx, own(p))
 	})
 }
 
 // ListResources lists one page of the server's resources. Resources walks every page.
 func (c *Conn) ListResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
 	return send(ctx, c, "resources/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
-		return cs.ListResources(ctx, orEmpty(p))
+		return cs.ListResources(ctx, orEmpty(own(p)))
 	})
 }
 
@@ -329,7 +370,7 @@ func (c *Conn) Resources(ctx context.Context, p *mcp.ListResourcesParams) iter.S
 // ResourceTemplates walks every page.
 func (c *Conn) ListResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
 	return send(ctx, c, "resources/templates/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
-		return cs.ListResourceTemplates(ctx, orEmpty(p))
+		return cs.ListResourceTemplates(ctx, orEmpty(own(p)))
 	})
 }
 
@@ -351,14 +392,14 @@ func (c *Conn) ReadResource(ctx context.Context, p *mcp.ReadResourceParams) (*mc
 		uri = p.URI
 	}
 	return send(ctx, c, "resources/read", uri, effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
-		return cs.ReadResource(ctx, p)
+		return cs.ReadResource(ctx, own(p))
 	})
 }
 
 // Complete asks the server to complete an argument of a prompt or a resource template.
 func (c *Conn) Complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.CompleteResult, error) {
 	return send(ctx, c, "completion/complete", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.CompleteResult, error) {
-		return cs.Complete(ctx, p)
+		return cs.Complete(ctx, own(p))
 	})
 }
 
@@ -366,9 +407,26 @@ func (c *Conn) Complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.Comple
 // business; see the lifecycle's keepalive).
 func (c *Conn) Ping(ctx context.Context, p *mcp.PingParams) error {
 	_, err := send(ctx, c, "ping", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (struct{}, error) {
-		return struct{}{}, cs.Ping(ctx, p)
+		return struct{}{}, cs.Ping(ctx, own(p))
 	})
 	return err
+}
+
+// own returns a copy of the caller's params for one sending: the SDK writes into the
+// params it is given (_meta: the log level, see withLogLevel, and on protocol
+// 2026-07-28 its own keys), and the caller's value, and its Meta map, may be in use by
+// other goroutines. nil stays nil.
+func own[P any, PP interface {
+	*P
+	mcp.Params
+}](p PP) PP {
+	if p == nil {
+		return nil
+	}
+	cp := PP(new(P))
+	*cp = *p
+	cp.SetMeta(maps.Clone(p.GetMeta()))
+	return cp
 }
 
 // orEmpty returns p, or a new zero P when p is nil.

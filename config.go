@@ -207,7 +207,7 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 	if !serverName.MatchString(name) {
 		p.r.Errorf(sf.Key, "server name %s may hold only letters, digits, - and _", machine.Quote(name))
 	}
-	body := p.r.Struct(sf.Value, what, "command", "args", "env", "cwd", "stderr", "url", "transport", "headers", "protocol", "policies", "spec",
+	body := p.r.Struct(sf.Value, what, "command", "args", "env", "cwd", "stderr", "url", "transport", "headers", "protocol", "policies", "spec", "auth",
 		"prefix", "include", "exclude", "rename")
 	if body == nil {
 		return ServerConfig{}, false
@@ -289,6 +289,9 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 				p.r.Errorf(f.Value, "%s transport must be http or sse", what)
 			}
 		}
+	}
+	if f := body["auth"]; f.Value != nil {
+		p.serverAuth(f, what, name, &s.Transport)
 	}
 	if f := body["spec"]; f.Value != nil {
 		s.Spec, s.SpecFile, s.specText = p.spec(f.Value)

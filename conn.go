@@ -15,6 +15,8 @@ import (
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configure a Conn. The zero value runs the default lifecycle with its
@@ -45,10 +47,21 @@ type Options struct {
 	History int
 	// Rand draws the lifecycle's jitter; seed it for a repeatable run.
 	Rand *rand.Rand
+	// MeterProvider and TracerProvider receive the connection's metrics and spans
+	// (docs/observability.md lists them); the global providers (otel.GetMeterProvider,
+	// otel.GetTracerProvider) when nil, which record nothing until an application
+	// sets them.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 
 	// client is the SDK client of a Manager's connections, shared among those with
 	// the same handlers; nil: the Conn makes its own.
 	client *mcp.Client
+	// inherit is the connection this one replaces (a Manager's Reload with a new
+	// lifecycle): the new one starts with its session state (level, subscriptions),
+	// and its first session reports each subscription updated once, as after any
+	// reconnect.
+	inherit *Conn
 	// onOpen and onClose see every session as it opens and closes, and dial opens
 	// them (tests).
 	onOpen, onClose func(*session)
@@ -85,11 +98,14 @@ type Conn struct {
 
 	// The session state carried from session to session: see state.go.
 	stateMu   sync.Mutex
+	stateVer  uint64 // counts the changes of the session state, for restores to notice
+	resumed   bool   // the state came from a connection this one replaced (see Options.inherit)
 	level     mcp.LoggingLevel
 	levelMeta atomic.Pointer[mcp.LoggingLevel] // level, for requests to carry (see withLogLevel)
 	subs      []string                         // subscribed URIs, in the order they were subscribed
 
-	ok success // the last request answered (see Status)
+	ok  success    // the last request answered (see Status)
+	tel *telemetry // metrics and spans (see otel.go)
 
 	progress   sync.Map // progress token → func(*mcp.ProgressNotificationParams)
 	progressID atomic.Uint64
@@ -117,6 +133,10 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg, err := withAuth(cfg, transport.Config{}, opts.Logger)
+	if err != nil {
+		return nil, err
+	}
 	spec := opts.Spec
 	if spec == nil {
 		spec = DefaultSpec()
@@ -135,6 +155,15 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	hs := opts.Handlers
 	c := &Conn{name: cfg.Name, spec: spec, opts: opts, hs: &hs, client: opts.client, shared: opts.client != nil}
 	c.cfg.Store(&versioned{cfg, 1})
+	if old := opts.inherit; old != nil {
+		old.stateMu.Lock()
+		c.level, c.subs, c.resumed = old.level, slices.Clone(old.subs), true
+		old.stateMu.Unlock()
+		if c.level != "" {
+			level := c.level
+			c.levelMeta.Store(&level)
+		}
+	}
 	c.answers = kindOf(&hs, opts.Roots != nil)&(kindRoots|kindSampling|kindSamplingTools|kindElicit) != 0
 	if c.client == nil {
 		c.client = newSDKClient(opts.Client, kindOf(&hs, opts.Roots != nil))
@@ -142,9 +171,17 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 			c.client.AddRoots(opts.Roots...)
 		}
 	}
+	c.tel = newTelemetry(cfg.Name, spec, cfg, opts.MeterProvider, opts.TracerProvider)
+	observer := c.tel.transition
+	if obs := opts.Observer; obs != nil {
+		observer = func(tr machine.Transition) {
+			c.tel.transition(tr)
+			obs(tr)
+		}
+	}
 	c.m = machine.New(spec, machine.Options{
 		Name: cfg.Name, Effects: (*lifecycle)(c), Policies: opts.Policies, Logger: opts.Logger,
-		Observer: opts.Observer, History: opts.History, Rand: opts.Rand,
+		Observer: observer, History: opts.History, Rand: opts.Rand,
 	})
 	c.healthyAfter.Store(int64(c.m.Policies().BreakerCooldown))
 	c.m.Start()
@@ -225,6 +262,10 @@ func (c *Conn) Reconfigure(ctx context.Context, cfg transport.Config, p *machine
 	var gen uint64
 	for {
 		old := c.cfg.Load()
+		cfg, err := withAuth(cfg, old.cfg, c.opts.Logger)
+		if err != nil {
+			return err
+		}
 		if c.cfg.CompareAndSwap(old, &versioned{cfg, old.gen + 1}) {
 			gen = old.gen + 1
 			break
@@ -351,9 +392,20 @@ func (c *Conn) SetRoots(roots ...*mcp.Root) error {
 		return errors.New("mcpfsm: the connection was opened without roots (Options.Roots), so it does not advertise them")
 	}
 	setRoots(c.client, c.opts.Roots, roots)
+	c.keepRoots(roots)
+	return nil
+}
+
+// keepRoots records roots as the connection's own (what Roots returns and a
+// restore announces), with stateMu held. The client that serves them is set
+// by the caller: the connection's own, or the Manager's shared one.
+func (c *Conn) keepRoots(roots []*mcp.Root) {
 	c.opts.Roots = slices.Clone(roots)
 	if c.opts.Roots == nil {
 		c.opts.Roots = []*mcp.Root{}
 	}
-	return nil
 }
+
+// failsFast reports whether calls fail fast in the connection's state (parked,
+// unauthorized, an open breaker): a reload is a cue to look again.
+func (c *Conn) failsFast() bool { return c.m.Calls() == machine.FailFast }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/states"
@@ -72,29 +73,36 @@ func (b blockingLister) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 // TestToolRelistsCoalesce: notifications that the tool list changed, arriving while a
 // re-list runs, cost one more re-list after it, not one each. (The SDK's server
 // debounces its own notifications; this tests ours, at the client, with a server that
-// is slow to list.)
+// is slow to list.) In a bubble, so that "while a re-list runs" is exact: once every
+// goroutine is blocked, only the first re-list may have started.
 func TestToolRelistsCoalesce(t *testing.T) {
-	var lists atomic.Int32
-	b := blockingLister{stubClient: stubClient{res: &mcp.CallToolResult{}}, lists: &lists, release: make(chan struct{}), started: make(chan struct{}, 2)}
-	c, err := Open(transport.Config{Name: "slow", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}},
-		Options{Logger: quietLogger(), dial: func(context.Context, transport.Config, transport.Options) (transport.Client, error) { return b, nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(context.Background())
-	if err := c.WaitReady(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	s := c.current.Load()
-	s.tools.changed(c, s)
-	<-b.started // a re-list is running, and waits
-	for range 50 {
+	synctest.Test(t, func(t *testing.T) {
+		var lists atomic.Int32
+		b := blockingLister{stubClient: stubClient{res: &mcp.CallToolResult{}}, lists: &lists, release: make(chan struct{}), started: make(chan struct{}, 64)}
+		c, err := Open(transport.Config{Name: "slow", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}},
+			Options{Logger: quietLogger(), dial: func(context.Context, transport.Config, transport.Options) (transport.Client, error) { return b, nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		if err := c.WaitReady(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		s := c.current.Load()
 		s.tools.changed(c, s)
-	}
-	close(b.release)
-	<-b.started // the one re-list that the 50 notifications cost
-	s.tools.wait()
-	if n := lists.Load(); n != 3 { // connect's, the first re-list's, and one more
-		t.Errorf("%d listings for 51 notifications, want 3 (connect's, then two re-lists)", n)
-	}
+		<-b.started // a re-list is running, and waits
+		for range 50 {
+			s.tools.changed(c, s)
+		}
+		synctest.Wait()
+		if n := lists.Load(); n != 2 {
+			t.Errorf("%d listings while the first re-list runs, want 2 (connect's and that one)", n)
+		}
+		close(b.release)
+		<-b.started // the one re-list that the 50 notifications cost
+		s.tools.wait()
+		if n := lists.Load(); n != 3 { // connect's, the first re-list's, and one more
+			t.Errorf("%d listings for 51 notifications, want 3 (connect's, then two re-lists)", n)
+		}
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -50,6 +51,11 @@ func TestScenario_MissingCommandSaysWhy(t *testing.T) {
 			if _, err := c.WaitState(ctx, func(st states.State) bool { return st == states.Parked }); err != nil {
 				t.Fatal(err)
 			}
+			mu.Lock()
+			if attempts != 1 {
+				t.Errorf("parked after %d attempts, want 1", attempts)
+			}
+			mu.Unlock()
 			start := time.Now()
 			_, err = c.CallTool(ctx, &mcp.CallToolParams{Name: "echo"})
 			var ce *CallError
@@ -176,6 +182,14 @@ func TestManagerClosed(t *testing.T) {
 // TestReloadMovesWaitingCalls (issue 17 item 17): a call waiting for a server whose
 // lifecycle a Reload changes did not run: it is sent on the new connection.
 func TestReloadMovesWaitingCalls(t *testing.T) {
+	waits := make(chan struct{}, 1)
+	testHookWaits = func(string) {
+		select {
+		case waits <- struct{}{}:
+		default:
+		}
+	}
+	defer func() { testHookWaits = nil }()
 	dead := testserver.StartHTTP(t, testserver.Options{})
 	dead.Stop()
 	live := testserver.StartHTTP(t, testserver.Options{})
@@ -198,7 +212,11 @@ func TestReloadMovesWaitingCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the call is waiting
+	select {
+	case <-waits: // the call is waiting
+	case <-ctx.Done():
+		t.Fatal("the call never waited")
+	}
 	moved := &Config{Servers: []ServerConfig{{Name: "s", Transport: transport.Config{Name: "s", HTTP: &transport.HTTP{URL: live.URL()}}, Spec: other, Policies: *pol}}}
 	if res, err := m.Reload(ctx, moved); err != nil || len(res.Reconnected) != 1 {
 		t.Fatalf("reload: %s, %v", res, err)
@@ -294,5 +312,49 @@ func TestProbesSkippedWhileCallsAnswer(t *testing.T) {
 	}
 	if h.Count("ping") == idle {
 		t.Error("no probe reached the server once calls stopped")
+	}
+}
+
+// TestReloadLeavesParked (issue 13): a config reload, even one that changes nothing for
+// a parked server or only retunes its policies, makes it look again at once.
+func TestReloadLeavesParked(t *testing.T) {
+	for _, retune := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unchanged", true: "retuned"}[retune], func(t *testing.T) {
+			dir := t.TempDir()
+			bin := dir + "/server"
+			cfg := &Config{Servers: []ServerConfig{{Name: "s", Transport: transport.Config{Name: "s", Stdio: &transport.Stdio{Command: bin}}}}}
+			m, err := NewManager(cfg, ManagerOptions{Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			if _, err := m.Conn("s").WaitState(ctx, func(st states.State) bool { return st == states.Parked }); err != nil {
+				t.Fatal(err)
+			}
+			// The command is installed; the config is the same, or retunes a policy.
+			if err := os.Symlink(testserver.Build(t), bin); err != nil {
+				t.Fatal(err)
+			}
+			next := cfg
+			if retune {
+				s := cfg.Servers[0]
+				s.Policies = DefaultSpec().Defaults()
+				s.Policies.KeepaliveInterval *= 2
+				next = &Config{Servers: []ServerConfig{s}}
+			}
+			res, err := m.Reload(ctx, next)
+			if err != nil || len(res.Unchanged)+len(res.Retuned) != 1 || (len(res.Retuned) == 1) != retune {
+				t.Fatalf("reload: %s, %v", res, err)
+			}
+			start := time.Now()
+			if err := m.Conn("s").WaitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 10*time.Second {
+				t.Errorf("ready %s after the reload, not at once", took)
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/simulate"
 	"github.com/mcpfsm/mcpfsm/states"
@@ -123,5 +124,40 @@ func TestLifecycleBreakBeforeMake(t *testing.T) {
 		if tr.Failures != 0 {
 			t.Errorf("a planned reconnect spent budget: %v", tr)
 		}
+	}
+}
+
+// TestIssue13Reproduction: issue 13's reproduction, ready's close edge without the
+// action that once set what the closing guard reads, in today's format
+// (testdata/issue13/reproduction.yaml). It loads, and a real connection that reached
+// ready closes at once: ready, tearing-down, closed, never back round through
+// backing-off, because the engine sets closing when Close is asked (rule 4). The file
+// as it was then is refused with every problem at once
+// (machine/testdata/invalid/issue13_reproduction.err).
+func TestIssue13Reproduction(t *testing.T) {
+	spec, err := LoadSpecFile(filepath.Join("testdata", "issue13", "reproduction.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol := *fastPolicies()
+	c := open(t, stdioConfig(t, testserver.Options{}), &pol, func(o *Options) { o.Spec = spec })
+	c.waitState(states.Ready, 20*time.Second)
+	before := len(c.transitions())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := c.Close(ctx); err != nil {
+		t.Fatalf("Close: %v\n%s", err, c.timeline())
+	}
+	if took, bound := time.Since(start), pol.TeardownTimeout+time.Second; took > bound {
+		t.Errorf("Close took %s, want at most %s", took, bound)
+	}
+	var path []string
+	for _, tr := range c.transitions()[before:] {
+		path = append(path, fmt.Sprintf("%s -> %s", tr.From, tr.To))
+	}
+	want := []string{"ready -> tearing-down", "tearing-down -> closed"}
+	if diff := cmp.Diff(want, path); diff != "" {
+		t.Errorf("the path after Close (-want +got):\n%s", diff)
 	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrUnknownServer is the error of a request to a server a Manager does not have.
@@ -40,6 +42,10 @@ type ManagerOptions struct {
 	Observer func(server string, tr machine.Transition)
 	// History is how many transitions each connection remembers.
 	History int
+	// MeterProvider and TracerProvider receive every connection's metrics and spans
+	// (see Options.MeterProvider); the global providers when nil.
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 }
 
 // A Manager keeps a connection to each server of a Config: it opens them all, routes
@@ -55,6 +61,7 @@ type Manager struct {
 	order   []string                   // server names in config order
 	clients map[clientKind]*mcp.Client // the SDK clients, shared by connections of a kind
 	roots   []*mcp.Root                // under mu
+	shut    []*Conn                    // the connections Close took, for every Close to wait for
 }
 
 type managed struct {
@@ -72,9 +79,9 @@ func NewManager(cfg *Config, opts ManagerOptions) (*Manager, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, s := range cfg.Servers {
-		mc, err := m.openLocked(s)
+		mc, err := m.openLocked(s, nil)
 		if err != nil {
-			m.closeLocked(context.Background())
+			_ = closeAll(context.Background(), m.shutLocked())
 			return nil, err
 		}
 		m.conns[s.Name] = mc
@@ -125,8 +132,9 @@ func specChanged(old, s ServerConfig) bool {
 	return old.specText == nil && old.Spec != s.Spec
 }
 
-// openLocked opens the connection to s. m.mu is held.
-func (m *Manager) openLocked(s ServerConfig) (*managed, error) {
+// openLocked opens the connection to s (replacing old, if not nil: it inherits its
+// session state). m.mu is held.
+func (m *Manager) openLocked(s ServerConfig, old *Conn) (*managed, error) {
 	pol := policies(s)
 	var hs Handlers
 	if m.opts.Handlers != nil {
@@ -146,7 +154,8 @@ func (m *Manager) openLocked(s ServerConfig) (*managed, error) {
 	}
 	opts := Options{
 		Spec: s.Spec, Client: m.opts.Client, Handlers: hs, Roots: m.roots, Logger: m.opts.Logger,
-		History: m.opts.History, Policies: &pol, client: client,
+		History: m.opts.History, Policies: &pol, client: client, inherit: old,
+		MeterProvider: m.opts.MeterProvider, TracerProvider: m.opts.TracerProvider,
 	}
 	if obs := m.opts.Observer; obs != nil {
 		opts.Observer = func(tr machine.Transition) { obs(s.Name, tr) }
@@ -195,9 +204,9 @@ type Tool struct {
 	*mcp.Tool
 }
 
-// Tools returns the tools of every server that has a session up, as last listed, sorted
-// by qualified name.
-func (m *Manager) Tools() []Tool {
+// Listed returns the tools of every server that has a session up, as last listed
+// (without asking the servers), sorted by qualified name.
+func (m *Manager) Listed() []Tool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []Tool
@@ -225,6 +234,11 @@ func (m *Manager) SetRoots(roots ...*mcp.Root) error {
 		}
 	}
 	m.roots = slices.Clone(roots)
+	for _, mc := range m.conns {
+		mc.conn.stateMu.Lock()
+		mc.conn.keepRoots(roots)
+		mc.conn.stateMu.Unlock()
+	}
 	return nil
 }
 
@@ -329,11 +343,34 @@ func (m *Manager) Ping(ctx context.Context, server string, p *mcp.PingParams) er
 
 // Prompts iterates over every prompt of a server, page by page.
 func (m *Manager) Prompts(ctx context.Context, server string, p *mcp.ListPromptsParams) iter.Seq2[*mcp.Prompt, error] {
+	return each(ctx, m, server, func(c *Conn) iter.Seq2[*mcp.Prompt, error] { return c.Prompts(ctx, p) })
+}
+
+// Tools iterates over every tool of a server, page by page.
+func (m *Manager) Tools(ctx context.Context, server string, p *mcp.ListToolsParams) iter.Seq2[*mcp.Tool, error] {
+	return each(ctx, m, server, func(c *Conn) iter.Seq2[*mcp.Tool, error] { return c.Tools(ctx, p) })
+}
+
+// Resources iterates over every resource of a server, page by page.
+func (m *Manager) Resources(ctx context.Context, server string, p *mcp.ListResourcesParams) iter.Seq2[*mcp.Resource, error] {
+	return each(ctx, m, server, func(c *Conn) iter.Seq2[*mcp.Resource, error] { return c.Resources(ctx, p) })
+}
+
+// ResourceTemplates iterates over every resource template of a server, page by page.
+func (m *Manager) ResourceTemplates(ctx context.Context, server string, p *mcp.ListResourceTemplatesParams) iter.Seq2[*mcp.ResourceTemplate, error] {
+	return each(ctx, m, server, func(c *Conn) iter.Seq2[*mcp.ResourceTemplate, error] { return c.ResourceTemplates(ctx, p) })
+}
+
+// each is an iterator of a server's connection, or one that yields why there is none.
+func each[T any](ctx context.Context, m *Manager, server string, seq func(*Conn) iter.Seq2[T, error]) iter.Seq2[T, error] {
 	c, err := on(ctx, m, server, func(c *Conn) (*Conn, error) { return c, nil })
 	if err != nil {
-		return func(yield func(*mcp.Prompt, error) bool) { yield(nil, err) }
+		return func(yield func(T, error) bool) {
+			var zero T
+			yield(zero, err)
+		}
 	}
-	return c.Prompts(ctx, p)
+	return seq(c)
 }
 
 // A ReloadResult says what a Reload did to each server.
@@ -363,8 +400,10 @@ func (r ReloadResult) String() string {
 // a planned reconnect to the new config; if it cannot connect, the old session serves on
 // and Reload says why); one whose lifecycle spec changed gets a new connection (requests
 // waiting on the old one move to it); one whose policies alone changed adopts them and
-// keeps its session; the others are not touched. Reload waits for the closes and
-// reconnects until ctx ends. After Close it does nothing and returns ErrClosed.
+// keeps its session; the others are not touched, except that one whose calls fail fast
+// (parked, unauthorized, breaker open) tries again at once, with its credentials
+// reloaded. Reload waits for the closes and reconnects until ctx ends. After Close it
+// does nothing and returns ErrClosed.
 func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error) {
 	if err := checkServers(cfg); err != nil {
 		return ReloadResult{}, err
@@ -381,6 +420,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 		cfg ServerConfig
 	}
 	var moving []move
+	var poke []*Conn
 	next := map[string]*managed{}
 	var order []string
 	var errs []error
@@ -389,7 +429,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 		order = append(order, s.Name)
 		switch {
 		case old == nil:
-			mc, err := m.openLocked(s)
+			mc, err := m.openLocked(s, nil)
 			if err != nil {
 				errs = append(errs, err)
 				order = order[:len(order)-1]
@@ -398,7 +438,7 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 			next[s.Name] = mc
 			res.Added = append(res.Added, s.Name)
 		case specChanged(old.cfg, s):
-			mc, err := m.openLocked(s)
+			mc, err := m.openLocked(s, old.conn)
 			if err != nil {
 				errs = append(errs, err)
 				next[s.Name] = old
@@ -422,9 +462,18 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 			}
 			next[s.Name] = &managed{conn: old.conn, cfg: s}
 			res.Retuned = append(res.Retuned, s.Name)
+			if old.conn.failsFast() {
+				poke = append(poke, old.conn)
+			}
 		default:
 			next[s.Name] = old
 			res.Unchanged = append(res.Unchanged, s.Name)
+			if old.conn.failsFast() {
+				// A reload is a person's cue to look again: a connection that fails
+				// fast (parked, unauthorized after a login elsewhere, an open
+				// breaker) tries again now, with the credentials as they are.
+				poke = append(poke, old.conn)
+			}
 		}
 	}
 	for _, name := range m.order {
@@ -435,6 +484,10 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 	}
 	m.conns, m.order = next, order
 	m.mu.Unlock()
+	for _, c := range poke {
+		c.CredentialsChanged()
+		c.Reconnect()
+	}
 	conns := make([]*Conn, len(moving))
 	for i, mv := range moving {
 		conns[i] = mv.c
@@ -449,19 +502,26 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 // Close closes every connection, at once, and returns when all have closed or ctx has
 // ended. From then on requests fail with ErrClosed and Reload does nothing.
 func (m *Manager) Close(ctx context.Context) error {
+	// The lock is not held while the connections close (for up to their teardown
+	// timeouts): a request made meanwhile must find ErrClosed at once, not wait.
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.closeLocked(ctx)
+	conns := m.shutLocked()
+	m.mu.Unlock()
+	return closeAll(ctx, conns)
 }
 
-func (m *Manager) closeLocked(ctx context.Context) error {
-	m.closed = true
-	var conns []*Conn
-	for _, name := range m.order {
-		conns = append(conns, m.conns[name].conn)
+// shutLocked marks the Manager closed, the first time, and returns the connections it
+// had then: every Close waits for all of them (Conn.Close may be called again). m.mu
+// is held.
+func (m *Manager) shutLocked() []*Conn {
+	if !m.closed {
+		m.closed = true
+		for _, name := range m.order {
+			m.shut = append(m.shut, m.conns[name].conn)
+		}
+		m.conns, m.order = map[string]*managed{}, nil
 	}
-	m.conns, m.order = map[string]*managed{}, nil
-	return closeAll(ctx, conns)
+	return m.shut
 }
 
 func closeAll(ctx context.Context, conns []*Conn) error {

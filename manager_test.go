@@ -114,7 +114,7 @@ servers:
 		t.Error("an unqualified name was accepted")
 	}
 	names := map[string]bool{}
-	for _, tool := range m.Tools() {
+	for _, tool := range m.Listed() {
 		names[tool.Name] = true
 	}
 	if !names["local.counter"] || !names["remote.counter"] {

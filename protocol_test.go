@@ -1,9 +1,14 @@
 package mcpfsm
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -559,5 +564,67 @@ func TestHandlersBadInput(t *testing.T) {
 	}
 	if got := plain.Subscriptions(); len(got) != 0 {
 		t.Errorf("a refused subscription was kept: %v", got)
+	}
+}
+
+// TestNilArgumentsSentAsObject: arguments left out, a nil map and a nil pointer all
+// go on the wire as {} (TypeScript servers reject null), from a Conn and from
+// Manager.Call.
+func TestNilArgumentsSentAsObject(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	inner := testserver.NewHandler(testserver.Options{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			b, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadRequest)
+				return
+			}
+			if bytes.Contains(b, []byte(`"tools/call"`)) {
+				mu.Lock()
+				bodies = append(bodies, string(b))
+				mu.Unlock()
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close) // after the connections' cleanups: they end their sessions
+	cfg := transport.Config{Name: "wire", HTTP: &transport.HTTP{URL: srv.URL}}
+	c := open(t, cfg, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var nilStruct *struct{ X int }
+	for _, args := range []any{nil, map[string]any(nil), nilStruct} {
+		if _, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "counter", Arguments: args}); err != nil {
+			t.Fatalf("CallTool(%#v): %v", args, err)
+		}
+	}
+	m, err := NewManager(&Config{Servers: []ServerConfig{{Name: "wire", Transport: cfg}}}, ManagerOptions{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(ctx)
+	if _, err := m.Call(ctx, "wire.counter", map[string]any(nil)); err != nil {
+		t.Fatalf("Manager.Call: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bodies) != 4 {
+		t.Fatalf("the server saw %d tools/call requests, want 4: %q", len(bodies), bodies)
+	}
+	for _, b := range bodies {
+		var req struct {
+			Params struct {
+				Arguments json.RawMessage `json:"arguments"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal([]byte(b), &req); err != nil {
+			t.Fatalf("%s: %v", b, err)
+		}
+		if got := string(req.Params.Arguments); got != "{}" {
+			t.Errorf("arguments on the wire = %s, want {}: %s", got, b)
+		}
 	}
 }

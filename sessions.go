@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -138,8 +139,14 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	v := c.cfg.Load()
 	c.nextID++
 	s := &session{id: c.nextID, conn: c, drained: make(chan struct{}, 1)}
+	start := time.Now()
 	ev := c.open(context.WithValue(ctx, sessionKey{}, s), inv, v.cfg, s)
 	c.last.Store(&attempt{gen: v.gen, err: ev.Err})
+	id := ""
+	if ev.Trigger == states.Connected {
+		id = s.s.ID()
+	}
+	c.tel.connected(inv, start, ev, id)
 	return ev
 }
 
@@ -227,17 +234,43 @@ func serverCaps(s *session) *mcp.ServerCapabilities {
 
 // restoreAndSwap re-establishes on s what the user established on the connection's
 // sessions (the log level, the resource subscriptions), then makes s the session calls
-// use and delivers its lists, if they changed, to the handlers. Both happen under the
-// session state's lock, so that a change the user makes meanwhile is either restored
-// here or, once recorded after the swap, followed up on s (see Conn.changeState). After
+// use and delivers its lists, if they changed, to the handlers. The restore and the swap
+// happen under the session state's lock, so that a change the user makes meanwhile is
+// either restored here or, once recorded after the swap, followed up on s (see
+// Conn.changeState); the delivery comes after, outside it. After
 // a reconnect, every subscribed resource is reported updated once: an update may have
 // been missed while no session was up.
 func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error {
-	c.stateMu.Lock()
-	level, subs := c.level, c.subscribedLocked()
-	if err := c.restore(ctx, s, level, subs); err != nil {
-		c.stateMu.Unlock()
-		return err
+	// The restore runs without stateMu, so that a Subscribe or SetLoggingLevel
+	// answered meanwhile is not held past its context; the swap takes it, and finds
+	// out from the version whether the state changed during the restore. If it did,
+	// the change is restored too (the difference only); after a few rounds the last
+	// is made under the lock, so that a busy user cannot starve the swap.
+	var given sessionState // what s has been given so far
+	var subs []string
+	for round := 0; ; round++ {
+		c.stateMu.Lock()
+		want := sessionState{c.level, c.subscribedLocked()}
+		ver := c.stateVer
+		last := round == restoreRounds
+		if !last {
+			c.stateMu.Unlock()
+		}
+		if err := c.restore(ctx, s, given, want); err != nil {
+			if last {
+				c.stateMu.Unlock()
+			}
+			return err
+		}
+		given, subs = want, want.subs
+		if !last {
+			c.stateMu.Lock()
+			if c.stateVer != ver {
+				c.stateMu.Unlock()
+				continue
+			}
+		}
+		break // stateMu is held
 	}
 	s.tools.items.Store(&l.tools)
 	if l.prompts != nil {
@@ -246,8 +279,12 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	if l.resources != nil {
 		s.resources.items.Store(l.resources)
 	}
-	c.listMu.Lock() // no re-list of the old session delivers its lists after these
 	old := c.current.Swap(s)
+	c.stateMu.Unlock()
+	// The handlers are the user's: they run without stateMu, so that one may read
+	// the connection (Subscriptions, Roots). A re-list of the old session delivers
+	// under listMu only while it is current: from here on, none delivers after these.
+	c.listMu.Lock()
 	c.deliverTools(l.tools)
 	if l.prompts != nil {
 		c.deliverPrompts(l.prompts)
@@ -256,7 +293,6 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 		c.deliverResources(*l.resources)
 	}
 	c.listMu.Unlock()
-	c.stateMu.Unlock()
 	if old != nil {
 		// Make before break: calls move to the new session now; the old one
 		// finishes those in flight and is closed by retire (or teardown).
@@ -270,31 +306,70 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	for _, r := range []interface{ start(*Conn, *session) }{&s.tools, &s.prompts, &s.resources} {
 		r.start(c, s) // for a change that came while connecting
 	}
-	if s.id > 1 && c.hs.ResourceUpdated != nil {
-		for _, uri := range subs {
-			c.hs.ResourceUpdated(context.WithoutCancel(ctx), &mcp.ResourceUpdatedNotificationParams{URI: uri})
-		}
+	if h := c.hs.ResourceUpdated; (s.id > 1 || c.resumed) && h != nil && len(subs) > 0 {
+		// Off the owner: the natural handler reads the resource again through the
+		// connection, and that read may need the owner (to replace a session that
+		// broke under it), which must not be waiting for the handler.
+		hctx := context.WithoutCancel(ctx)
+		go func() {
+			for _, uri := range subs {
+				safely(func() { h(hctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}) })
+			}
+		}()
 	}
 	return nil
 }
 
-// restore sets level and subscribes to subs on s. A failure is the new session's: it
-// does not become the one calls use.
-func (c *Conn) restore(ctx context.Context, s *session, level mcp.LoggingLevel, subs []string) error {
-	if level != "" {
+// sessionState is what a restore gives a session: the log level and subscriptions.
+type sessionState struct {
+	level mcp.LoggingLevel
+	subs  []string
+}
+
+// restoreRounds is how many times a restore starts over for a state that changed
+// while it ran before its last round holds the lock.
+const restoreRounds = 3
+
+// restore gives s the session state want, knowing it has given already: it sets the
+// level if it changed, subscribes to what is new and unsubscribes from what is gone. A
+// failure is the new session's: it does not become the one calls use.
+func (c *Conn) restore(ctx context.Context, s *session, given, want sessionState) error {
+	if want.level != "" && want.level != given.level {
 		err := s.s.Request(ctx, transport.OpRequest, "logging/setLevel", func(ctx context.Context, cs *mcp.ClientSession) error {
-			return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+			return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: want.level})
 		})
 		if err != nil {
-			return &restoreError{what: fmt.Sprintf("log level %q", level), err: err}
+			return &restoreError{what: fmt.Sprintf("log level %q", want.level), err: err}
 		}
 	}
-	return forEachLimit(ctx, subs, restoreParallel, func(ctx context.Context, uri string) error {
+	var added, gone []string
+	for _, uri := range want.subs {
+		if !slices.Contains(given.subs, uri) {
+			added = append(added, uri)
+		}
+	}
+	for _, uri := range given.subs {
+		if !slices.Contains(want.subs, uri) {
+			gone = append(gone, uri)
+		}
+	}
+	if err := forEachLimit(ctx, added, restoreParallel, func(ctx context.Context, uri string) error {
 		err := s.s.Request(ctx, transport.OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
 			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 		})
 		if err != nil {
 			return &restoreError{what: fmt.Sprintf("subscription to %q", uri), err: err}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	return forEachLimit(ctx, gone, restoreParallel, func(ctx context.Context, uri string) error {
+		err := s.s.Request(ctx, transport.OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
+			return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+		})
+		if err != nil {
+			return &restoreError{what: fmt.Sprintf("cancelled subscription to %q", uri), err: err}
 		}
 		return nil
 	})
@@ -362,19 +437,28 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 	if age := inv.Policies.MaxSessionAge; age > 0 && time.Since(s.start) >= age {
 		healthy.Trigger = states.Recycle
 	}
-	if heard := time.Since(time.Unix(0, s.answered.Load())); inv.Policies.KeepaliveInterval > 0 && heard < inv.Policies.KeepaliveInterval {
+	// Spared only if the answer came within the interval less its jitter: the next
+	// probe, due an interval less a fresh jitter after that answer, then comes at
+	// least that long after it and is not spared again by the same answer (with the
+	// whole interval as the bar, it could be, with a delay left of at most zero, and
+	// so again every millisecond until the interval had passed).
+	every := inv.Policies.KeepaliveInterval
+	if heard := time.Since(time.Unix(0, s.answered.Load())); every > 0 && heard < every-time.Duration(inv.Policies.KeepaliveJitter*float64(every)) {
 		// A caller's request was answered within the interval: the server is alive,
 		// as of then. The next probe is due an interval after that answer, so that a
 		// server that froze since is found as soon as an unspared probe would find it.
 		healthy.Heard = heard
 		return healthy
 	}
+	start := time.Now()
 	err := s.s.Probe(ctx)
 	if err == nil {
 		c.ok.note(time.Now(), true)
+		c.tel.probed(start, "ok")
 		return healthy
 	}
 	cause, err := effects.ClassifyEffect(ctx, inv, err, false)
+	c.tel.probed(start, cause.String())
 	if cause == states.CauseServer {
 		// The server answered, with an error: the connection works.
 		return healthy
@@ -397,16 +481,23 @@ func endCause(err error) states.Cause {
 }
 
 // retire closes the session Replace replaced, once the calls in flight on it have
-// finished (for up to half of teardown_timeout). Like a planned teardown's, its error
-// counts only if it holds a real failure.
+// finished: it waits for them for the effect's timeout (drain_timeout in the default
+// lifecycle) less what the close needs (teardown_timeout, or half the timeout if that
+// is less), then closes the session. Like a planned teardown's, its error counts only
+// if it holds a real failure.
 func (c *Conn) retire(ctx context.Context, inv machine.Invocation) machine.Event {
 	s := c.retired
 	c.retired = nil
 	if s == nil {
 		return machine.Event{Trigger: states.Retired}
 	}
-	drain(ctx, s, inv.Policies.TeardownTimeout/2)
-	cause, err := effects.CloseOutcome(ctx, inv, c.closeNow(ctx, s))
+	closing := min(inv.Policies.TeardownTimeout, inv.Timeout/2)
+	drain(ctx, s, inv.Timeout-closing)
+	// The close has its share of the time, as a teardown has: a server that hangs in
+	// close is forced at that deadline (reported as our own, as the effect's is).
+	cctx, cancel := context.WithTimeoutCause(ctx, closing, machine.ErrEffectTimeout)
+	defer cancel()
+	cause, err := effects.CloseOutcome(cctx, inv, c.closeNow(cctx, s))
 	return machine.Event{Trigger: states.Retired, Cause: cause, Err: err}
 }
 
@@ -589,21 +680,21 @@ func (c *Conn) deliver(items any) {
 func (c *Conn) deliverTools(tools []*mcp.Tool) {
 	if c.hs.ToolsChanged != nil && (c.sent.tools == nil || !reflect.DeepEqual(*c.sent.tools, tools)) {
 		c.sent.tools = &tools
-		c.hs.ToolsChanged(tools)
+		safely(func() { c.hs.ToolsChanged(tools) })
 	}
 }
 
 func (c *Conn) deliverPrompts(prompts []*mcp.Prompt) {
 	if c.hs.PromptsChanged != nil && (c.sent.prompts == nil || !reflect.DeepEqual(*c.sent.prompts, prompts)) {
 		c.sent.prompts = &prompts
-		c.hs.PromptsChanged(prompts)
+		safely(func() { c.hs.PromptsChanged(prompts) })
 	}
 }
 
 func (c *Conn) deliverResources(l resourceList) {
 	if c.hs.ResourcesChanged != nil && (c.sent.resources == nil || !reflect.DeepEqual(*c.sent.resources, l)) {
 		c.sent.resources = &l
-		c.hs.ResourcesChanged(l.resources, l.templates)
+		safely(func() { c.hs.ResourcesChanged(l.resources, l.templates) })
 	}
 }
 

@@ -81,6 +81,7 @@ func (c *Conn) changeState(ctx context.Context, method, name string, f func(cont
 	}
 	c.stateMu.Lock()
 	record()
+	c.stateVer++
 	moved := c.current.Load()
 	c.stateMu.Unlock()
 	if moved != nil && moved != on {

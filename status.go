@@ -7,14 +7,17 @@ import (
 
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
 )
 
 // A Status is what a connection can say of itself at once: where it is, what last
 // worked and what last failed, and what it will do next. Reading one takes a few atomic
 // loads and holds no lock across I/O. It encodes to JSON with stable field names.
 type Status struct {
-	Server string       `json:"server"`
-	State  states.State `json:"state"`
+	Server string `json:"server"`
+	// Transport is how the server is reached: stdio, http, sse or inmemory.
+	Transport string       `json:"transport"`
+	State     states.State `json:"state"`
 	// Calls is what a call does in State: serve, wait or fail ("" once closed).
 	Calls machine.CallMode `json:"calls,omitempty"`
 	Since time.Time        `json:"since"` // when the connection entered State
@@ -32,6 +35,29 @@ type Status struct {
 	Next *NextMove `json:"next,omitempty"`
 	// Session is the session calls use, if one is up.
 	Session *SessionStatus `json:"session,omitempty"`
+	// ActionNeeded says that the connection will not recover by itself: its calls
+	// fail fast because of a failure that retrying cannot fix, a config that cannot
+	// work (cause config: a missing command, a URL that is not MCP) or credentials
+	// the server refused (cause auth). It still re-checks now and then
+	// (park_interval, auth_recheck_interval), but what brings it back is a fixed
+	// config or new credentials, then a reload or Reconnect. Action says which.
+	ActionNeeded bool   `json:"actionNeeded"`
+	Action       string `json:"action,omitempty"`
+}
+
+// actionFor returns what a person must do for a connection whose calls are in mode
+// with last as its last failure, or "" when it recovers by itself.
+func actionFor(mode machine.CallMode, last *machine.Failure) string {
+	if mode != machine.FailFast || last == nil {
+		return ""
+	}
+	switch last.Cause {
+	case states.CauseConfig:
+		return "fix the server's config (command, URL), then reload"
+	case states.CauseAuth:
+		return "renew the server's credentials, then reload"
+	}
+	return ""
 }
 
 // A Success is a request that was answered.
@@ -86,9 +112,11 @@ func (s *success) note(at time.Time, probe bool) {
 func (c *Conn) Status() Status {
 	ms := c.m.Status()
 	st := Status{
-		Server: c.name, State: ms.State, Calls: ms.Calls, Since: ms.Since,
+		Server: c.name, Transport: transportKind(c.cfg.Load().cfg), State: ms.State, Calls: ms.Calls, Since: ms.Since,
 		Failures: ms.Failures, BreakerThreshold: c.m.Policies().BreakerThreshold,
 	}
+	st.Action = actionFor(ms.Calls, ms.LastFailure)
+	st.ActionNeeded = st.Action != ""
 	if at := c.ok.at.Load(); at != 0 {
 		what := "call"
 		if c.ok.probe.Load() {
@@ -107,4 +135,19 @@ func (c *Conn) Status() Status {
 		st.Session = &SessionStatus{ID: info.SessionID, Started: s.start, Age: time.Since(s.start), InFlight: s.inflight.Load(), Server: info}
 	}
 	return st
+}
+
+// transportKind names the transport of cfg.
+func transportKind(cfg transport.Config) string {
+	switch {
+	case cfg.Stdio != nil:
+		return "stdio"
+	case cfg.HTTP != nil:
+		return "http"
+	case cfg.SSE != nil:
+		return "sse"
+	case cfg.InMemory != nil:
+		return "inmemory"
+	}
+	return ""
 }

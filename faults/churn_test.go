@@ -55,6 +55,7 @@ func churnPolicies() *machine.Policies {
 	p.ConnectTimeout = 5 * time.Second
 	p.ProbeTimeout = time.Second
 	p.TeardownTimeout = time.Second
+	p.DrainTimeout = 2 * time.Second // a replaced session waits this long for its calls
 	p.KeepaliveInterval = 100 * time.Millisecond
 	p.BackoffBase = 5 * time.Millisecond
 	p.BackoffMax = 50 * time.Millisecond

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/internal/testutil"
@@ -23,7 +24,11 @@ import (
 // before and after all rows:
 //
 //   - goroutines: every goroutine a row starts, directly or not, inherits the
-//     pprof label the row puts on its test goroutine;
+//     pprof label the row puts on its test goroutine; the machine's owner,
+//     which often runs on a goroutine a timer started (time.AfterFunc, which
+//     carries no label), is labelled by the row's Observer at each transition,
+//     before the state's effect starts, so the effects' goroutines are the
+//     row's too;
 //   - file descriptors: sockets to or listening on the row's ports, and the
 //     pipes of the row's stdio children;
 //   - child processes: the row's servers carry a marker in their arguments.
@@ -49,6 +54,10 @@ func labeled(id string) (int, string) {
 	n := 0
 	var stacks strings.Builder
 	for _, block := range strings.Split(buf.String(), "\n\n") {
+		// The first block starts with the profile's header line.
+		if i := strings.Index(block, "\n"); i >= 0 && !strings.Contains(block[:i], " @ ") {
+			block = block[i+1:]
+		}
 		lines := strings.SplitN(block, "\n", 3)
 		if len(lines) < 2 || !strings.HasPrefix(lines[1], "# labels: ") || !strings.Contains(lines[1], want) {
 			continue
@@ -261,5 +270,32 @@ func settle(within time.Duration, ok func() bool) bool {
 			return false
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLabeledCountsEveryGroup: labeled counts the goroutines of every group of
+// the profile, the largest too (the first, which follows the profile's header
+// line: it was once skipped, and with it a row's leak whenever the leak was
+// the largest group of the process).
+func TestLabeledCountsEveryGroup(t *testing.T) {
+	const id, n = "labeled-self-test", 50 // more than any other group
+	stop := make(chan struct{})
+	var started sync.WaitGroup
+	func() {
+		labelRow(id)
+		defer unlabel()
+		for range n {
+			started.Add(1)
+			go func() {
+				started.Done()
+				<-stop
+			}()
+		}
+	}()
+	started.Wait()
+	got, stacks := labeled(id)
+	close(stop)
+	if got != n {
+		t.Errorf("labeled counted %d goroutines, want %d:\n%s", got, n, stacks)
 	}
 }

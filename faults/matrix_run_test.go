@@ -37,6 +37,7 @@ func policies() *machine.Policies {
 	p.ConnectTimeout = 2 * time.Second
 	p.ProbeTimeout = 300 * time.Millisecond
 	p.TeardownTimeout = 500 * time.Millisecond
+	p.DrainTimeout = time.Second // a replaced session waits this long for its calls
 	p.KeepaliveInterval = 300 * time.Millisecond
 	p.BackoffBase = 50 * time.Millisecond
 	p.BackoffMax = 500 * time.Millisecond
@@ -83,6 +84,10 @@ type row struct {
 	// check makes the row's own assertions once the connection has recovered
 	// and the load has stopped (the connection is still open).
 	check func(r *run)
+	// beforeClose, if set, strikes the fault again just before Close: Close
+	// must keep its bound with the fault on. It may register checks to make
+	// once Close has returned (see run.afterClose).
+	beforeClose func(r *run)
 	// policies, if set, adjusts the row's policies.
 	policies func(p *machine.Policies)
 }
@@ -109,6 +114,9 @@ type run struct {
 	end       time.Time // the server was usable again
 	closeTook time.Duration
 	notes     []string // row-specific measurements, for the table
+	// afterClose are checks that beforeClose registered, made once Close has
+	// returned.
+	afterClose []func()
 
 	mu       sync.Mutex
 	trs      []machine.Transition
@@ -119,6 +127,7 @@ type run struct {
 
 	loadStop chan struct{}
 	loadWG   sync.WaitGroup
+	pending  map[string]time.Time // the load's calls in flight, by id: when each began; under mu
 	pauseMu  sync.Mutex
 	paused   bool           // the load starts no call; under pauseMu
 	callsWG  sync.WaitGroup // the load's calls in flight
@@ -137,6 +146,15 @@ type call struct {
 	end             time.Time
 	text            string
 	err             error
+	want            string // the answer it must get, if not its id
+}
+
+// answer returns the text the call must be answered with.
+func (c *call) answer() string {
+	if c.want != "" {
+		return c.want
+	}
+	return c.id
 }
 
 var markers struct {
@@ -244,19 +262,18 @@ func (w *row) play(t *testing.T) {
 				break
 			}
 		}
-		// Calls may miss their own deadline on a loaded machine; nothing else.
-		r.mu.Lock()
-		for _, c := range r.calls {
-			var ce *mcpfsm.CallError
-			if c.err != nil && !(errors.As(c.err, &ce) && ce.Cause == states.CauseCanceled) {
-				r.errorf("call %s failed under a tolerable fault: %v", c.id, c.err)
-			}
-		}
-		r.mu.Unlock()
+	}
+	if w.detect != nil {
+		r.checkLost()
+	} else {
+		r.checkNoneLost()
 	}
 	r.checkCalls()
 	if w.check != nil {
 		w.check(r)
+	}
+	if w.beforeClose != nil {
+		w.beforeClose(r)
 	}
 
 	closing := time.Now()
@@ -269,6 +286,169 @@ func (w *row) play(t *testing.T) {
 	if bound := r.pol.TeardownTimeout + forceGrace + time.Second; r.closeTook > bound {
 		r.errorf("Close took %v, want at most %v", r.closeTook, bound)
 	}
+	for _, f := range r.afterClose {
+		f()
+	}
+}
+
+// checkNoneLost checks the calls of a row whose fault must be tolerated, or
+// is a reconnect we asked for: none failed, but for a call whose own deadline
+// ended it (on a loaded machine), and then not before that deadline; and, for
+// a reconnect, a non-idempotent call still in flight on the replaced session
+// when its close came (retire lets calls finish for drain_timeout less the
+// close's share, 500ms here: a loaded machine may take longer), which says it
+// may have run.
+func (r *run) checkNoneLost() {
+	trs := r.transitions()
+	retiredUnder := func(c *call) bool {
+		return slices.ContainsFunc(trs, func(tr machine.Transition) bool {
+			return tr.From == states.Retiring && tr.To != states.Retiring && !tr.At.Before(c.start) && !tr.At.After(c.end.Add(breakLag))
+		})
+	}
+	r.mu.Lock()
+	calls := slices.Clone(r.calls)
+	r.mu.Unlock()
+	for _, c := range calls {
+		var ce *mcpfsm.CallError
+		switch {
+		case c.err == nil:
+		case r.row.planned && c.tool == "journal" && errors.Is(c.err, mcpfsm.ErrMayHaveRun) && retiredUnder(c):
+		case !errors.As(c.err, &ce) || ce.Cause != states.CauseCanceled:
+			r.errorf("call %s failed under a fault that must not fail calls: %v", c.id, c.err)
+		case c.end.Before(c.deadline):
+			r.errorf("call %s was cancelled %v before its deadline: %v", c.id, c.deadline.Sub(c.end), c.err)
+		}
+	}
+}
+
+// Slack of checkLost's reading of the timeline.
+const (
+	// seenSlack: a call sees a state a little after the transition into it
+	// is stamped, and a little before it is published.
+	seenSlack = 50 * time.Millisecond
+	// breakLag: how long after a call fails because its session broke the
+	// connection may record that failure (its owner may be running a probe,
+	// or a forced teardown, when the session ends).
+	breakLag = 2 * time.Second
+)
+
+// checkLost checks that no call of the load of a fault row was lost: every
+// failure is of a kind the connection's own record explains, and once the
+// connection had recovered, every call was answered, unless the connection
+// failed again while it ran (a probe a loaded machine answered late).
+//
+//   - ErrUnavailable: a state whose calls fail fast (breaker-open) was
+//     entered, or current, while the call ran;
+//   - ErrNotReady: a state with no session was entered, or current, while it ran;
+//   - ErrMayHaveRun: only for a call that is not idempotent (a read-only one
+//     is sent again on the next session), and only when the connection
+//     recorded a failure while it ran (its session broke);
+//   - the call's own deadline (cause canceled): not before that deadline;
+//   - any other error: never (it would be a failure of the server handed to
+//     the caller instead of being recovered from).
+//
+// Outside the fault (before it began, or once the connection had recovered)
+// a call fails only if the connection failed while it ran (a probe a loaded
+// machine answered late), or if the test's own proxy dropped data while it
+// ran (a guard toxic that waited guardWait on a stalled stage: the table says
+// so). Each call that may have run is accounted for by checkCalls (the
+// journal: at most once) and in the table.
+func (r *run) checkLost() {
+	trs := r.transitions()
+	rec, recovered := r.recovery()
+	dropped := dropsOf(r.id)
+	excused := 0
+	defer func() {
+		if excused > 0 {
+			r.note("%d calls failed outside the fault as the test's proxy dropped data (%d chunks in the row)", excused, len(dropped))
+		}
+	}()
+	r.mu.Lock()
+	calls := slices.Clone(r.calls)
+	r.mu.Unlock()
+	failed := func(from, to time.Time) bool {
+		for _, tr := range trs {
+			if !tr.At.Before(from) && !tr.At.After(to) && failure(tr.Cause) {
+				return true
+			}
+		}
+		return false
+	}
+	during := func(from, to time.Time, ok func(states.State) bool) bool {
+		return slices.ContainsFunc(statesDuring(trs, from, to), ok)
+	}
+	for _, c := range calls {
+		if c.err == nil {
+			continue
+		}
+		from, to := c.start.Add(-seenSlack), c.end.Add(seenSlack)
+		var ce *mcpfsm.CallError
+		var why string
+		switch {
+		case !errors.As(c.err, &ce):
+			why = "not a *mcpfsm.CallError"
+		case errors.Is(c.err, mcpfsm.ErrUnavailable):
+			if !during(from, to, func(st states.State) bool { return r.conn.Spec().Calls(st) == machine.FailFast }) {
+				why = "unavailable, but no state whose calls fail fast while it ran"
+			}
+		case errors.Is(c.err, mcpfsm.ErrNotReady):
+			if !during(from, to, func(st states.State) bool { return !r.hasSession(st) }) {
+				why = "not ready, but the connection had a session all the while"
+			}
+		case errors.Is(c.err, mcpfsm.ErrMayHaveRun):
+			switch {
+			case c.tool != "journal":
+				why = "a read-only call said it may have run: it should have been sent again"
+			case !failed(from, c.end.Add(breakLag)):
+				why = "it may have run, but the connection recorded no failure while it ran"
+			}
+		case ce.Cause == states.CauseCanceled:
+			if c.end.Before(c.deadline) {
+				why = fmt.Sprintf("cancelled %v before its deadline", c.deadline.Sub(c.end))
+			}
+		default:
+			why = "an error of no kind a fault may give a call (" + ce.Cause.String() + ")"
+		}
+		outside := c.end.Before(r.start) || recovered && c.start.After(rec.At)
+		switch {
+		case why != "":
+		case !outside || failed(from, c.end.Add(breakLag)):
+		case slices.ContainsFunc(dropped, func(at time.Time) bool { return !at.Before(from) && !at.After(to) }):
+			excused++ // the test's proxy lost data: a network fault the row did not mean
+		case c.end.Before(r.start):
+			why = "it failed before the fault began, and the connection did not fail while it ran"
+		default:
+			why = fmt.Sprintf("it began %v after the recovery, and the connection did not fail again", c.start.Sub(rec.At))
+		}
+		if why != "" {
+			r.errorf("call %s lost (%s, %v after the fault began, for %v): %s: %v\n%s",
+				c.id, c.tool, c.start.Sub(r.start), c.end.Sub(c.start), why, c.err, r.timeline())
+		}
+	}
+}
+
+// statesDuring returns the states the connection was in at some point from
+// one time to another: the state it was in at from, and every state entered
+// until to.
+func statesDuring(trs []machine.Transition, from, to time.Time) []states.State {
+	var out []states.State
+	for i, tr := range trs {
+		switch {
+		case tr.At.After(to):
+			if i == 0 {
+				out = append(out, tr.From)
+			}
+			return out
+		case !tr.At.After(from):
+			out = append(out[:0], tr.To) // the state at from, so far
+		default:
+			if len(out) == 0 {
+				out = append(out, tr.From)
+			}
+			out = append(out, tr.To)
+		}
+	}
+	return out
 }
 
 // serves checks that the connection answers a call once it has recovered.
@@ -347,6 +527,12 @@ func (r *run) open(cfg transport.Config) {
 		Rand:     rand.New(rand.NewPCG(7, 7)),
 		History:  1024,
 		Observer: func(tr machine.Transition) {
+			// The Observer runs on the machine's owner, which is whichever
+			// goroutine holds the role: often one a timer started
+			// (time.AfterFunc), which carries no pprof label. Labelling it
+			// here, before the state's effect starts, makes it and every
+			// goroutine the effect starts the row's, for finish's check.
+			labelRow(r.id)
 			r.mu.Lock()
 			r.trs = append(r.trs, tr)
 			r.mu.Unlock()
@@ -575,15 +761,47 @@ func (r *run) startLoad() {
 	r.t.Cleanup(r.stopLoad)
 }
 
-// stopLoad stops the load and waits for every call.
+// loadRunning reports whether the load has not been stopped.
+func (r *run) loadRunning() bool {
+	select {
+	case <-r.loadStop:
+		return false
+	default:
+		return true
+	}
+}
+
+// stopLoad stops the load and waits for every call, failing the row if one
+// has not returned within loadWait: a call that never returns is lost, and
+// waiting for it would wedge the test.
 func (r *run) stopLoad() {
 	select {
 	case <-r.loadStop:
 	default:
 		close(r.loadStop)
 	}
-	r.loadWG.Wait()
+	done := make(chan struct{})
+	go func() {
+		r.loadWG.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(loadWait):
+		r.mu.Lock()
+		var stuck []string
+		for id, began := range r.pending {
+			stuck = append(stuck, fmt.Sprintf("%s (began %v ago)", id, time.Since(began).Round(time.Millisecond)))
+		}
+		r.mu.Unlock()
+		slices.Sort(stuck)
+		r.errorf("calls still in flight %v after the load stopped: %v", loadWait, stuck)
+	}
 }
+
+// loadWait bounds how long stopLoad waits for the calls in flight: each has
+// a deadline of callTimeout at most, but for inflight's (20s).
+const loadWait = 20*time.Second + lateSlack + 5*time.Second
 
 // pauseLoad stops the load from starting calls, and waits for its calls in
 // flight: from then on no call of the load gets an answer, so the probes reach
@@ -624,6 +842,7 @@ func (r *run) call(i int) {
 	defer r.callsWG.Done()
 	c := &call{id: r.id + "#" + strconv.Itoa(i), start: time.Now()}
 	c.deadline = c.start.Add(callTimeout)
+	r.begin(c)
 	ctx, cancel := context.WithDeadline(context.Background(), c.deadline)
 	defer cancel()
 	var args map[string]any
@@ -637,9 +856,25 @@ func (r *run) call(i int) {
 	}
 	res, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Arguments: args})
 	c.end, c.err, c.text = time.Now(), err, text(res)
+	r.done(c)
+}
+
+// begin records that a call of the load is in flight.
+func (r *run) begin(c *call) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.pending == nil {
+		r.pending = map[string]time.Time{}
+	}
+	r.pending[c.id] = c.start
+}
+
+// done records a call of the load that returned.
+func (r *run) done(c *call) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.pending, c.id)
 	r.calls = append(r.calls, c)
-	r.mu.Unlock()
 }
 
 // text returns the text of a tool's answer, or says what else it was.
@@ -681,8 +916,8 @@ func (r *run) checkCalls() {
 			r.errorf("call %s: an error that is not a *mcpfsm.CallError: %T %v", c.id, c.err, c.err)
 			continue
 		}
-		if c.err == nil && c.text != c.id {
-			r.errorf("call %s answered %q", c.id, c.text)
+		if c.err == nil && c.text != c.answer() {
+			r.errorf("call %s answered %.100q", c.id, c.text)
 		}
 		if c.tool != "journal" {
 			continue
@@ -713,10 +948,13 @@ func (r *run) tally() (answered, lost int) {
 	return answered, lost
 }
 
-// callsCell renders the calls answered and lost, with why they were lost.
+// callsCell renders the calls answered and lost, with why they were lost;
+// the calls that may have run say how many of them did (the journal).
 func (r *run) callsCell() string {
 	answered, lost := r.tally()
 	why := map[string]int{}
+	runs := r.journalRuns()
+	ran := 0
 	r.mu.Lock()
 	for _, c := range r.calls {
 		var ce *mcpfsm.CallError
@@ -728,6 +966,7 @@ func (r *run) callsCell() string {
 			why["not ready by deadline"]++
 		case errors.Is(c.err, mcpfsm.ErrMayHaveRun):
 			why["may have run"]++
+			ran += runs[c.id]
 		case errors.As(c.err, &ce) && ce.Cause == states.CauseCanceled:
 			why["deadline in flight"]++
 		case errors.As(c.err, &ce):
@@ -741,6 +980,10 @@ func (r *run) callsCell() string {
 	if len(why) > 0 {
 		var parts []string
 		for k, n := range why {
+			if k == "may have run" {
+				parts = append(parts, fmt.Sprintf("%d may have run: %d ran", n, ran))
+				continue
+			}
 			parts = append(parts, fmt.Sprintf("%d %s", n, k))
 		}
 		slices.Sort(parts)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,6 +31,15 @@ import (
 func (r *run) stdioConfig(opts testserver.Options) transport.Config {
 	opts.Name = r.marker
 	return transport.Config{Name: r.id, Stdio: &transport.Stdio{Command: testserver.Build(r.t), Args: testserver.Args(opts)}}
+}
+
+// stdioConfigWith is stdioConfig with switches of mcptestserver alone (see
+// its package comment) before opts' own.
+func (r *run) stdioConfigWith(opts testserver.Options, switches ...string) transport.Config {
+	opts.Journal, opts.Control = r.journal, r.controlFile
+	cfg := r.stdioConfig(opts)
+	cfg.Stdio.Args = append(slices.Clone(switches), cfg.Stdio.Args...)
+	return cfg
 }
 
 // child returns the row's live stdio child, failing the row if there is not
@@ -209,7 +219,7 @@ func (r *run) startInproc(opts testserver.Options) *inproc {
 	// Every link passes a guard first, which never blocks for good (see
 	// guardToxic).
 	for _, stream := range []string{"upstream", "downstream"} {
-		s.add("guard_"+stream, "guard", stream, `{"latency":0}`)
+		s.add("guard_"+stream, "guard", stream, fmt.Sprintf(`{"latency":0,"row":%q}`, r.id))
 	}
 	return s
 }
@@ -233,7 +243,24 @@ func (s *inproc) add(name, typ, stream, attrs string) {
 // the matrix's proxies starts with a guard at 0ms, and added latency is
 // another guard, so no stage before the link's writer ever blocks for good.
 type guardToxic struct {
-	Latency int64 `json:"latency"`
+	Latency int64  `json:"latency"`
+	Row     string `json:"row"` // the row whose proxy it is, for drops
+}
+
+// drops records when each row's guards dropped a chunk: data lost by the
+// test's own proxy (on a machine loaded enough that a stage stalled for
+// guardWait), which no client can recover, so that checkLost can tell such a
+// loss from one of the connection's.
+var drops struct {
+	sync.Mutex
+	m map[string][]time.Time
+}
+
+// dropsOf returns when the row's guards dropped chunks.
+func dropsOf(row string) []time.Time {
+	drops.Lock()
+	defer drops.Unlock()
+	return slices.Clone(drops.m[row])
 }
 
 // guardWait bounds how long a guard waits for the next stage: long enough
@@ -262,23 +289,30 @@ func (t *guardToxic) Pipe(stub *toxics.ToxicStub) {
 				case <-timer.C:
 				case <-stub.Interrupt:
 					timer.Stop()
-					forward(stub, c) // not dropped: an interrupt only changes the chain
+					t.forward(stub, c) // not dropped: an interrupt only changes the chain
 					return
 				}
 			}
-			forward(stub, c)
+			t.forward(stub, c)
 		}
 	}
 }
 
 // forward passes c on, or drops it if the next stage does not take it within
-// guardWait (nothing takes it any more).
-func forward(stub *toxics.ToxicStub, c *stream.StreamChunk) {
+// guardWait (nothing takes it any more, or the machine is overloaded), and
+// records the drop.
+func (g *guardToxic) forward(stub *toxics.ToxicStub, c *stream.StreamChunk) {
 	t := time.NewTimer(guardWait)
 	defer t.Stop()
 	select {
 	case stub.Output <- c:
 	case <-t.C:
+		drops.Lock()
+		if drops.m == nil {
+			drops.m = map[string][]time.Time{}
+		}
+		drops.m[g.Row] = append(drops.m[g.Row], time.Now())
+		drops.Unlock()
 	}
 }
 
@@ -308,7 +342,7 @@ func (s *inproc) toxic(typ string, attrs string) {
 // latency delays what the server sends by d.
 func (s *inproc) latency(d time.Duration) {
 	s.r.t.Helper()
-	s.add("latency_downstream", "guard", "downstream", fmt.Sprintf(`{"latency":%d}`, d.Milliseconds()))
+	s.add("latency_downstream", "guard", "downstream", fmt.Sprintf(`{"latency":%d,"row":%q}`, d.Milliseconds(), s.r.id))
 }
 
 // untoxic removes the toxics of the fault, keeping the guards.

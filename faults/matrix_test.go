@@ -2,14 +2,20 @@ package faults
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
+	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
@@ -143,6 +149,10 @@ func rows() []*row {
 	add([]string{kindStdio}, func(string) *row { return garbageAtStartRow() })
 	add([]string{kindStdio}, func(string) *row { return garbageMidSessionRow() })
 	add(kinds, burstRow)
+	add([]string{kindStdio}, func(string) *row { return stopReadingRow() })
+	for _, b := range breaks {
+		add([]string{kindStdio}, func(string) *row { return breakThenDeafRow(b) })
+	}
 	return all
 }
 
@@ -449,9 +459,16 @@ func hangCloseRow(kind string) *row {
 					break
 				}
 			}
+			if ended.IsZero() {
+				r.fatalf("no close of the replaced session\n%s", r.timeline())
+			}
 			took := ended.Sub(began)
 			r.note("close of the replaced session %s", duration(took))
 			if kind == kindSSE {
+				// SSE has no close message to hang on: the close is not forced.
+				if took >= r.pol.TeardownTimeout*9/10 {
+					r.errorf("the close of an SSE session took %v, up to the teardown timeout %v: it waited on the server: %s", took, r.pol.TeardownTimeout, torn)
+				}
 				return
 			}
 			// Forced at the teardown timeout, not later than forceGrace after.
@@ -611,4 +628,353 @@ func untilConnectFailed(r *run) {
 	})
 	r.control()
 	r.end = time.Now()
+}
+
+// The tunings of the rows of issue 17's items 1 and 2.
+const (
+	bigArg         = 1 << 20     // the argument that fills a stopped server's stdin pipe
+	bigCallTimeout = time.Second // the deadline of the call that writes it
+	// bigCallSlack is how late the call may return: less than lateSlack, as
+	// a write the transport does not interrupt ends only when the stopped
+	// child is killed, at detection + teardown timeout (1.3s + 0.5s).
+	bigCallSlack = 500 * time.Millisecond
+	// stoppedProbe is the probe timeout of the stop-reading row, as in the
+	// issue: longer than the call's deadline, so that it is the call's
+	// deadline that must end the write, not the probe's failure.
+	stoppedProbe = time.Second
+	pipeFull     = 64 << 10 // Linux's default pipe capacity
+)
+
+// stopReadingRow (issue 17, item 1): the server stops reading its stdin
+// (SIGSTOP) and a call with a 1 MiB argument, under a 1s deadline, fills the
+// pipe: the write blocks, and a probe queues behind it. The call returns by its
+// deadline, the probe by its timeout, and the connection kills the stopped
+// child and spawns a new one. Before Close the fault strikes again (the new
+// child stopped, a 1 MiB call blocked in its write): Close keeps its bound, the
+// call its deadline, and the stopped child does not outlive the connection.
+func stopReadingRow() *row {
+	var stopped int
+	var big *call
+	return &row{
+		fault: "stop-reading", kind: kindStdio,
+		setup: func(r *run) transport.Config { return r.serve(kindStdio, testserver.Options{}) },
+		inject: func(r *run) {
+			stopped = r.child()
+			r.stop(stopped)
+			r.mark()
+			r.end = r.start // a fresh child is usable at once
+			var wrote <-chan struct{}
+			big, wrote = r.bigCall("big")
+			r.awaitPipeFull(stopped, wrote)
+		},
+		// The probe queued behind the write times out; or the write, broken
+		// by the call's deadline, ends the session.
+		detect:   []states.Cause{states.CauseTimeout, states.CauseLost},
+		policies: func(p *machine.Policies) { p.ProbeTimeout = stoppedProbe },
+		check: func(r *run) {
+			if late := big.end.Sub(big.deadline); late > bigCallSlack {
+				r.errorf("the 1 MiB call returned %v after its deadline, want at most %v: %v", late, bigCallSlack, big.err)
+			}
+			r.awaitGone(stopped, "the stopped child")
+			r.note("1 MiB call returned after %s (deadline %s): %s", duration(big.end.Sub(big.start)), duration(bigCallTimeout), outcome(big))
+		},
+		beforeClose: func(r *run) {
+			pid := r.child()
+			r.stop(pid)
+			c, done := r.bigCall("big-at-close")
+			r.awaitPipeFull(pid, done)
+			r.afterClose = append(r.afterClose, func() {
+				r.awaitCall(c, done)
+				r.note("with the server stopped and a 1 MiB write blocked: Close %s, the call %s (%s)",
+					duration(r.closeTook), duration(c.end.Sub(c.start)), outcome(c))
+			})
+		},
+	}
+}
+
+// A streamBreak is a way for a stdio server to break its stream (issue 17,
+// item 2), made by a signal.
+type streamBreak struct {
+	fault string
+	sig   syscall.Signal
+	opts  testserver.Options
+	args  []string // switches of mcptestserver alone
+}
+
+// breaks are the ways of item 2, each by a server that then ignores stdin EOF
+// (and SIGTERM: only SIGKILL ends it).
+var breaks = []streamBreak{
+	{"garbage-then-deaf", syscall.SIGUSR1, testserver.Options{GarbageOnSignal: true, HangClose: true}, nil},
+	{"close-stdout-then-deaf", syscall.SIGUSR2, testserver.Options{HangClose: true}, []string{"-on-usr2", "close-stdout"}},
+	{"oversize-line-then-deaf", syscall.SIGUSR2, testserver.Options{HangClose: true}, []string{"-on-usr2", "oversize"}},
+}
+
+// breakDetect returns the causes with which a break may be detected: lost or
+// protocol; for the over-size line also a probe's timeout, as the client reads
+// 16 MiB before it fails the line (seconds under the race detector on a loaded
+// machine) and a probe whose answer waits behind it times out first. The
+// second break, with no probe, checks that the end itself is reported.
+func breakDetect(b streamBreak) []states.Cause {
+	if b.fault == "oversize-line-then-deaf" {
+		return []states.Cause{states.CauseLost, states.CauseProtocol, states.CauseTimeout}
+	}
+	return []states.Cause{states.CauseLost, states.CauseProtocol}
+}
+
+// breakReported bounds how long after the second break its end may be
+// reported: reading a 16 MiB line under the race detector takes seconds on a
+// loaded machine.
+const breakReported = 20 * time.Second
+
+// breakThenDeafRow (issue 17, item 2): the server breaks its stream (a line
+// that is not JSON, its stdout closed, a line over the SDK's limit) with a
+// call in flight, and ignores stdin EOF and SIGTERM from then on. The end is
+// detected at once, the call in flight fails saying it may have run, the child
+// is killed (not waited for), and a new one serves. Before Close the fault
+// strikes again, and Close comes as soon as the connection has seen it.
+func breakThenDeafRow(b streamBreak) *row {
+	var broken int
+	return &row{
+		fault: b.fault, kind: kindStdio,
+		setup: func(r *run) transport.Config { return r.stdioConfigWith(b.opts, b.args...) },
+		inject: func(r *run) {
+			broken = r.child()
+			held := r.inflight(5000)
+			r.mark()
+			_ = syscall.Kill(broken, b.sig)
+			r.end = r.start
+			r.mayHaveRun(held)
+			r.note("the call in flight failed %s after the break", duration(time.Since(r.start)))
+		},
+		detect: breakDetect(b),
+		check: func(r *run) {
+			r.awaitGone(broken, "the child that broke its stream")
+			// With calls in flight, a call may report the break before the
+			// session's end does: the teardown is then our own close of a deaf
+			// server, which waits for it until forced (see the second break).
+			took, _ := r.stay(states.TearingDown)
+			r.note("the broken session's teardown %s", duration(took))
+		},
+		beforeClose: func(r *run) {
+			// With the load stopped and probes put off, only the session's end
+			// can report the break: a close that is not ours, which must not
+			// wait on the deaf server. The end is reported, and the child
+			// killed within endGrace (250ms, for a closed stdout), not at the
+			// teardown timeout. Then Close, at once.
+			r.noProbes()
+			pid := r.child()
+			struck := time.Now()
+			_ = syscall.Kill(pid, b.sig)
+			r.await("the second break reported", breakReported, func() bool { return r.failedSince(struck) })
+			det := r.firstFailureSince(struck)
+			gone := settle(r.pol.TeardownTimeout*9/10-time.Since(det.At), func() bool { return !r.alive(pid) })
+			r.note("second break, with no call or probe: reported after %s, the child killed after %s",
+				duration(det.At.Sub(struck)), duration(time.Since(struck)))
+			var te *transport.Error
+			switch {
+			case !errors.As(det.Err, &te) || te.Op != transport.OpEnd:
+				r.errorf("the second break was not reported by the session's end: %v\n%s", det, r.timeline())
+			case !gone:
+				r.errorf("the deaf child was still alive %v after the end was reported: the end waited on it\n%s", r.pol.TeardownTimeout*9/10, r.timeline())
+			}
+			r.afterClose = append(r.afterClose, func() {
+				r.note("Close %s", duration(r.closeTook))
+			})
+		},
+	}
+}
+
+// stop stops a child (SIGSTOP) and waits until it is stopped.
+func (r *run) stop(pid int) {
+	r.t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		r.fatalf("SIGSTOP: %v", err)
+	}
+	r.await("the child stopped", 5*time.Second, func() bool {
+		return slices.ContainsFunc(marked(r.marker), func(p testutil.Proc) bool { return p.PID == pid && p.State == "T" })
+	})
+}
+
+// awaitGone waits until the row's child pid is dead (reaped, or a zombie
+// about to be), failing the row if it lives on.
+func (r *run) awaitGone(pid int, what string) {
+	r.t.Helper()
+	r.await(what+" killed", 5*time.Second, func() bool { return !r.alive(pid) })
+}
+
+// stay returns how long the connection stayed in st the first time it entered
+// it from the fault's start on, and the transition that left it.
+func (r *run) stay(st states.State) (time.Duration, machine.Transition) {
+	var in time.Time
+	for _, tr := range r.transitions() {
+		switch {
+		case tr.At.Before(r.start):
+		case in.IsZero() && tr.To == st:
+			in = tr.At
+		case !in.IsZero() && tr.From == st && tr.To != st:
+			return tr.At.Sub(in), tr
+		}
+	}
+	r.fatalf("the connection did not pass through %s after the fault\n%s", st, r.timeline())
+	return 0, machine.Transition{}
+}
+
+// noProbes puts the connection's probes off for an hour, and returns once no
+// probe armed before is still due: the connection has applied the change and
+// stayed ready for longer than the old keepalive interval (a timer armed with
+// it would have fired).
+func (r *run) noProbes() {
+	r.t.Helper()
+	quiet := *r.pol
+	quiet.KeepaliveInterval = time.Hour
+	if err := r.conn.SetPolicies(quiet); err != nil {
+		r.fatalf("SetPolicies: %v", err)
+	}
+	r.await("the policies applied", 5*time.Second, func() bool { return r.conn.Policies().KeepaliveInterval == time.Hour })
+	r.await("no probe due", 5*time.Second, func() bool {
+		trs := r.transitions()
+		last := trs[len(trs)-1]
+		return last.To == states.Ready && time.Since(last.At) > r.pol.KeepaliveInterval+probeDueSlack
+	})
+}
+
+// probeDueSlack: how late a probe's timer may be seen to fire on a loaded
+// machine.
+const probeDueSlack = 200 * time.Millisecond
+
+// firstFailureSince returns the first transition from t on whose cause is a
+// failure.
+func (r *run) firstFailureSince(t time.Time) machine.Transition {
+	for _, tr := range r.transitions() {
+		if !tr.At.Before(t) && failure(tr.Cause) {
+			return tr
+		}
+	}
+	r.fatalf("no failure since %v\n%s", t, r.timeline())
+	return machine.Transition{}
+}
+
+// alive reports whether pid is a live child of the row (not a zombie).
+func (r *run) alive(pid int) bool {
+	return slices.ContainsFunc(marked(r.marker), func(p testutil.Proc) bool { return p.PID == pid && p.State != "Z" })
+}
+
+// failedSince reports whether the connection recorded a failure from t on.
+func (r *run) failedSince(t time.Time) bool {
+	return slices.ContainsFunc(r.transitions(), func(tr machine.Transition) bool { return !tr.At.Before(t) && failure(tr.Cause) })
+}
+
+// bigCall starts an echo of bigArg bytes under bigCallTimeout, and returns it
+// and a channel closed once it has returned. While the load runs, the call is
+// one of its calls (stopLoad waits for it, checkCalls and checkLost check it,
+// the table counts it); after, its caller checks it (awaitCall).
+func (r *run) bigCall(name string) (*call, <-chan struct{}) {
+	c := &call{tool: "echo", id: r.id + "#" + name, start: time.Now()}
+	c.deadline = c.start.Add(bigCallTimeout)
+	c.want = c.id + strings.Repeat("x", bigArg)
+	load := r.loadRunning()
+	if load {
+		r.begin(c)
+	}
+	done := make(chan struct{})
+	r.loadWG.Add(1)
+	go func() {
+		defer r.loadWG.Done()
+		defer close(done)
+		ctx, cancel := context.WithDeadline(context.Background(), c.deadline)
+		defer cancel()
+		res, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": c.want}})
+		c.end, c.err, c.text = time.Now(), err, text(res)
+		if load {
+			r.done(c)
+		}
+	}()
+	return c, done
+}
+
+// awaitCall waits for a call bigCall started, and checks that it returned by
+// its deadline with its answer or a *mcpfsm.CallError.
+func (r *run) awaitCall(c *call, done <-chan struct{}) {
+	r.t.Helper()
+	select {
+	case <-done:
+	case <-time.After(time.Until(c.deadline) + lateSlack + 5*time.Second):
+		r.errorf("call %s has not returned %v after its deadline", c.id, time.Since(c.deadline))
+		return
+	}
+	var ce *mcpfsm.CallError
+	switch {
+	case c.end.Sub(c.deadline) > bigCallSlack:
+		r.errorf("call %s returned %v after its deadline: %v", c.id, c.end.Sub(c.deadline), c.err)
+	case c.err != nil && !errors.As(c.err, &ce):
+		r.errorf("call %s: an error that is not a *mcpfsm.CallError: %T %v", c.id, c.err, c.err)
+	case c.err == nil && c.text != c.want:
+		r.errorf("call %s answered %.100q", c.id, c.text)
+	}
+}
+
+// awaitPipeFull waits until the 1 MiB write has begun filling the stopped
+// child's stdin pipe (half its capacity: messages queued before it take a
+// slot of the pipe's each, so it may not fill to the byte): as the pipe holds
+// a small part of the write, the write is blocked. It fails the row if the
+// call returns first or the pipe does not fill within the call's deadline.
+func (r *run) awaitPipeFull(pid int, returned <-chan struct{}) {
+	r.t.Helper()
+	deadline := time.Now().Add(bigCallTimeout)
+	for {
+		n, err := pipeQueued(pid)
+		if err != nil {
+			r.fatalf("reading the child's stdin pipe: %v", err)
+		}
+		if n >= pipeFull/2 {
+			return
+		}
+		select {
+		case <-returned:
+			r.fatalf("the 1 MiB call returned before the stopped child's pipe filled (%d bytes)", n)
+		default:
+		}
+		if time.Now().After(deadline) {
+			r.fatalf("the stopped child's stdin pipe holds %d bytes after %v, want %d: no write is blocked", n, bigCallTimeout, pipeFull/2)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pipeQueued returns how many bytes wait in a child's stdin pipe, through a
+// descriptor of that pipe of our own (opened by /proc, closed at once).
+func pipeQueued(pid int) (int, error) {
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/0", pid), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var n int32
+	var errno syscall.Errno
+	if err := rc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, syscall.TIOCINQ, uintptr(unsafe.Pointer(&n)))
+	}); err != nil {
+		return 0, err
+	}
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// outcome says in a few words how a call ended.
+func outcome(c *call) string {
+	var ce *mcpfsm.CallError
+	switch {
+	case c.err == nil:
+		return "answered"
+	case errors.As(c.err, &ce):
+		return ce.Cause.String()
+	default:
+		return "untyped error"
+	}
 }

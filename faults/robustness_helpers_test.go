@@ -234,26 +234,50 @@ func (f *flappingHTTP) close() {
 	}
 }
 
-// errorTexts returns the texts an error shows (Error, %v, %+v, %#v), and those of the
-// errors it wraps down to and including each *transport.Error. A *transport.Error wraps
-// the SDK's error unchanged so that errors.Is and errors.As see through it; that raw
-// cause is not redacted (transport/secrets_test.go checks that it does quote the
-// secret, so that redaction is proved), and is not searched here.
+// errorTexts returns the texts an error shows (Error, %v, %+v, %#v), and those of
+// every error it wraps (errors.Unwrap, single and multiple) down to and including
+// each *transport.Error: what mcpfsm produced, which must never show a secret.
 func errorTexts(err error) []string {
-	if err == nil {
-		return nil
-	}
-	out := []string{err.Error(), fmt.Sprintf("%v", err), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err)}
-	if _, ok := err.(*transport.Error); ok {
-		return out
-	}
-	switch x := err.(type) {
-	case interface{ Unwrap() []error }:
-		for _, k := range x.Unwrap() {
-			out = append(out, errorTexts(k)...)
+	ours, _ := chainTexts(err)
+	return ours
+}
+
+// chainTexts walks err's whole chain and returns the texts of the errors down to
+// and including each *transport.Error (ours), and those of the errors beneath one
+// (raw): the cause a *transport.Error wraps unchanged, as the SDK, the OS or the
+// server produced it, so that errors.Is and errors.As see through it. The raw texts
+// are searched too, to prove that redaction was needed (they quote the secrets the
+// server or the SDK put there) and that each quote has a *transport.Error above it
+// that redacted it.
+func chainTexts(err error) (ours, raw []string) {
+	var walk func(err error, under bool)
+	walk = func(err error, under bool) {
+		if err == nil {
+			return
 		}
-	case interface{ Unwrap() error }:
-		out = append(out, errorTexts(x.Unwrap())...)
+		texts := renderings(err)
+		if under {
+			raw = append(raw, texts...)
+		} else {
+			ours = append(ours, texts...)
+		}
+		if _, ok := err.(*transport.Error); ok {
+			under = true
+		}
+		switch x := err.(type) {
+		case interface{ Unwrap() []error }:
+			for _, k := range x.Unwrap() {
+				walk(k, under)
+			}
+		case interface{ Unwrap() error }:
+			walk(x.Unwrap(), under)
+		}
 	}
-	return out
+	walk(err, false)
+	return ours, raw
+}
+
+// renderings returns the ways an error is commonly printed.
+func renderings(err error) []string {
+	return []string{err.Error(), fmt.Sprintf("%v", err), fmt.Sprintf("%+v", err), fmt.Sprintf("%#v", err), fmt.Sprintf("%s", err)}
 }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,25 +34,43 @@ const (
 	secretUser   = "usrMARKERw5e0c" // URL userinfo
 	secretPass   = "pwdMARKERj8d4f"
 	secretQuery  = "qryMARKERv1a6b" // URL query value
+	secretArg    = "argMARKERh3n7s" // a stdio server's argument (--token=...)
+	// A configured Authorization: Basic header's user and password, which a
+	// server may decode and quote.
+	secretBasicUser = "busMARKERc4x2m"
+	secretBasicPass = "bpwMARKERt6q9r"
 )
+
+// basicAuth is the configured header value that carries secretBasicUser and
+// secretBasicPass.
+var basicAuth = "Basic " + base64.StdEncoding.EncodeToString([]byte(secretBasicUser+":"+secretBasicPass))
 
 // secretForms are the markers and the forms they travel in (userinfo goes out as
 // basic auth).
 var secretForms = []string{
-	secretHeader, secretToken, secretEnv, secretUser, secretPass, secretQuery,
+	secretHeader, secretToken, secretEnv, secretUser, secretPass, secretQuery, secretArg,
+	secretBasicUser, secretBasicPass,
 	base64.StdEncoding.EncodeToString([]byte(secretUser + ":" + secretPass)),
+	base64.StdEncoding.EncodeToString([]byte(secretBasicUser + ":" + secretBasicPass)),
 }
 
-// TestSecretsNeverLeak plants marker secrets in HTTP headers, URL userinfo and query,
-// and a stdio server's environment; drives connections through failures (a server
-// that refuses the credentials and quotes them back, connection refused, outages,
-// expired and dropped sessions, crashes, forced closes, invalid configs); and searches
-// every output for the markers: log records (text, JSON and each attribute's value),
-// transitions (observer, watch, history, with their errors), every error the API
-// returned, graphs drawn with the connection's path, config descriptions, and the
-// servers config loader's errors. A marker anywhere fails the test. The test also
-// checks that the SDK's raw errors did quote the secrets, so that it is redaction, not
-// luck, that kept them out.
+// TestSecretsNeverLeak plants marker secrets in HTTP headers (a bearer token, an API
+// key, and basic auth whose user and password a server decodes and quotes), URL
+// userinfo and query, and a stdio server's environment and arguments; drives
+// connections and a Manager through failures (a server that refuses the credentials
+// and quotes them back, a child that prints its environment and arguments on stderr
+// and exits, connection refused, outages, expired and dropped sessions, crashes,
+// forced closes, reloads to a refused port and to an invalid server, invalid configs);
+// and searches every output for the markers: log records (text, JSON and each
+// attribute's value), transitions (observer, watch, history, the Manager's observer,
+// with their errors), every error the API returned (Conn and Manager calls, Reload,
+// Close) down its whole errors.Unwrap chain in every common rendering, stderr tails,
+// Status, graphs drawn with the connection's path, config descriptions, and the
+// servers config loader's errors. A marker anywhere mcpfsm wrote it fails the test.
+// The cause a *transport.Error wraps unchanged (the SDK's, the OS's or the server's own
+// text, kept so that errors.Is and errors.As see through it) is searched too, and must
+// have quoted each kind of secret, so that it is redaction, not luck, that kept them
+// out; the children must have printed theirs on stderr (the caller's own sink).
 func TestSecretsNeverLeak(t *testing.T) {
 	base := takeBaseline(t)
 	t.Cleanup(func() { base.check(t) })
@@ -75,6 +94,34 @@ func TestSecretsNeverLeak(t *testing.T) {
 		c.waitAttempts(t, 3)
 		c.call(t, 300*time.Millisecond)
 		c.close(t)
+	})
+
+	t.Run("http server decodes basic auth and quotes the user and password", func(t *testing.T) {
+		srv := quotingServer(t)
+		pol := secretPolicies()
+		pol.AuthRecheckInterval = 20 * time.Millisecond
+		cfg := transport.Config{Name: "basic-auth", HTTP: &transport.HTTP{URL: srv.URL + "/mcp", Headers: map[string]string{"Authorization": basicAuth}}}
+		c := out.open(t, "basic-auth", cfg, pol)
+		c.waitFor(t, func(st states.State) bool { return st == states.Unauthorized })
+		c.waitAttempts(t, 3)
+		c.call(t, 300*time.Millisecond)
+		c.close(t)
+	})
+
+	t.Run("stdio server printing its environment and arguments on stderr", func(t *testing.T) {
+		cfg := transport.Config{Name: "stdio-loud", Stdio: &transport.Stdio{
+			Command: shell(t), Args: []string{"-c", loudScript, "sh", "--token=" + secretArg},
+			Env: map[string]string{"API_KEY": secretEnv}, Stderr: &out.stderr,
+		}}
+		c := out.open(t, "stdio-loud", cfg, nil)
+		c.waitFor(t, func(st states.State) bool { return st == states.BreakerOpen })
+		c.waitAttempts(t, 2)
+		c.call(t, 300*time.Millisecond)
+		c.close(t)
+	})
+
+	t.Run("manager: calls, reloads, observer, status", func(t *testing.T) {
+		out.manager(t)
 	})
 
 	t.Run("http refused, then the breaker", func(t *testing.T) {
@@ -224,12 +271,193 @@ func TestSecretsNeverLeak(t *testing.T) {
 
 	out.check(t)
 	// Redaction, not luck: the SDK's raw errors did quote each kind of secret.
-	for _, m := range []string{secretHeader, secretToken, secretEnv, secretUser, secretQuery} {
+	for _, m := range []string{secretHeader, secretToken, secretEnv, secretUser, secretQuery, secretBasicUser, secretBasicPass} {
 		if out.rawQuotes[m] == 0 {
 			t.Errorf("no raw SDK error quoted %s: the test proves nothing about its redaction", m)
 		}
 	}
-	t.Logf("searched %d texts and %d bytes of logs; raw SDK errors quoted the secrets %v times, all redacted", len(out.texts), out.logBytes(), out.rawQuotes)
+	// The children did print their secrets on stderr (the caller's own sink gets
+	// them), and error tails showed them redacted.
+	for _, m := range []string{secretEnv, secretArg} {
+		if !strings.Contains(out.stderr.String(), m) {
+			t.Errorf("no child printed %s on its stderr: the test proves nothing about the tail's redaction", m)
+		}
+	}
+	if out.redactedTails == 0 {
+		t.Error("no error carried a stderr tail with a redaction: the test proves nothing about the tail")
+	}
+	t.Logf("searched %d texts and %d bytes of logs; raw SDK errors quoted the secrets %v times, all redacted; %d stderr tails redacted", len(out.texts), out.logBytes(), out.rawQuotes, out.redactedTails)
+}
+
+// loudScript is a stdio server that prints its environment's API_KEY and its
+// arguments on stderr, and exits 1 before speaking MCP.
+const loudScript = `echo "mcp server starting: key=$API_KEY args=$*" >&2; exit 1`
+
+func shell(t *testing.T) string {
+	t.Helper()
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sh
+}
+
+// quotingServer answers every request 401 with a JSON-RPC error quoting what came:
+// the Authorization header, its basic-auth user and password decoded, X-Api-Key,
+// the query and the URL.
+func quotingServer(t *testing.T) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		user, pass, _ := r.BasicAuth()
+		quoted := fmt.Sprintf("%s|user %s|password %s|%s|%s|%s", r.Header.Get("Authorization"), user, pass, r.Header.Get("X-Api-Key"), r.URL.RawQuery, r.URL.String())
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnauthorized)
+		fmt.Fprintf(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"bad credentials %s"}}`, strings.ReplaceAll(quoted, `"`, `'`))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// manager drives a Manager through failures with secrets in its config (by ${VAR}):
+// a server that refuses basic credentials and quotes them decoded, a stdio server
+// that prints its environment and arguments on stderr and exits, and a working one;
+// reloads that move the working one to a refused port and add an invalid server;
+// calls to each, before and after Close. It records every error (calls, Reload,
+// Close), every observer event, the log, Status and the reload results.
+func (o *leakOutputs) manager(t *testing.T) {
+	quoting := quotingServer(t)
+	j := newJournalServer()
+	good := startFlapping(t, j, false)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := l.Addr().String()
+	l.Close()
+	env := map[string]string{
+		"BASIC": basicAuth, "BEARER": "Bearer " + secretHeader, "TOKEN": secretToken, "KEY": secretEnv, "ARG": secretArg,
+		"USER": secretUser, "PASS": secretPass, "Q": secretQuery,
+		"QUOTING": strings.TrimPrefix(quoting.URL, "http://"), "GOOD": strings.TrimPrefix(good.URL(), "http://"), "REFUSED": refused,
+		"SH": shell(t),
+	}
+	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	config := func(goodAt string) *mcpfsm.Config {
+		t.Helper()
+		text := `version: 1
+policies: {connect_timeout: 3s, probe_timeout: 500ms, teardown_timeout: 1s, keepalive_interval: 100ms, backoff_base: 10ms,
+  backoff_max: 50ms, breaker_threshold: 3, breaker_cooldown: 50ms, breaker_cooldown_max: 200ms, auth_recheck_interval: 20ms}
+servers:
+  quoting:
+    url: http://${QUOTING}/mcp?token=${Q}
+    headers: {Authorization: "${BASIC}", X-Api-Key: "${TOKEN}"}
+  loud:
+    command: ${SH}
+    args: [-c, 'echo "mcp server starting: key=$$API_KEY args=$$*" >&2; exit 1', sh, "--token=${ARG}"]
+    env: {API_KEY: "${KEY}"}
+  good:
+    url: http://${USER}:${PASS}@` + goodAt + `?token=${Q}
+    headers: {Authorization: "${BEARER}", X-Api-Key: "${TOKEN}"}
+`
+		cfg, err := mcpfsm.ParseConfig("servers.yaml", []byte(text), lookup)
+		if err != nil {
+			t.Fatalf("ParseConfig: %v", err)
+		}
+		for i := range cfg.Servers {
+			if st := cfg.Servers[i].Transport.Stdio; st != nil {
+				st.Stderr = &o.stderr
+			}
+		}
+		return cfg
+	}
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	m, err := mcpfsm.NewManager(config("${GOOD}"), mcpfsm.ManagerOptions{
+		Logger: slog.New(o.handler()), History: 1000,
+		Observer: func(server string, tr machine.Transition) {
+			o.addTransition("manager observed "+server, tr)
+			if tr.To == states.Connecting || tr.To == states.HalfOpen {
+				mu.Lock()
+				attempts[server]++
+				mu.Unlock()
+			}
+		},
+	})
+	if err != nil {
+		t.Fatalf("NewManager: %v", err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = m.Close(context.Background())
+		}
+	}()
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(20 * time.Second); !ok(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("manager: waiting for %s: %v", what, m.States())
+			}
+		}
+	}
+	wait("the refusal, the breaker and a session", func() bool {
+		st := m.States()
+		mu.Lock()
+		defer mu.Unlock()
+		return st["quoting"] == states.Unauthorized && attempts["quoting"] >= 3 && st["loud"] == states.BreakerOpen && attempts["loud"] >= 3 && st["good"] == states.Ready
+	})
+	calls := func(when string) {
+		for _, server := range []string{"quoting", "loud", "good"} {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			_, err := m.Call(ctx, server+".read", map[string]any{"id": "x"})
+			o.addErr("manager Call "+server+" "+when, err)
+			_, err = m.CallTool(ctx, server, &mcp.CallToolParams{Name: "record", Arguments: map[string]any{"id": "y"}})
+			o.addErr("manager CallTool "+server+" "+when, err)
+			_, err = m.ListTools(ctx, server, nil)
+			o.addErr("manager ListTools "+server+" "+when, err)
+			o.addErr("manager Ping "+server+" "+when, m.Ping(ctx, server, nil))
+			cancel()
+		}
+		for _, st := range m.Status() {
+			o.add("manager status "+when, fmt.Sprintf("%v", st), fmt.Sprintf("%+v", st), fmt.Sprintf("%#v", st))
+		}
+		o.add("manager states "+when, fmt.Sprintf("%v", m.States()))
+	}
+	calls("before reload")
+
+	// The working server moves to a port where nothing listens: Reload says why.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	res, err := m.Reload(ctx, config("${REFUSED}"))
+	cancel()
+	o.add("manager reload result", res.String(), fmt.Sprintf("%+v", res))
+	o.addErr("manager Reload to a refused port", err)
+	if err == nil {
+		t.Error("Reload to a refused port succeeded")
+	}
+	calls("after reload")
+	// An invalid server: Reload refuses it.
+	bad := config("${GOOD}")
+	bad.Servers = append(bad.Servers, mcpfsm.ServerConfig{Name: "bad", Transport: transport.Config{Name: "bad",
+		HTTP: &transport.HTTP{URL: "ftp://" + secretUser + ":" + secretPass + "@h/mcp?token=" + secretQuery, Headers: map[string]string{"Authorization": basicAuth}}}})
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	res, err = m.Reload(ctx, bad)
+	cancel()
+	o.add("manager reload result", res.String(), fmt.Sprintf("%+v", res))
+	o.addErr("manager Reload with an invalid server", err)
+	if err == nil {
+		t.Error("Reload with an invalid server succeeded")
+	}
+	for _, name := range m.Servers() {
+		if c := m.Conn(name); c != nil {
+			for _, tr := range c.History() {
+				o.addTransition("manager history "+name, tr)
+			}
+		}
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	o.addErr("manager Close", m.Close(ctx))
+	cancel()
+	closed = true
+	calls("after close")
 }
 
 // secretHTTPConfig is an HTTP (or SSE) config carrying every HTTP secret.
@@ -263,6 +491,13 @@ type leakOutputs struct {
 	text      testutil.SyncBuffer
 	json      testutil.SyncBuffer
 	rawQuotes map[string]int // raw SDK errors (inside a *transport.Error) that quoted each secret
+	// redactedTails counts the stderr tails of errors that show a redaction: a
+	// child printed a secret on its stderr.
+	redactedTails int
+	// stderr is what stdio children wrote to their stderr (Stdio.Stderr: the
+	// caller's own sink, which gets it unredacted), to prove that they printed
+	// the secrets.
+	stderr testutil.SyncBuffer
 }
 
 func (o *leakOutputs) add(what string, texts ...string) {
@@ -273,23 +508,32 @@ func (o *leakOutputs) add(what string, texts ...string) {
 	}
 }
 
-// addErr records an error's texts, and counts the raw errors beneath it that quote a
-// secret.
+// addErr records the texts of an error's whole chain: those mcpfsm produced (down to
+// and including each *transport.Error) must show no secret; those beneath a
+// *transport.Error (the SDK's, the OS's or the server's own text, wrapped unchanged)
+// are searched to count the secrets they quote, each of which a *transport.Error above
+// redacted. A *transport.Error's stderr tail counts as its own text.
 func (o *leakOutputs) addErr(what string, err error) {
 	if err == nil {
 		return
 	}
-	o.add(what, errorTexts(err)...)
+	ours, raw := chainTexts(err)
+	o.add(what, ours...)
 	var te *transport.Error
-	if errors.As(err, &te) && te.Err != nil {
-		raw := te.Err.Error()
-		o.mu.Lock()
-		for _, m := range secretForms {
-			if strings.Contains(raw, m) {
-				o.rawQuotes[m]++
-			}
+	if errors.As(err, &te) && te.StderrTail != "" {
+		o.add(what+" stderr tail", te.StderrTail)
+		if strings.Contains(te.StderrTail, "REDACTED") {
+			o.mu.Lock()
+			o.redactedTails++
+			o.mu.Unlock()
 		}
-		o.mu.Unlock()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, m := range secretForms {
+		if slices.ContainsFunc(raw, func(t string) bool { return strings.Contains(t, m) }) {
+			o.rawQuotes[m]++
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"reflect"
 	"sync"
 	"time"
 
@@ -34,7 +35,7 @@ type record struct {
 
 func (h *history) add(t *Transition, from, to sid, tr trig) {
 	r := record{
-		at: t.At.UnixNano(), err: t.Err, from: from, to: to, trig: tr, cause: t.Cause,
+		at: t.At.UnixNano(), err: lighten(t.Err), from: from, to: to, trig: tr, cause: t.Cause,
 		failures: clamp16(t.Failures), attempts: clamp16(t.Attempts), seq: uint32(t.Seq),
 	}
 	h.mu.Lock()
@@ -68,3 +69,64 @@ func clamp16(n int) uint16 {
 	}
 	return uint16(n)
 }
+
+// maxKeptLeaf is the longest text of an error leaf a history keeps for errors.Is and
+// errors.As; a longer one (a server's 15 MB error message) is kept as capped text only.
+const maxKeptLeaf = 4 << 10
+
+// lighten returns what a history keeps of err: its text, capped (see ErrorText), and,
+// for errors.Is and errors.As, the leaves of its tree whose own text is short (errnos,
+// sentinels, small typed errors). A history holds many errors for a long time: it must
+// not hold a hostile server's megabytes for each.
+func lighten(err error) error {
+	if err == nil {
+		return nil
+	}
+	l := &lightError{text: ErrorText(err)}
+	var walk func(e error, depth int)
+	walk = func(e error, depth int) {
+		if e == nil || depth > 64 || len(l.leaves) >= 16 {
+			return
+		}
+		switch x := e.(type) {
+		case interface{ Unwrap() []error }:
+			for _, k := range x.Unwrap() {
+				walk(k, depth+1)
+			}
+		case interface{ Unwrap() error }:
+			walk(x.Unwrap(), depth+1)
+		default:
+			if isNil(e) {
+				return
+			}
+			defer func() { _ = recover() }() // a leaf whose Error panics is not kept
+			if len(e.Error()) <= maxKeptLeaf {
+				l.leaves = append(l.leaves, e)
+			}
+		}
+	}
+	walk(err, 0)
+	if len(l.text) == len(err.Error()) && len(l.leaves) > 0 && len(err.Error()) <= maxKeptLeaf {
+		return err // small already: keep it whole
+	}
+	return l
+}
+
+// isNil reports whether e is a typed nil, whose Error may panic.
+func isNil(e error) bool {
+	v := reflect.ValueOf(e)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
+}
+
+// lightError is an error as a history keeps it: capped text, and the short leaves.
+type lightError struct {
+	text   string
+	leaves []error
+}
+
+func (e *lightError) Error() string   { return e.text }
+func (e *lightError) Unwrap() []error { return e.leaves }

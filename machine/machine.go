@@ -181,7 +181,20 @@ func (m *Machine) Start() { m.Post(Event{Trigger: states.Start}) }
 func (m *Machine) Reconnect() {
 	n := m.asked.Add(1)
 	if !m.Post(Event{Trigger: states.Recycle, reconnect: n}) {
-		m.applied.Store(n)
+		m.markApplied(n)
+	}
+}
+
+// markApplied records that reconnect n has been applied. Reconnects are numbered
+// before they are posted, so two posted at once may reach the owner in the other
+// order: applied only grows, or a smaller number stored last would leave
+// Reconnecting true with nothing left to apply.
+func (m *Machine) markApplied(n uint64) {
+	for {
+		cur := m.applied.Load()
+		if cur >= n || m.applied.CompareAndSwap(cur, n) {
+			return
+		}
 	}
 }
 
@@ -476,7 +489,7 @@ func (m *Machine) handle(ev *Event, now time.Time) time.Time {
 		if ok {
 			m.publish(&tr, ev.Trigger)
 		}
-		m.applied.Store(ev.reconnect)
+		m.markApplied(ev.reconnect)
 		m.wake()
 		return m.follow(inv, now)
 	}
@@ -576,12 +589,28 @@ func (m *Machine) applyClose(now time.Time) (*invokeSpec, bool, time.Time) {
 		return nil, true, now
 	}
 	tr, next, ok := m.core.apply(states.Close, &Event{Trigger: states.Close}, false, now)
-	m.closeSeq = m.core.seq
+	if !ok || m.core.took.internal || !m.closeLeaves(m.core.state) {
+		m.closeSeq = m.core.seq
+	}
+	// Otherwise closeSeq stays behind: the state close led to is a state the machine
+	// enters, and close is applied there too, as the validator's proof assumes (a
+	// close there that would keep the machine in place is not applied again: the
+	// state's effect, or its outcome, moves it on).
 	if !ok {
 		return nil, false, now
 	}
 	m.publish(&tr, states.Close)
 	return next, !m.core.took.internal, now
+}
+
+// closeLeaves reports whether a close transition of state id leaves it.
+func (m *Machine) closeLeaves(id sid) bool {
+	for _, e := range m.spec.states[id].on[states.Close] {
+		if !e.internal {
+			return true
+		}
+	}
+	return false
 }
 
 // invoke runs an invoked effect under its timeout and returns its outcome and the time
@@ -600,7 +629,7 @@ func (m *Machine) invoke(inv *invokeSpec, now time.Time) (Event, time.Time) {
 		timeout = max(0, due.Sub(now))
 	}
 	ctx := m.eff.begin(now, due, !closing)
-	out := inv.run(ctx, m.fx, Invocation{
+	out := inv.run(ctx, m.fx, &Invocation{
 		Effect: inv.name, State: m.spec.name(m.core.state), Now: now, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
 		Vars: m.core.vars, Policies: &m.pol,
 	})
@@ -616,6 +645,15 @@ func (m *Machine) publish(tr *Transition, t trig) {
 	m.state.Store(uint32(m.core.state))
 	if tr.From != tr.To {
 		m.since.Store(tr.At.UnixNano())
+		// The new state's next timed edge, as it was just armed: published with
+		// the state, not once the owner gets round to the timer (after the new
+		// state's effect, which may take a while).
+		if next := m.core.deadline(); next.IsZero() {
+			m.nextAt.Store(0)
+		} else {
+			m.nextTr.Store(uint32(m.core.nextTrig()))
+			m.nextAt.Store(next.UnixNano())
+		}
 	}
 	m.fails.Store(int32(min(tr.Failures, 1<<30)))
 	if tr.Cause.Failure() {
@@ -660,8 +698,8 @@ func (m *Machine) settle() {
 		m.nextAt.Store(0)
 	} else {
 		m.timer.Reset(time.Until(next))
-		m.nextAt.Store(next.UnixNano())
 		m.nextTr.Store(uint32(m.core.nextTrig()))
+		m.nextAt.Store(next.UnixNano())
 	}
 	m.timerAt = next
 }

@@ -21,6 +21,7 @@ type Policies struct {
 	ConnectTimeout  time.Duration `policy:"connect_timeout,duration"`
 	ProbeTimeout    time.Duration `policy:"probe_timeout,duration"`
 	TeardownTimeout time.Duration `policy:"teardown_timeout,duration"`
+	DrainTimeout    time.Duration `policy:"drain_timeout,duration"`
 
 	KeepaliveInterval time.Duration `policy:"keepalive_interval,duration,zero"`
 	KeepaliveJitter   float64       `policy:"keepalive_jitter,fraction"`

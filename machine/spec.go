@@ -2,6 +2,7 @@ package machine
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"time"
@@ -75,6 +76,17 @@ func (c CallMode) String() string {
 // MarshalText encodes c as its name.
 func (c CallMode) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
+// UnmarshalText decodes a call mode's name.
+func (c *CallMode) UnmarshalText(b []byte) error {
+	for m, name := range callModeNames {
+		if name != "" && name == string(b) {
+			*c = CallMode(m)
+			return nil
+		}
+	}
+	return fmt.Errorf("unknown call mode %q", b)
+}
+
 type policyDoc struct {
 	info PolicyInfo
 	desc string
@@ -99,7 +111,7 @@ type stateSpec struct {
 type invokeSpec struct {
 	name    string
 	timeout PolicyInfo
-	run     func(context.Context, Effects, Invocation) Event
+	run     func(context.Context, Effects, *Invocation) Event
 }
 
 type actionRef struct {

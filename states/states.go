@@ -139,6 +139,20 @@ func (c Cause) String() string {
 // MarshalText encodes c as its name, for JSON and other text formats.
 func (c Cause) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
 
+// UnmarshalText decodes a cause's name.
+func (c *Cause) UnmarshalText(b []byte) error {
+	v, ok := ParseCause(string(b))
+	if !ok {
+		return &unknownCauseError{string(b)}
+	}
+	*c = v
+	return nil
+}
+
+type unknownCauseError struct{ name string }
+
+func (e *unknownCauseError) Error() string { return "unknown cause " + e.name }
+
 // ParseCause returns the cause with the given name.
 func ParseCause(name string) (Cause, bool) {
 	for c := CauseNone; int(c) < len(causeNames); c++ {

@@ -55,6 +55,10 @@ type HTTP struct {
 	// connection lost (the SDK's StreamableClientTransport.MaxRetries: 0 means
 	// the SDK default of 5, negative means no retry). Ignored for SSE.
 	MaxRetries int
+	// Auth, if set, authorizes the requests to URL's origin: OAuth, a bearer
+	// token source, or a go-sdk auth.OAuthHandler (see Auth). Headers must
+	// then not set Authorization.
+	Auth *Auth
 }
 
 // InMemory connects to an in-process server over an in-memory pipe. The
@@ -179,6 +183,9 @@ func (c Config) validate() error {
 				return fmt.Errorf("%s: the value of header %s contains a control character", kind, k)
 			}
 		}
+		if err := validateAuth(h); err != nil {
+			return fmt.Errorf("%s: %w", kind, err)
+		}
 	}
 	return nil
 }
@@ -208,6 +215,9 @@ func (c Config) String() string {
 		fmt.Fprintf(&b, ": %s", safeURL(h.URL))
 		if len(h.Headers) > 0 {
 			fmt.Fprintf(&b, ", headers %s", strings.Join(sortedKeys(h.Headers), ","))
+		}
+		if h.Auth != nil {
+			fmt.Fprintf(&b, ", auth %s", h.Auth.kind())
 		}
 	}
 	return b.String()

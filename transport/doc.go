@@ -59,7 +59,8 @@
 //     Close returns by its context plus a short grace. Calls need no
 //     goroutine of their own: the write interruption bounds them.
 //   - an HTTP response body other than an event stream is read up to
-//     [MaxResponseBody]; the SDK bounds each event of a stream.
+//     [MaxResponseBody], the body of a non-2xx answer up to [MaxErrorBody];
+//     the SDK bounds each event of a stream.
 //   - a listing follows at most [MaxListPages] pages and [MaxListItems] items
 //     ([ErrListTooLong]).
 //   - [Error.Error] quotes at most [MaxErrorText] bytes of its cause.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -130,8 +131,38 @@ const minSecret = 4
 // redactor removes a Config's secrets from text that the SDK, the OS or the
 // server produced.
 type redactor struct {
-	r       *strings.Replacer
-	longest int // the longest text replaced
+	r       *strings.Replacer // the config's secrets; nil if it has none
+	longest int               // the longest text replaced
+	// tokens are the bearer tokens the session sent (OAuth's, which change as they
+	// are refreshed): a server may quote them too.
+	tokens atomic.Pointer[[]string]
+}
+
+// maxTokens is how many of the latest bearer tokens a redactor keeps.
+const maxTokens = 4
+
+// remember adds a bearer token the session sent to the secrets.
+func (r *redactor) remember(tok string) {
+	if r == nil || len(tok) < minSecret {
+		return
+	}
+	for {
+		old := r.tokens.Load()
+		var list []string
+		if old != nil {
+			if slices.Contains(*old, tok) {
+				return
+			}
+			list = append(list, *old...)
+		}
+		list = append(list, tok)
+		if len(list) > maxTokens {
+			list = list[len(list)-maxTokens:]
+		}
+		if r.tokens.CompareAndSwap(old, &list) {
+			return
+		}
+	}
 }
 
 func newRedactor(c Config) *redactor {
@@ -160,6 +191,9 @@ func newRedactor(c Config) *redactor {
 		}
 	}
 	if h := c.httpConfig(); h != nil {
+		if h.Auth != nil {
+			add(h.Auth.ClientSecret)
+		}
 		for _, v := range h.Headers {
 			add(v)
 			// A server may quote the credentials alone ("invalid token T" of
@@ -213,6 +247,9 @@ func newRedactor(c Config) *redactor {
 		}
 	}
 	if len(pairs) == 0 {
+		if h := c.httpConfig(); h != nil && h.Auth != nil {
+			return &redactor{} // for the tokens the session will send
+		}
 		return nil
 	}
 	// At each position the replacer tries the old strings in argument order:
@@ -230,7 +267,17 @@ func (r *redactor) scrub(s string) string {
 	if r == nil {
 		return s
 	}
-	return r.r.Replace(s)
+	if r.r != nil {
+		s = r.r.Replace(s)
+	}
+	if toks := r.tokens.Load(); toks != nil {
+		for _, tok := range *toks {
+			for _, t := range []string{tok, url.QueryEscape(tok)} {
+				s = strings.ReplaceAll(s, t, redacted)
+			}
+		}
+	}
+	return s
 }
 
 // capped returns s without the secrets, cut after max bytes (at a rune
@@ -241,6 +288,13 @@ func (r *redactor) capped(s string, max int) string {
 	longest := 0
 	if r != nil {
 		longest = r.longest
+		if toks := r.tokens.Load(); toks != nil {
+			for _, tok := range *toks {
+				if n := len(url.QueryEscape(tok)); n > longest {
+					longest = n
+				}
+			}
+		}
 	}
 	// Each secret is replaced by len(redacted) bytes: max bytes of output
 	// come from at most max*longest/len(redacted) bytes of input.

@@ -3,7 +3,6 @@ package transport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -27,13 +26,21 @@ import (
 // each of their events instead (mcp.DefaultMaxEventSize, 16 MiB).
 const MaxResponseBody = 32 << 20
 
-// ErrResponseTooLarge is the error of a read past MaxResponseBody.
-var ErrResponseTooLarge = fmt.Errorf("the HTTP response body is larger than %d MiB", MaxResponseBody>>20)
+// MaxErrorBody is the most bytes a session reads of the body of a non-2xx
+// HTTP answer (an error page, a proxy's complaint). The SDK reads such a body
+// whole and copies it into the error it returns, more than once, so a cap as
+// large as MaxResponseBody would let one endless error page cost hundreds of
+// MiB; a megabyte holds any error a person would read.
+const MaxErrorBody = 1 << 20
+
+// ErrResponseTooLarge is the error of a read past MaxResponseBody (or, for a
+// non-2xx answer, MaxErrorBody).
+var ErrResponseTooLarge = errors.New("the HTTP response body is too large")
 
 // newHTTPClient returns the client a session uses for h: the caller's client
 // (or a private transport) wrapped in a lifeRoundTripper. own is the private
 // transport, nil if the caller gave a client.
-func newHTTPClient(life context.Context, h *HTTP) (client *http.Client, own *http.Transport) {
+func newHTTPClient(life context.Context, h *HTTP, az authorizer, red *redactor) (client *http.Client, own *http.Transport) {
 	var base http.RoundTripper
 	if h.Client != nil {
 		c := *h.Client // a shallow copy: the caller's client is not modified
@@ -55,7 +62,7 @@ func newHTTPClient(life context.Context, h *HTTP) (client *http.Client, own *htt
 	if u, err := url.Parse(h.URL); err == nil {
 		origin = originOf(u)
 	}
-	client.Transport = &lifeRoundTripper{base: base, life: life, headers: h.Headers, origin: origin, maxBody: MaxResponseBody}
+	client.Transport = &lifeRoundTripper{base: base, life: life, headers: h.Headers, origin: origin, maxBody: MaxResponseBody, auth: az, red: red}
 	return client, own
 }
 
@@ -90,10 +97,71 @@ type lifeRoundTripper struct {
 	headers map[string]string
 	origin  string // originOf the configured URL
 	maxBody int64  // MaxResponseBody; smaller in tests
+	auth    authorizer
+	red     *redactor // learns the bearer tokens sent, which errors must not quote
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper. With an authorizer, a request to the
+// configured origin carries its bearer token; a 401 or 403 answer is taken to
+// the authorizer once, and the request sent again if it got better credentials
+// (the server ran nothing). A refusal that stands is returned as an error (a
+// *refusedError), never as the answer: the SDK would take a 401 answer to a
+// call for the end of the whole connection.
 func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	if rt.auth == nil || originOf(req.URL) != rt.origin {
+		return rt.send(req, "")
+	}
+	ctx := req.Context()
+	tok, gen := rt.auth.bearer(ctx)
+	resp, err := rt.send(req, tok)
+	if err != nil || !refusesCredentials(resp.StatusCode) {
+		if err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+			rt.auth.worked(gen)
+		}
+		return resp, err
+	}
+	status, ch := resp.StatusCode, ParseChallenge(resp.Header)
+	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+	aerr := rt.auth.authorize(ctx, req, resp, gen) // closes resp.Body
+	if aerr == nil && !replayable {
+		aerr = errors.New("new credentials were had, but the request could not be sent again")
+	}
+	if aerr == nil {
+		again := req.Clone(ctx)
+		if req.GetBody != nil {
+			if again.Body, err = req.GetBody(); err != nil {
+				return nil, err
+			}
+		}
+		rec, _ := ctx.Value(statusKey{}).(*answers)
+		if rec != nil {
+			rec.status.CompareAndSwap(int32(status), 0) // answered again below
+		}
+		tok, gen = rt.auth.bearer(ctx)
+		resp, err = rt.send(again, tok)
+		if err != nil || !refusesCredentials(resp.StatusCode) {
+			if err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+				rt.auth.worked(gen)
+			}
+			return resp, err
+		}
+		status, ch = resp.StatusCode, ParseChallenge(resp.Header)
+		drainClose(resp.Body)
+		aerr = errors.New("the server refused the request again with new credentials")
+	}
+	if rec, _ := ctx.Value(statusKey{}).(*answers); rec != nil {
+		rec.status.Store(int32(status))
+	}
+	return nil, &refusedError{&AuthError{Status: status, Challenge: ch, Err: aerr}}
+}
+
+// refusesCredentials reports whether an HTTP status refuses the request's credentials.
+func refusesCredentials(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden
+}
+
+// send sends req, with the bearer token tok if not empty: see RoundTrip.
+func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response, error) {
 	ctx, cancel := context.WithCancelCause(req.Context())
 	stop := context.AfterFunc(rt.life, func() { cancel(context.Cause(rt.life)) })
 	release := func() {
@@ -103,12 +171,16 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	// A RoundTripper must not change the request it is given: the headers are set on
 	// a deep copy, and without headers to set a shallow one carries the new context.
 	var r *http.Request
-	if len(rt.headers) > 0 && originOf(req.URL) == rt.origin {
+	if (len(rt.headers) > 0 || tok != "") && originOf(req.URL) == rt.origin {
 		r = req.Clone(ctx)
 		for k, v := range rt.headers {
 			if !sdkHeaders[http.CanonicalHeaderKey(k)] {
 				r.Header.Set(k, v)
 			}
+		}
+		if tok != "" {
+			rt.red.remember(tok)
+			r.Header.Set("Authorization", "Bearer "+tok)
 		}
 	} else {
 		r = req.WithContext(ctx)
@@ -136,6 +208,9 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	ct := resp.Header.Get("Content-Type")
 	if !isEventStream(ct) {
 		body.left = rt.maxBody
+		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			body.left = min(rt.maxBody, MaxErrorBody)
+		}
 	}
 	if rec != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 && resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusNoContent {
 		switch mt, _, _ := mime.ParseMediaType(ct); {

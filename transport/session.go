@@ -394,11 +394,19 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		s.proc = p
 		inner = &mcp.IOTransport{Reader: procReader{p}, Writer: procWriter{p}}
 	case KindHTTP:
-		hc, own := newHTTPClient(s.life, cfg.HTTP)
+		az, err := authorizerFor(cfg, s.log)
+		if err != nil {
+			return nil, err
+		}
+		hc, own := newHTTPClient(s.life, cfg.HTTP, az, s.red)
 		s.own = own
 		inner = &mcp.StreamableClientTransport{Endpoint: cfg.HTTP.URL, HTTPClient: hc, MaxRetries: cfg.HTTP.MaxRetries}
 	case KindSSE:
-		hc, own := newHTTPClient(s.life, cfg.SSE)
+		az, err := authorizerFor(cfg, s.log)
+		if err != nil {
+			return nil, err
+		}
+		hc, own := newHTTPClient(s.life, cfg.SSE, az, s.red)
 		s.own = own
 		inner = &mcp.SSEClientTransport{Endpoint: cfg.SSE.URL, HTTPClient: hc}
 		// Protocol 2026-07-28 has no SSE binding. Ask for the last version
@@ -821,6 +829,11 @@ func (s *Session) wrap(op, tool string, err error, status *answers) error {
 		e.HTTPStatus = int(status.status.Load())
 		e.Sent = status.sent.Load()
 		e.NotJSON, e.NotMCP = status.notJSON.Load(), status.notMCP.Load()
+	}
+	var ae *AuthError
+	if e.HTTPStatus == 0 && errors.As(err, &ae) {
+		// A refusal met where no status is recorded (the SSE stream's GET).
+		e.HTTPStatus = ae.Status
 	}
 	if s.proc != nil && (op == OpEnd || op == OpDial) {
 		e.StderrTail = s.red.tail(s.proc.stderr.tail())

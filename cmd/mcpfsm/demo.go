@@ -142,9 +142,10 @@ func (d *demo) run(ctx context.Context) error {
 	d.printf("   (no call waited and no budget was spent; on the new session the counter starts over)\n")
 
 	step("The server restarts and forgets its sessions")
-	// Right after a probe, so that a call, not the next probe (at least 0.9 s away),
-	// is what finds the expired session.
-	if err := d.healthy(ctx, conn); err != nil {
+	// Right after a probe, with the next one well away, so that a call, not the next
+	// probe, is what finds the expired session. (A probe spared by a recent answer
+	// brings the next one closer: it is due an interval after that answer.)
+	if err := d.quiet(ctx, conn, 500*time.Millisecond); err != nil {
 		return err
 	}
 	if err := srv.restart(true); err != nil {
@@ -230,6 +231,19 @@ func (d *demo) call(ctx context.Context, conn *mcpfsm.Conn, tool string, args an
 // healthy waits until a probe passes, which clears the failure count.
 func (d *demo) healthy(ctx context.Context, conn *mcpfsm.Conn) error {
 	return d.wait(ctx, conn, func(tr machine.Transition) bool { return tr.Trigger == "probe_ok" }, 10*time.Second)
+}
+
+// quiet waits until a probe has passed and the next one is at least gap away.
+func (d *demo) quiet(ctx context.Context, conn *mcpfsm.Conn, gap time.Duration) error {
+	for range 20 {
+		if err := d.healthy(ctx, conn); err != nil {
+			return err
+		}
+		if next := conn.Status().Next; next != nil && time.Until(next.At) >= gap {
+			return nil
+		}
+	}
+	return errors.New("no quiet moment between probes")
 }
 
 // wait waits for a transition accepted by ok, among those not seen yet.

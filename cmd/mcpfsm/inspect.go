@@ -83,6 +83,9 @@ left empty). With --json, all of it as one JSON object.`, stderr)
 		fmt.Fprintf(stdout, "server     %s %s\n", printable(impl.Name, maxLine), printable(impl.Version, maxLine))
 	}
 	fmt.Fprintf(stdout, "protocol   %s\n", printable(l.Server.ProtocolVersion, maxLine))
+	if caps := capabilities(l.Server.Capabilities); caps != "" {
+		fmt.Fprintf(stdout, "offers     %s\n", caps)
+	}
 	if l.Server.SessionID != "" {
 		fmt.Fprintf(stdout, "session    %s\n", printable(l.Server.SessionID, maxLine))
 	}
@@ -234,4 +237,44 @@ ARGUMENTS is a JSON object of strings, such as '{"name": "bob"}'.`, stderr)
 		fmt.Fprintf(stdout, "%s: %s\n", m.Role, data)
 	}
 	return 0
+}
+
+// capabilities names what a server's capabilities offer, for people: "tools
+// (list changes), resources (subscribe, list changes), prompts, logging,
+// completions".
+func capabilities(c *mcp.ServerCapabilities) string {
+	if c == nil {
+		return ""
+	}
+	var out []string
+	offer := func(name string, details ...string) {
+		if len(details) > 0 {
+			name += " (" + strings.Join(details, ", ") + ")"
+		}
+		out = append(out, name)
+	}
+	if t := c.Tools; t != nil {
+		offer("tools", when(t.ListChanged, "list changes")...)
+	}
+	if r := c.Resources; r != nil {
+		offer("resources", append(when(r.Subscribe, "subscribe"), when(r.ListChanged, "list changes")...)...)
+	}
+	if p := c.Prompts; p != nil {
+		offer("prompts", when(p.ListChanged, "list changes")...)
+	}
+	if c.Logging != nil {
+		offer("logging")
+	}
+	if c.Completions != nil {
+		offer("completions")
+	}
+	return strings.Join(out, ", ")
+}
+
+// when returns []string{s} if on, else nothing.
+func when(on bool, s string) []string {
+	if on {
+		return []string{s}
+	}
+	return nil
 }

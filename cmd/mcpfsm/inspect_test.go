@@ -16,7 +16,7 @@ func TestLookAround(t *testing.T) {
 	cfg := writeConfig(t, fmt.Sprintf("version: 1\nservers:\n  s:\n    url: %s\n  gone:\n    command: /nonexistent/server\n", h.URL()))
 
 	out, errOut, code := runCLI(t, "ls", cfg, "s")
-	for _, want := range []string{"server     looked-at", "tools (", "  echo  Returns its text.", "prompts (1)", "  greet(name*, greeting)", "test://static/a", "resource templates (1)", "test://items/{id}"} {
+	for _, want := range []string{"server     looked-at", "offers     tools (list changes), resources (subscribe, list changes), prompts (list changes), logging, completions", "session    ", "tools (", "  echo  Returns its text.", "prompts (1)", "  greet(name*, greeting)", "test://static/a", "resource templates (1)", "test://items/{id}"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("ls: exit %d, stdout lacks %q:\n%s\nstderr: %s", code, want, out, errOut)
 		}

@@ -3,7 +3,10 @@
 // Usage:
 //
 //	mcpfsm demo                                  a fault tour against an in-process server
-//	mcpfsm run [--json] CONFIG                   connect to the servers of a config, print transitions
+//	mcpfsm run [--json] [--http-status ADDR] CONFIG
+//	                                             connect to the servers of a config, print transitions
+//	                                             (and serve a live status page, /status and /metrics)
+//	mcpfsm status [--json] CONFIG                connect, wait, print every server's status
 //	mcpfsm call CONFIG SERVER TOOL [ARGUMENTS]   call one tool through a connection
 //	mcpfsm ls CONFIG SERVER                      a server's info, tools, prompts, resources
 //	mcpfsm read CONFIG SERVER URI                read a resource
@@ -39,6 +42,7 @@ type command struct {
 
 var commands = map[string]command{
 	"run":            {"connect to every server of a config and print its lifecycle", runRun},
+	"status":         {"connect to every server of a config and print its status; exit 1 if any is not ready", runStatus},
 	"call":           {"call one tool of one server of a config", runCall},
 	"ls":             {"show what one server of a config is and has: tools, prompts, resources", runList},
 	"read":           {"read a resource of one server of a config", runRead},
@@ -49,6 +53,7 @@ var commands = map[string]command{
 	"demo":           {"watch a connection survive a fault tour against an in-process server", runDemo},
 	"graph":          {"render a lifecycle as DOT or Mermaid", runGraph},
 	"validate":       {"check a lifecycle spec and report every problem", runValidate},
+	"auth":           {"log in to a server of a config (OAuth), or show each server's token state", runAuth},
 }
 
 func main() {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,7 +22,7 @@ import (
 )
 
 func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("run", "[--json] [--history] CONFIG", `
+	fs := newFlags("run", "[--json] [--history] [--http-status ADDR] CONFIG", `
 Connect to every server of a servers config and keep the connections healthy,
 printing each transition as it happens: time, server, from → to, trigger, and the
 cause of a failure with its error. With --json, print one JSON object per line
@@ -35,10 +36,19 @@ changed adopt them and keep their session, removed ones are closed, new ones
 opened. On Ctrl-C (SIGINT) or SIGTERM every connection is closed and a summary
 is printed; with --history, each server's recent transitions too.
 
+With --http-status ADDR (such as 127.0.0.1:8080, or :0 for a free port on
+loopback), it also serves, at http://ADDR/, a page that shows every server on its
+lifecycle picture (current state, recent path, last success and failure, next
+move), updated live; /status, the same as JSON; and /metrics, the connections'
+OpenTelemetry metrics as Prometheus text. It listens on loopback only unless
+--http-status-remote is given: the page is not authenticated.
+
 Log records (log/slog, text) go to stderr at warning level and above, but for
 the failures, which the transition lines already show.`, stderr)
 	asJSON := fs.Bool("json", false, "print transitions as JSON lines")
 	history := fs.Bool("history", false, "print each server's history at exit")
+	var sf statusFlags
+	sf.add(fs)
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
@@ -52,20 +62,36 @@ the failures, which the transition lines already show.`, stderr)
 		fmt.Fprintln(stderr, errorText(err))
 		return 1
 	}
+	web, err := newStatusServer(&sf)
+	if err != nil {
+		fmt.Fprintln(stderr, "mcpfsm run:", errorText(err))
+		return 2
+	}
 	out := &eventPrinter{w: stdout, json: *asJSON, stats: map[string]*serverStats{}, policies: map[string]machine.Policies{}}
 	// Before any transition, so that a reader of the JSON lines (graph --trace) knows
 	// the policies a server's transitions ran under.
 	out.servers(cfg)
-	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
+	mopts := mcpfsm.ManagerOptions{
 		Observer: out.transition,
 		Logger:   slog.New(withoutFailures{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}),
 		History:  256,
-	})
+	}
+	if web != nil {
+		mopts.MeterProvider = web.MeterProvider()
+	}
+	m, err := mcpfsm.NewManager(cfg, mopts)
 	if err != nil {
+		if web != nil {
+			_ = web.Close(context.Background())
+		}
 		fmt.Fprintln(stderr, "mcpfsm run:", errorText(err))
 		return 1
 	}
 	out.note(fmt.Sprintf("running %d servers from %s; Ctrl-C to stop, SIGHUP to reload", len(cfg.Servers), printable(path, maxLine)))
+	if web != nil {
+		web.Serve(m)
+		out.note("status page at " + web.URL())
+	}
 
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -102,6 +128,9 @@ the failures, which the transition lines already show.`, stderr)
 	cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err = m.Close(cctx)
+	if web != nil {
+		err = errors.Join(err, web.Close(cctx))
+	}
 	var histories map[string][]machine.Transition
 	if *history {
 		histories = map[string][]machine.Transition{}

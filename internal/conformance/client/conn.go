@@ -24,9 +24,6 @@ var clientInfo = &mcp.Implementation{Name: "mcpfsm-conformance-client", Version:
 // HTTP request of the sessions.
 func openConn(httpClient *http.Client) opener {
 	return func(ctx context.Context, serverURL string, opts options) (session, error) {
-		if opts.OAuth != nil {
-			return nil, errors.New("OAuth through mcpfsm.Conn is not supported yet")
-		}
 		var hs mcpfsm.Handlers
 		if opts.Elicit != nil {
 			hs.Elicit = func(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
@@ -38,10 +35,15 @@ func openConn(httpClient *http.Client) opener {
 		pol := mcpfsm.DefaultSpec().Defaults()
 		pol.KeepaliveInterval = 0
 		pol.BreakerThreshold = 2
-		c, err := mcpfsm.Open(transport.Config{
-			Name: "conformance",
-			HTTP: &transport.HTTP{URL: serverURL, Client: httpClient},
-		}, mcpfsm.Options{Client: clientInfo, Handlers: hs, Policies: &pol, Logger: slog.Default()})
+		h := &transport.HTTP{URL: serverURL, Client: httpClient}
+		if opts.OAuth != nil {
+			// The authorization runs inside the connect (the first request is
+			// refused): the connect gets the scenario's time for it.
+			h.Auth = authConfig(opts.OAuth, httpClient)
+			pol.ConnectTimeout = 20 * time.Second
+		}
+		c, err := mcpfsm.Open(transport.Config{Name: "conformance", HTTP: h},
+			mcpfsm.Options{Client: clientInfo, Handlers: hs, Policies: &pol, Logger: slog.Default()})
 		if err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mcpfsm/mcpfsm/internal/authtest"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/goleak"
 )
@@ -190,5 +191,38 @@ func TestAuthOptions(t *testing.T) {
 		if tc.wantPre && (got.Preregistered.ClientID != "id" || got.Preregistered.ClientSecretAuth.ClientSecret != "pw") {
 			t.Errorf("context %s: pre-registered credentials not taken from the context", tc.cc)
 		}
+	}
+}
+
+// An auth scenario runs through the connection against a protected server on
+// loopback: discovery, dynamic registration, PKCE, the code read from the redirect,
+// then the tools; and with the pre-registered client the context gives.
+func TestAuthScenarioThroughConn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts authtest.Options
+		cc   string
+	}{
+		{"dynamic registration", authtest.Options{Scopes: []string{"mcp"}}, ""},
+		{"pre-registration", authtest.Options{NoRegistration: true, ClientID: "pre-id", ClientSecret: "pre-secret"},
+			`{"client_id":"pre-id","client_secret":"pre-secret"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := mcp.NewServer(&mcp.Implementation{Name: "protected", Version: "0"}, nil)
+			ms.AddTool(&mcp.Tool{Name: "test-tool", InputSchema: map[string]any{"type": "object"}},
+				func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) { return text("ok"), nil })
+			t.Cleanup(func() { authtest.CloseSessions(ms) })
+			srv := authtest.New(tc.opts, authtest.Streamable(ms)).Start(t)
+			log := captureLog(t)
+			if got := run(t.Context(), []string{srv.MCPURL()}, env("auth/metadata-default", tc.cc), openConn(nil)); got != 0 {
+				t.Fatalf("run = %d, want 0; log:\n%s", got, log)
+			}
+			if n := srv.Authorizations.Load(); n != 1 {
+				t.Errorf("%d authorizations, want 1", n)
+			}
+			if strings.Contains(log.String(), "pre-secret") {
+				t.Errorf("the log shows the client secret:\n%s", log)
+			}
+		})
 	}
 }

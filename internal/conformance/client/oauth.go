@@ -1,34 +1,33 @@
 package main
 
-// OAuth for the auth scenarios: the go-sdk's authorization-code handler, built from the
-// scenarios' configuration. (Issue 14 brings OAuth to mcpfsm.Conn; until then the auth
-// scenarios cannot run through it.)
+// OAuth for the auth scenarios: the scenarios' OAuth configuration as the
+// connection's transport.Auth. The connection's OAuth client runs the go-sdk's
+// authorization code handler (discovery, client ID metadata documents,
+// pre-registration, dynamic registration, PKCE, step-up) on the server's
+// refusals, with the scenario's fetcher playing the user. Tokens stay in memory.
 
 import (
-	"fmt"
 	"net/http"
 
-	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/mcpfsm/mcpfsm/transport"
 )
 
-// authHandler makes the go-sdk's authorization-code handler from the scenarios' OAuth
-// configuration.
-func authHandler(oc *oauthConfig, httpClient *http.Client) (auth.OAuthHandler, error) {
-	cfg := &auth.AuthorizationCodeHandlerConfig{
-		RedirectURL:              oc.RedirectURL,
-		AuthorizationCodeFetcher: oc.Fetch,
-		PreregisteredClient:      oc.Preregistered,
-		Client:                   httpClient,
+// authConfig returns the connection's auth for the scenarios' OAuth configuration.
+// httpClient, if not nil, makes the requests to the authorization server.
+func authConfig(oc *oauthConfig, httpClient *http.Client) *transport.Auth {
+	a := &transport.Auth{
+		RedirectURL:         oc.RedirectURL,
+		Fetcher:             oc.Fetch,
+		ClientIDMetadataURL: oc.ClientIDMetadataURL,
+		Registration:        oc.Registration,
+		NoRegistration:      oc.Registration == nil,
+		Client:              httpClient,
 	}
-	if oc.ClientIDMetadataURL != "" {
-		cfg.ClientIDMetadataDocumentConfig = &auth.ClientIDMetadataDocumentConfig{URL: oc.ClientIDMetadataURL}
+	if p := oc.Preregistered; p != nil {
+		a.ClientID = p.ClientID
+		if p.ClientSecretAuth != nil {
+			a.ClientSecret = p.ClientSecretAuth.ClientSecret
+		}
 	}
-	if oc.Registration != nil {
-		cfg.DynamicClientRegistrationConfig = &auth.DynamicClientRegistrationConfig{Metadata: oc.Registration}
-	}
-	h, err := auth.NewAuthorizationCodeHandler(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("oauth: %w", err)
-	}
-	return h, nil
+	return a
 }

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/mcpfsm/mcpfsm/internal/authtest"
+)
+
+// TestAuthLoginAndStatus: auth status says there is no token and what to run; auth
+// login prints the URL, takes the redirect on loopback and saves the token (0600);
+// status then shows its state and never the token; a call works without a login;
+// a second login finds the token good and does nothing.
+func TestAuthLoginAndStatus(t *testing.T) {
+	ms := authtest.MCPServer()
+	t.Cleanup(func() { authtest.CloseSessions(ms) })
+	srv := authtest.New(authtest.Options{Scopes: []string{"mcp"}}, authtest.Streamable(ms)).Start(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "servers.yaml")
+	text := fmt.Sprintf("version: 1\nservers:\n  remote:\n    url: %s\n    auth:\n      store: tokens\n      redirect_url: http://127.0.0.1:0/callback\n  plain:\n    command: server\n", srv.MCPURL())
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runCLI(t, "auth", "status", cfg)
+	if code != 0 || !strings.Contains(out, "none: run mcpfsm auth login") || !strings.Contains(out, "plain") {
+		t.Fatalf("status before login: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// A headless call says what to run.
+	_, errOut, code = runCLI(t, "call", "--timeout", "10s", cfg, "remote", "echo", `{"text":"hi"}`)
+	if code != 1 || !strings.Contains(errOut, "run mcpfsm auth login "+cfg+" remote") {
+		t.Errorf("call before login: exit %d\n%s", code, errOut)
+	}
+
+	login := startCLI(t, "auth", "login", cfg, "remote")
+	var authURL string
+	login.waitFor(t, "the authorization URL", func(stdout string) bool {
+		m := regexp.MustCompile(`(?m)^  (http://\S+/authorize\S*)$`).FindStringSubmatch(stdout)
+		if m != nil {
+			authURL = m[1]
+		}
+		return m != nil
+	})
+	// The browser: the authorization server redirects to the loopback listener.
+	resp, err := http.Get(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(page), "Logged in") {
+		t.Errorf("the redirect page says %q", page)
+	}
+	if code := <-login.code; code != 0 {
+		t.Fatalf("login: exit %d\n%s\n%s", code, login.stdout.String(), login.stderr.String())
+	}
+	login.code <- 0
+	info, err := os.Stat(filepath.Join(dir, "tokens", "remote.json"))
+	if err != nil || info.Mode().Perm() != 0o600 {
+		t.Fatalf("token file: %v, %v", info, err)
+	}
+	stored := readFile(t, filepath.Join(dir, "tokens", "remote.json"))
+	token := regexp.MustCompile(`"access_token": "([^"]+)"`).FindStringSubmatch(stored)
+	if token == nil {
+		t.Fatalf("no access token stored")
+	}
+
+	out, errOut, code = runCLI(t, "auth", "status", cfg)
+	if code != 0 || !strings.Contains(out, "valid until") || !strings.Contains(out, "refreshable") || !strings.Contains(out, "mcp") {
+		t.Errorf("status after login: exit %d\n%s%s", code, out, errOut)
+	}
+	out2, _, _ := runCLI(t, "auth", "status", "--json", cfg)
+	for _, o := range []string{out, out2, login.stdout.String(), login.stderr.String()} {
+		if strings.Contains(o, token[1]) {
+			t.Errorf("the token shows:\n%s", o)
+		}
+	}
+
+	out, errOut, code = runCLI(t, "call", cfg, "remote", "echo", `{"text":"hi"}`)
+	if code != 0 || strings.TrimSpace(out) != "hi" {
+		t.Errorf("call after login: exit %d\n%s%s", code, out, errOut)
+	}
+	out, errOut, code = runCLI(t, "auth", "login", cfg, "remote")
+	if code != 0 || !strings.Contains(out, "already logged in") {
+		t.Errorf("second login: exit %d\n%s%s", code, out, errOut)
+	}
+	if n := srv.Authorizations.Load(); n != 1 {
+		t.Errorf("%d authorizations, want 1", n)
+	}
+	_, errOut, code = runCLI(t, "auth", "login", cfg, "plain")
+	if code != 1 || !strings.Contains(errOut, "nothing to log in to") {
+		t.Errorf("login to a stdio server: exit %d\n%s", code, errOut)
+	}
+}

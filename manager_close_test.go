@@ -1,0 +1,114 @@
+package mcpfsm
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestManagerCloseDoesNotBlockRequests: Manager.Close holds the Manager's lock
+// while its connections close (up to teardown_timeout each, and more), and every
+// request takes that lock, without its context, to find its connection. A request made
+// meanwhile, with a short deadline, waits for the whole close: a call that hangs past
+// its context. (Status, Servers, Conn and Reload block the same way.)
+func TestManagerCloseDoesNotBlockRequests(t *testing.T) {
+	pol := *fastPolicies()
+	pol.TeardownTimeout = 3 * time.Second // the server ignores the close: the teardown takes all of it
+	cfg := &Config{Servers: []ServerConfig{{
+		Name: "hangs", Transport: stdioConfig(t, testserver.Options{HangClose: true}), Policies: pol,
+	}}}
+	m, err := NewManager(cfg, ManagerOptions{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Conn("hangs").WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := m.Conn("hangs")
+	closed := make(chan error, 1)
+	go func() { closed <- m.Close(ctx) }()
+	// Close has taken the lock once the connection starts tearing down.
+	for c.State() != "tearing-down" {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the connection never started closing")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	start := time.Now()
+	cctx, ccancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer ccancel()
+	_, err = m.CallTool(cctx, "hangs", &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+	took := time.Since(start)
+	if !errors.Is(err, ErrClosed) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a call during Close: %v, want ErrClosed or its deadline", err)
+	}
+	if took > time.Second {
+		t.Errorf("a call with a 200ms deadline returned after %s, blocked by Manager.Close", took.Round(time.Millisecond))
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReloadKeepsSessionState: a Reload that changes a server's lifecycle spec
+// gives it a new Conn, and requests through the Manager follow it; but what the user
+// established through the Manager (subscriptions, the log level) stays with the old
+// Conn, which is closed: the new one never subscribes, and the updates stop, though
+// the Manager's Subscribe promises they are kept across reconnects.
+func TestReloadKeepsSessionState(t *testing.T) {
+	bbm, err := LoadSpecFile("docs/lifecycles/break-before-make.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testserver.New(testserver.Options{})
+	cfgWith := func(spec *machine.Spec, file string) *Config {
+		return &Config{Servers: []ServerConfig{{
+			Name: "mem", Transport: transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: srv}},
+			Spec: spec, SpecFile: file, Policies: *fastPolicies(),
+		}}}
+	}
+	m, err := NewManager(cfgWith(DefaultSpec(), ""), ManagerOptions{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := m.Subscribe(ctx, "mem", &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.SetLoggingLevel(ctx, "mem", &mcp.SetLoggingLevelParams{Level: "warning"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := m.Reload(ctx, cfgWith(bbm, "docs/lifecycles/break-before-make.yaml"))
+	if err != nil || len(res.Reconnected) != 1 {
+		t.Fatalf("Reload = %v, %v; want mem reconnected", res, err)
+	}
+	c := m.Conn("mem")
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if subs := c.Subscriptions(); len(subs) != 1 || subs[0] != testserver.ResourceA {
+		t.Errorf("after a Reload that changed the spec, the connection's subscriptions are %q, want [%s]", subs, testserver.ResourceA)
+	}
+	out, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := testserver.State(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Subscriptions) != 1 {
+		t.Errorf("the new connection's session is subscribed to %q, want [%s]", st.Subscriptions, testserver.ResourceA)
+	}
+}

@@ -1,0 +1,506 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"golang.org/x/oauth2"
+)
+
+// Auth says how the sessions of an HTTP or SSE server authorize their requests
+// (HTTP.Auth). Set one of Handler, Token, or the OAuth fields (Grant and what
+// it needs).
+//
+// The requests to the server's origin carry "Authorization: Bearer TOKEN".
+// When the server answers one with 401 or 403, the session asks for better
+// credentials once (it refreshes the token, or authorizes anew) and, if it got
+// them, sends the request again (the server did not run it); otherwise the
+// request fails with an *AuthError carrying the server's challenge. A 403
+// whose challenge is not insufficient_scope is final: the credentials are
+// good, the request is not allowed.
+//
+// The OAuth client (the Grant fields) runs one authorization or refresh at a
+// time, and keeps its tokens for every session of a connection: a Conn builds
+// it once per config and shares it (Dial alone builds one per session; use
+// NewOAuth and Handler to share one yourself). With a Store the tokens outlive
+// the process.
+type Auth struct {
+	// Handler, if set, authorizes the requests and every other field is
+	// ignored: a go-sdk auth.OAuthHandler (such as auth.AuthorizationCodeHandler,
+	// or the *OAuth that NewOAuth returns), used as the go-sdk's streamable
+	// transport uses it.
+	Handler auth.OAuthHandler
+
+	// Token, if set, gives the bearer tokens: oauth2.StaticTokenSource for a
+	// fixed token, or any golang.org/x/oauth2 token source (which refreshes as
+	// it does). A token the server refuses is asked for once more; if the
+	// source gives the same one, the refusal stands. The OAuth fields below
+	// are ignored.
+	Token oauth2.TokenSource
+
+	// Grant is the OAuth grant: GrantAuthorizationCode (the default) or
+	// GrantClientCredentials.
+	Grant Grant
+	// ClientID and ClientSecret are a client registered in advance with the
+	// authorization server: required for client credentials; for the
+	// authorization code flow, used when set (the secret may be empty for a
+	// public client). ClientSecret is a secret.
+	ClientID     string
+	ClientSecret string
+	// ClientIDMetadataURL, if set, is the client's ID as a client ID metadata
+	// document (an https URL with a path), used when the authorization server
+	// supports them.
+	ClientIDMetadataURL string
+	// Registration is the metadata of dynamic client registration (RFC 7591),
+	// used when the authorization server offers it and no ClientID is set;
+	// nil: the redirect URL, the authorization_code and refresh_token grants,
+	// and no client secret (a public client, as a native app is).
+	// NoRegistration turns it off.
+	Registration   *oauthex.ClientRegistrationMetadata
+	NoRegistration bool
+	// RedirectURL is where the authorization server sends the user back with
+	// the code (the authorization code flow): the URL that Fetcher, or
+	// `mcpfsm auth login` listening on a loopback address, receives.
+	RedirectURL string
+	// Scopes are asked for besides those the server names (in its challenge,
+	// or its metadata's scopes_supported).
+	Scopes []string
+	// Fetcher plays the user in the authorization code flow: it sends the user
+	// to the authorization URL and returns the code the redirect brings back.
+	// Nil in a headless process: a new authorization then fails at once with
+	// ErrLoginRequired (and LoginHint), never waiting for a user. It runs
+	// within the time of the request that needs it (see Timeout).
+	Fetcher auth.AuthorizationCodeFetcher
+	// Store keeps the tokens across restarts; nil keeps them in memory.
+	Store TokenStore
+	// StoreKey is the server's key in Store; Config.Name if empty.
+	StoreKey string
+	// LoginHint says how to log in, for errors that need a login ("run
+	// `mcpfsm auth login servers.yaml files`").
+	LoginHint string
+	// Client makes the requests to the authorization server (metadata,
+	// registration, tokens); nil: a private client. It never follows a
+	// redirect to another origin.
+	Client *http.Client
+	// Timeout bounds each request to the authorization server (DefaultAuthTimeout
+	// if 0). An authorization as a whole, the user's part included, gets at most
+	// three quarters of the time left to the request that needs it, so that a
+	// hanging authorization server fails it as a refusal, with its reason,
+	// before the request's own deadline.
+	Timeout time.Duration
+}
+
+// DefaultAuthTimeout bounds a request to an authorization server when
+// Auth.Timeout is 0.
+const DefaultAuthTimeout = 10 * time.Second
+
+// A Grant is an OAuth grant type.
+type Grant string
+
+// The grants of Auth.Grant.
+const (
+	// GrantAuthorizationCode is the authorization code flow with PKCE: a user
+	// logs in (Fetcher, or `mcpfsm auth login`), and the tokens are refreshed
+	// without the user after that.
+	GrantAuthorizationCode Grant = "authorization_code"
+	// GrantClientCredentials is the client credentials flow: a service
+	// authenticates as itself (ClientID, ClientSecret), with no user.
+	GrantClientCredentials Grant = "client_credentials"
+)
+
+// ErrLoginRequired is wrapped by the error of a request that needs a new
+// authorization with a user, made where no user can be asked (Auth.Fetcher is
+// nil).
+var ErrLoginRequired = errors.New("login required")
+
+// An AuthError is the error of a request the server refused for its
+// credentials (HTTP 401 or 403) when no better ones could be had. Its text
+// never holds a token or a client secret.
+type AuthError struct {
+	Status    int       // 401 or 403
+	Challenge Challenge // what the server's WWW-Authenticate said
+	Err       error     // why no better credentials: ErrLoginRequired, the token endpoint's answer...
+}
+
+// Error says why no better credentials could be had, first (what to do, when
+// it is a login), then the server's refusal and what it asked for.
+func (e *AuthError) Error() string {
+	var b strings.Builder
+	if e.Err != nil {
+		b.WriteString(e.Err.Error())
+		b.WriteString(" (")
+	} else {
+		b.WriteString("the server refused our credentials (")
+	}
+	fmt.Fprintf(&b, "HTTP %d", e.Status)
+	if s := e.Challenge.String(); s != "" {
+		b.WriteString("; ")
+		b.WriteString(s)
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// Unwrap returns why no better credentials could be had.
+func (e *AuthError) Unwrap() error { return e.Err }
+
+// A Challenge is what a server's WWW-Authenticate header asked for (RFC 6750,
+// RFC 9728). Its fields are the server's own words, never our credentials.
+type Challenge struct {
+	Scheme           string   // "bearer"
+	Error            string   // invalid_token, insufficient_scope...
+	Description      string   // error_description, cut at 200 bytes
+	Scope            []string // the scopes the server asks for
+	ResourceMetadata string   // the URL of its protected resource metadata (its query and userinfo redacted)
+	Realm            string
+}
+
+// String describes the challenge in one line, or "" if it says nothing.
+func (c Challenge) String() string {
+	var parts []string
+	if c.Error != "" {
+		p := c.Error
+		if c.Description != "" {
+			p += ": " + c.Description
+		}
+		parts = append(parts, p)
+	}
+	if len(c.Scope) > 0 {
+		parts = append(parts, fmt.Sprintf("scope %q", strings.Join(c.Scope, " ")))
+	}
+	if c.ResourceMetadata != "" {
+		parts = append(parts, "resource metadata "+c.ResourceMetadata)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ParseChallenge reads the Bearer challenge of a 401 or 403 answer's
+// WWW-Authenticate headers (the first one, if there are several; the zero
+// Challenge if there is none or they do not parse).
+func ParseChallenge(h http.Header) Challenge {
+	cs, err := oauthex.ParseWWWAuthenticate(h.Values("WWW-Authenticate"))
+	if err != nil {
+		return Challenge{}
+	}
+	for _, c := range cs {
+		if c.Scheme != "bearer" {
+			continue
+		}
+		ch := Challenge{
+			Scheme: c.Scheme, Error: capText(c.Params["error"], 64), Description: capText(c.Params["error_description"], 200),
+			Scope: strings.Fields(c.Params["scope"]), Realm: capText(c.Params["realm"], 64),
+		}
+		if u := c.Params["resource_metadata"]; u != "" {
+			ch.ResourceMetadata = safeURL(u)
+		}
+		return ch
+	}
+	return Challenge{}
+}
+
+// capText cuts s at n bytes (at a rune boundary), marking the cut.
+func capText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xc0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// loginRequired is ErrLoginRequired with what to run.
+type loginRequired struct{ hint string }
+
+func (e *loginRequired) Error() string {
+	if e.hint != "" {
+		return "login required: run " + e.hint
+	}
+	return "login required, and no user to ask here (no Auth.Fetcher)"
+}
+
+func (e *loginRequired) Is(target error) bool { return target == ErrLoginRequired }
+
+// An authorizer sets the credentials of a session's requests and gets better
+// ones when the server refuses them. Each credential it hands out has a
+// generation: authorize is told the one a refused request carried, so that
+// requests refused together cause one authorization, not one each.
+type authorizer interface {
+	// bearer returns the token to send ("" for none) and its generation.
+	bearer(ctx context.Context) (string, uint64)
+	// authorize gets better credentials than generation gen, which the server
+	// refused with resp; it must close resp.Body. nil: send the request again.
+	authorize(ctx context.Context, req *http.Request, resp *http.Response, gen uint64) error
+	// worked says that a request with generation gen's token was accepted.
+	worked(gen uint64)
+}
+
+// authorizerFor returns the authorizer of cfg's HTTP requests, or nil.
+func authorizerFor(cfg Config, log *slog.Logger) (authorizer, error) {
+	h := cfg.httpConfig()
+	if h == nil || h.Auth == nil {
+		return nil, nil
+	}
+	a := h.Auth
+	switch {
+	case a.Handler != nil:
+		if o, ok := a.Handler.(*OAuth); ok {
+			return o, nil
+		}
+		return &handlerAuth{h: a.Handler}, nil
+	case a.Token != nil:
+		return &tokenAuth{ts: a.Token}, nil
+	}
+	return NewOAuth(cfg, log)
+}
+
+// tokenGen is the generation of a token: a hash of it (0 for none).
+func tokenGen(tok string) uint64 {
+	if tok == "" {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, tok)
+	return h.Sum64() | 1
+}
+
+// tokenAuth is Auth.Token: bearer tokens from a source.
+type tokenAuth struct{ ts oauth2.TokenSource }
+
+func (a *tokenAuth) bearer(context.Context) (string, uint64) {
+	t, err := a.ts.Token()
+	if err != nil || t == nil {
+		return "", 0
+	}
+	return t.AccessToken, tokenGen(t.AccessToken)
+}
+
+func (a *tokenAuth) authorize(ctx context.Context, _ *http.Request, resp *http.Response, gen uint64) error {
+	drainClose(resp.Body)
+	if resp.StatusCode == http.StatusForbidden {
+		return errForbidden
+	}
+	t, err := a.ts.Token()
+	switch {
+	case err != nil:
+		return fmt.Errorf("the token source failed: %w", err)
+	case t == nil || t.AccessToken == "":
+		return errors.New("the token source gave no token")
+	case tokenGen(t.AccessToken) != gen:
+		return nil // a new token: try it
+	}
+	return errors.New("the configured bearer token was refused, and its source has no other")
+}
+
+func (a *tokenAuth) worked(uint64) {}
+
+// handlerAuth is Auth.Handler: a go-sdk OAuthHandler, used as the go-sdk's
+// streamable transport uses it.
+type handlerAuth struct{ h auth.OAuthHandler }
+
+func (a *handlerAuth) bearer(ctx context.Context) (string, uint64) {
+	ts, err := a.h.TokenSource(ctx)
+	if err != nil || ts == nil {
+		return "", 0
+	}
+	t, err := ts.Token()
+	if err != nil || t == nil {
+		return "", 0
+	}
+	return t.AccessToken, tokenGen(t.AccessToken)
+}
+
+func (a *handlerAuth) authorize(ctx context.Context, req *http.Request, resp *http.Response, gen uint64) error {
+	if now, _ := a.bearer(ctx); now != "" && tokenGen(now) != gen {
+		drainClose(resp.Body)
+		return nil // the handler has a new token already
+	}
+	return a.h.Authorize(ctx, req, resp)
+}
+
+func (a *handlerAuth) worked(uint64) {}
+
+// errForbidden is why a 403 that does not ask for more scope is final.
+var errForbidden = errors.New("the server forbids this request with these credentials (not a matter of scope)")
+
+// drainClose reads a little of a body, so its connection can be reused, and closes it.
+func drainClose(b io.ReadCloser) {
+	if b == nil {
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(b, 64<<10))
+	_ = b.Close()
+}
+
+// rejectedCode is the JSON-RPC code the SDK gives a request its transport
+// refused (jsonrpc2.ErrRejected): a write failing so does not break the
+// connection, and the call fails alone.
+const rejectedCode = -32005
+
+// refusedError is the error a session's HTTP client returns for a request
+// the server refused for its credentials: the *AuthError, marked rejected by
+// the transport for the SDK (see rejectedCode).
+type refusedError struct{ err *AuthError }
+
+var errRejected = &jsonrpc.Error{Code: rejectedCode, Message: "rejected by transport"}
+
+func (e *refusedError) Error() string   { return e.err.Error() }
+func (e *refusedError) Unwrap() []error { return []error{e.err, errRejected} }
+
+// authContext bounds an authorization or refresh made for a request with ctx:
+// three quarters of the time ctx has left, so that it fails as a refusal, with
+// its reason, before the request (a connect) runs out of time.
+func authContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, time.Now().Add(time.Until(d)*3/4))
+	}
+	return context.WithCancel(ctx)
+}
+
+// sameOriginClient returns a copy of c (or a private client) that makes each
+// request within timeout and follows no redirect to another origin: an
+// authorization server's redirect elsewhere is refused, not followed with our
+// client's credentials.
+func sameOriginClient(c *http.Client, timeout time.Duration) *http.Client {
+	var out http.Client
+	if c != nil {
+		out = *c
+	} else {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// Authorization requests are rare: no idle connection is kept for them.
+		tr.DisableKeepAlives = true
+		out.Transport = tr
+	}
+	if out.Timeout == 0 {
+		out.Timeout = timeout
+	}
+	next := out.CheckRedirect
+	out.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		if from := via[len(via)-1].URL; originOf(req.URL) != originOf(from) {
+			return fmt.Errorf("a redirect from %s to another origin (%s) was refused", safeURL(from.String()), originOf(req.URL))
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		return nil
+	}
+	return &out
+}
+
+// union returns the scopes of every list, each once, in order of appearance.
+func union(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		for _, s := range l {
+			if s != "" && !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}
+
+// tokenError describes a failed token request without the response body the
+// oauth2 package quotes (an authorization server's error page may echo what
+// it was sent).
+type tokenError struct {
+	what string
+	err  error
+}
+
+func (e *tokenError) Error() string {
+	var re *oauth2.RetrieveError
+	if errors.As(e.err, &re) && re.Response != nil {
+		msg := fmt.Sprintf("%s: the token endpoint answered %s", e.what, re.Response.Status)
+		if re.ErrorCode != "" {
+			msg += ": " + capText(re.ErrorCode, 64)
+			if re.ErrorDescription != "" {
+				msg += " (" + capText(re.ErrorDescription, 200) + ")"
+			}
+		}
+		return msg
+	}
+	var ue *url.Error
+	if errors.As(e.err, &ue) {
+		return fmt.Sprintf("%s: %s %s: %v", e.what, ue.Op, safeURL(ue.URL), ue.Err)
+	}
+	return e.what + ": " + e.err.Error()
+}
+
+func (e *tokenError) Unwrap() error { return e.err }
+
+// kind names how a describes its credentials, for Config.String.
+func (a *Auth) kind() string {
+	switch {
+	case a.Handler != nil:
+		return "handler"
+	case a.Token != nil:
+		return "bearer token"
+	case a.Grant == GrantClientCredentials:
+		return "oauth client_credentials"
+	}
+	return "oauth authorization_code"
+}
+
+// validateAuth reports the first problem of h.Auth, without quoting a secret.
+func validateAuth(h *HTTP) error {
+	a := h.Auth
+	if a == nil {
+		return nil
+	}
+	for k := range h.Headers {
+		if strings.EqualFold(k, "Authorization") {
+			return errors.New("auth: the Authorization header is set too: give one")
+		}
+	}
+	if a.Handler != nil || a.Token != nil {
+		if a.Handler != nil && a.Token != nil {
+			return errors.New("auth: both a handler and a token source are set: give one")
+		}
+		return nil
+	}
+	switch a.Grant {
+	case "", GrantAuthorizationCode:
+		if a.Fetcher != nil && a.RedirectURL == "" {
+			return errors.New("auth: the authorization code flow needs a redirect URL")
+		}
+		if a.ClientIDMetadataURL != "" {
+			if u, err := url.Parse(a.ClientIDMetadataURL); err != nil || u.Scheme != "https" || strings.Trim(u.Path, "/") == "" {
+				return errors.New("auth: the client ID metadata URL must be an https URL with a path")
+			}
+		}
+		if a.ClientID == "" && a.ClientIDMetadataURL == "" && a.NoRegistration {
+			return errors.New("auth: no way to identify the client: set a client ID, a client ID metadata URL, or allow registration")
+		}
+	case GrantClientCredentials:
+		if a.ClientID == "" || a.ClientSecret == "" {
+			return errors.New("auth: client credentials need a client ID and a client secret")
+		}
+	default:
+		return fmt.Errorf("auth: unknown grant %q (authorization_code or client_credentials)", capText(string(a.Grant), 40))
+	}
+	if a.RedirectURL != "" {
+		if u, err := url.Parse(a.RedirectURL); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			return errors.New("auth: the redirect URL is not an http or https URL")
+		}
+	}
+	if a.Timeout < 0 {
+		return errors.New("auth: the timeout is negative")
+	}
+	return nil
+}

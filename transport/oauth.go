@@ -1,0 +1,665 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/oauthex"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
+)
+
+// OAuth is mcpfsm's OAuth client for one server: the auth.OAuthHandler that an
+// Auth's grant fields describe. It keeps the server's credentials (in its
+// Store, if it has one), refreshes them before they expire and when the server
+// refuses them, and authorizes anew when refreshing cannot help: at once for
+// client credentials, through Auth.Fetcher for the authorization code flow
+// (the go-sdk's auth.AuthorizationCodeHandler: PKCE, client ID metadata
+// documents, pre-registered clients, dynamic client registration), or never
+// (ErrLoginRequired) without a fetcher. Make one with NewOAuth. Its methods
+// are safe for concurrent use; one refresh or authorization runs at a time.
+//
+// Credentials it obtains by a new authorization are saved once the server has
+// accepted them, never before: the stored ones stay until new ones work. A
+// refreshed token is saved at once (the authorization server may have
+// retired the old refresh token), keeping the old refresh token if the
+// answer had none.
+type OAuth struct {
+	src      Auth // as given
+	cfg      Auth // with defaults; Handler and Token unset
+	server   string
+	resource string // the MCP endpoint: what the tokens are for
+	key      string
+	client   *http.Client
+	log      *slog.Logger
+
+	sem chan struct{} // one refresh or authorization at a time
+
+	mu         sync.Mutex
+	creds      *Credentials
+	gen        uint64 // bumped each time creds change
+	loaded     bool   // the store was read (or there is none)
+	pending    bool   // creds came from a new authorization and are not saved yet
+	badRefresh uint64 // gen+1 of the credentials whose refresh failed; 0: none
+	refreshErr error  // why
+	asked      map[string]bool
+	lastErr    error // why the last refresh or authorization failed
+	inner      *auth.AuthorizationCodeHandler
+}
+
+var _ auth.OAuthHandler = (*OAuth)(nil)
+
+// NewOAuth returns the OAuth client of cfg's Auth (cfg is an HTTP or SSE
+// config whose Auth sets a grant, not Handler or Token). log receives its
+// events (never a secret); nil discards them.
+func NewOAuth(cfg Config, log *slog.Logger) (*OAuth, error) {
+	h := cfg.httpConfig()
+	if h == nil || h.Auth == nil {
+		return nil, &Error{Server: cfg.Name, Op: OpConfig, Err: errors.New("no auth is configured")}
+	}
+	if err := validateAuth(h); err != nil {
+		return nil, &Error{Server: cfg.Name, Op: OpConfig, Err: err}
+	}
+	a := *h.Auth
+	if a.Handler != nil || a.Token != nil {
+		return nil, &Error{Server: cfg.Name, Op: OpConfig, Err: errors.New("auth: a handler or a token source is not an OAuth grant")}
+	}
+	if a.Grant == "" {
+		a.Grant = GrantAuthorizationCode
+	}
+	if a.Timeout <= 0 {
+		a.Timeout = DefaultAuthTimeout
+	}
+	if log == nil {
+		log = discardLogger
+	}
+	o := &OAuth{
+		src: *h.Auth, cfg: a, server: cfg.Name, resource: h.URL, key: a.StoreKey, log: log,
+		client: sameOriginClient(a.Client, a.Timeout),
+		sem:    make(chan struct{}, 1), asked: map[string]bool{},
+	}
+	if o.key == "" {
+		o.key = cfg.Name
+	}
+	o.loaded = a.Store == nil
+	if a.Grant == GrantAuthorizationCode && a.Fetcher != nil {
+		inner, err := auth.NewAuthorizationCodeHandler(o.codeConfig())
+		if err != nil {
+			return nil, &Error{Server: cfg.Name, Op: OpConfig, Err: fmt.Errorf("auth: %w", err)}
+		}
+		o.inner = inner
+	}
+	return o, nil
+}
+
+// codeConfig is the go-sdk handler's configuration for the authorization code
+// flow: the token it obtains comes to adopt, unsaved until it works.
+func (o *OAuth) codeConfig() *auth.AuthorizationCodeHandlerConfig {
+	a := o.cfg
+	cfg := &auth.AuthorizationCodeHandlerConfig{
+		RedirectURL:              a.RedirectURL,
+		AuthorizationCodeFetcher: a.Fetcher,
+		Client:                   o.client,
+		RequestRefreshToken:      true,
+		ScopeFilter: func(discovered []string) []string {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			var held []string
+			if o.creds != nil {
+				held = o.creds.Scopes
+			}
+			// What was granted is asked for again (a step-up must not lose it),
+			// with what the server names and what the config adds.
+			return union(held, discovered, a.Scopes)
+		},
+		NewTokenSource: func(_ context.Context, cfg *oauth2.Config, tok *oauth2.Token) (oauth2.TokenSource, error) {
+			o.adopt(&Credentials{
+				Resource: o.resource, TokenURL: cfg.Endpoint.TokenURL, AuthStyle: int(cfg.Endpoint.AuthStyle),
+				ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, Scopes: grantedScopes(tok, cfg.Scopes), Token: tok,
+			}, true)
+			return oauth2.StaticTokenSource(tok), nil
+		},
+	}
+	if a.ClientIDMetadataURL != "" {
+		cfg.ClientIDMetadataDocumentConfig = &auth.ClientIDMetadataDocumentConfig{URL: a.ClientIDMetadataURL}
+	}
+	if a.ClientID != "" {
+		pre := &oauthex.ClientCredentials{ClientID: a.ClientID}
+		if a.ClientSecret != "" {
+			pre.ClientSecretAuth = &oauthex.ClientSecretAuth{ClientSecret: a.ClientSecret}
+		}
+		cfg.PreregisteredClient = pre
+	}
+	if !a.NoRegistration {
+		meta := a.Registration
+		if meta == nil {
+			meta = &oauthex.ClientRegistrationMetadata{
+				RedirectURIs:            []string{a.RedirectURL},
+				GrantTypes:              []string{"authorization_code", "refresh_token"},
+				ResponseTypes:           []string{"code"},
+				TokenEndpointAuthMethod: "none",
+				ClientName:              "mcpfsm",
+			}
+		} else {
+			cp := *meta
+			meta = &cp
+		}
+		cfg.DynamicClientRegistrationConfig = &auth.DynamicClientRegistrationConfig{Metadata: meta}
+	}
+	return cfg
+}
+
+// grantedScopes returns the scopes a token response granted (its scope field),
+// or those asked for if it does not say.
+func grantedScopes(tok *oauth2.Token, asked []string) []string {
+	if s, ok := tok.Extra("scope").(string); ok && s != "" {
+		return strings.Fields(s)
+	}
+	return slices.Clone(asked)
+}
+
+// TokenSource implements auth.OAuthHandler: its tokens are the current
+// credentials', refreshed when they expire (nil if there are none yet).
+func (o *OAuth) TokenSource(ctx context.Context) (oauth2.TokenSource, error) {
+	o.mu.Lock()
+	o.loadLocked(ctx)
+	none := o.creds == nil
+	o.mu.Unlock()
+	if none {
+		return nil, nil
+	}
+	return oauthSource{ctx, o}, nil
+}
+
+type oauthSource struct {
+	ctx context.Context
+	o   *OAuth
+}
+
+func (s oauthSource) Token() (*oauth2.Token, error) {
+	tok, _ := s.o.bearer(s.ctx)
+	if tok == "" {
+		return nil, errors.New("no valid token")
+	}
+	return &oauth2.Token{AccessToken: tok, TokenType: "Bearer"}, nil
+}
+
+// Authorize implements auth.OAuthHandler (for use as the go-sdk transport's
+// handler): it gets better credentials than the current ones, which the
+// server refused with resp.
+func (o *OAuth) Authorize(ctx context.Context, req *http.Request, resp *http.Response) error {
+	o.mu.Lock()
+	gen := o.gen
+	o.mu.Unlock()
+	err := o.authorize(ctx, req, resp, gen)
+	if err != nil {
+		return &AuthError{Status: resp.StatusCode, Challenge: ParseChallenge(resp.Header), Err: err}
+	}
+	return nil
+}
+
+// SetCredentials hands the client credentials obtained elsewhere: at least a
+// token; with TokenURL (and the client it was issued to) if it can be
+// refreshed. They are used at once, and saved in the store once the server has
+// accepted them.
+func (o *OAuth) SetCredentials(c *Credentials) error {
+	if c == nil || c.Token == nil || c.Token.AccessToken == "" {
+		return errors.New("mcpfsm: SetCredentials: no token")
+	}
+	cp := *c
+	cp.Scopes = slices.Clone(c.Scopes)
+	if cp.Resource == "" {
+		cp.Resource = o.resource
+	}
+	o.mu.Lock()
+	o.loadLocked(context.Background())
+	o.mu.Unlock()
+	o.adopt(&cp, true)
+	return nil
+}
+
+// Reset forgets what failed (a refresh token refused, the scopes asked for
+// once) and reads the store again before the next request: the credentials
+// may have changed outside the client (a login by another process).
+func (o *OAuth) Reset() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.badRefresh = 0
+	o.asked = map[string]bool{}
+	o.lastErr = nil
+	if o.cfg.Store != nil && !o.pending {
+		o.loaded = false
+	}
+}
+
+// A TokenStatus says what credentials a client holds, without them.
+type TokenStatus struct {
+	HasToken   bool      `json:"hasToken"`
+	HasRefresh bool      `json:"hasRefresh"`
+	Expiry     time.Time `json:"expiry,omitzero"` // zero: the token does not say
+	Scopes     []string  `json:"scopes,omitempty"`
+	Unsaved    bool      `json:"unsaved,omitempty"` // obtained by a new authorization, not accepted by the server yet
+	LastError  string    `json:"lastError,omitempty"`
+}
+
+// Status returns what credentials the client holds.
+func (o *OAuth) Status() TokenStatus {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.loadLocked(context.Background())
+	var st TokenStatus
+	if c := o.creds; c != nil && c.Token != nil {
+		st = c.Status()
+	}
+	st.Unsaved = o.pending
+	if o.lastErr != nil {
+		st.LastError = o.lastErr.Error()
+	}
+	return st
+}
+
+// loadLocked reads the store once. o.mu is held.
+func (o *OAuth) loadLocked(ctx context.Context) {
+	if o.loaded {
+		return
+	}
+	o.loaded = true
+	c, err := o.cfg.Store.Load(ctx, o.key)
+	switch {
+	case err != nil:
+		o.log.Warn("mcpfsm: reading the token store", "server", o.server, "error", err)
+		return
+	case c == nil || c.Token == nil:
+		return
+	case c.Resource != "" && c.Resource != o.resource:
+		// Tokens are for one server: never sent to another URL.
+		o.log.Info("mcpfsm: the stored credentials are for another URL: not used", "server", o.server, "stored", safeURL(c.Resource))
+		return
+	}
+	if o.creds == nil || o.creds.Token.AccessToken != c.Token.AccessToken || o.creds.Token.RefreshToken != c.Token.RefreshToken {
+		o.creds = c
+		o.gen++
+	}
+}
+
+// reload reads the store again, and reports whether it held other credentials
+// than the current ones (a login elsewhere), which are adopted.
+func (o *OAuth) reload(ctx context.Context) bool {
+	if o.cfg.Store == nil {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.pending {
+		return false
+	}
+	gen := o.gen
+	o.loaded = false
+	o.loadLocked(ctx)
+	return o.gen != gen
+}
+
+// adopt makes c the current credentials; saved at once unless pending (a new
+// authorization: saved once it works). An answer without a refresh token keeps
+// the one held for the same client.
+func (o *OAuth) adopt(c *Credentials, pending bool) {
+	o.mu.Lock()
+	if old := o.creds; old != nil && old.Token != nil && c.Token.RefreshToken == "" && old.Token.RefreshToken != "" && sameClient(old, c) {
+		t := *c.Token
+		t.RefreshToken = old.Token.RefreshToken
+		c.Token = &t
+	}
+	o.creds, o.pending = c, pending
+	o.gen++
+	o.lastErr = nil
+	o.mu.Unlock()
+	if !pending {
+		o.save(c)
+	}
+}
+
+// sameClient reports whether two credentials were issued to one client by one token endpoint.
+func sameClient(a, b *Credentials) bool {
+	return a.ClientID == b.ClientID && a.TokenURL == b.TokenURL
+}
+
+// save writes c to the store, if there is one. A failure is logged: the
+// credentials work in memory all the same.
+func (o *OAuth) save(c *Credentials) {
+	if o.cfg.Store == nil || o.cfg.Grant == GrantClientCredentials {
+		return // client credentials are had again from the config's secret
+	}
+	cp := *c
+	cp.Server = o.server
+	cp.Saved = time.Now()
+	if err := o.cfg.Store.Save(context.Background(), o.key, &cp); err != nil {
+		o.log.Warn("mcpfsm: saving credentials to the token store", "server", o.server, "error", err)
+	}
+}
+
+// worked implements authorizer: credentials from a new authorization are saved
+// once the server accepts them.
+func (o *OAuth) worked(gen uint64) {
+	o.mu.Lock()
+	if !o.pending || o.gen != gen {
+		o.mu.Unlock()
+		return
+	}
+	o.pending = false
+	c := o.creds
+	o.mu.Unlock()
+	o.log.Info("mcpfsm: new credentials accepted by the server: saved", "server", o.server)
+	o.save(c)
+}
+
+// expiryDelta is how long before its expiry a token is refreshed.
+const expiryDelta = 30 * time.Second
+
+func fresh(t *oauth2.Token) bool {
+	return t != nil && t.AccessToken != "" && (t.Expiry.IsZero() || time.Until(t.Expiry) > expiryDelta)
+}
+
+// bearer implements authorizer: the current access token, refreshed first if
+// it has expired (or about to). Without a valid token the request goes without
+// one, and the server's refusal leads to authorize.
+func (o *OAuth) bearer(ctx context.Context) (string, uint64) {
+	o.mu.Lock()
+	o.loadLocked(ctx)
+	c, gen := o.creds, o.gen
+	o.mu.Unlock()
+	if c == nil || c.Token == nil {
+		return "", gen
+	}
+	if fresh(c.Token) {
+		return c.Token.AccessToken, gen
+	}
+	if !o.acquire(ctx) {
+		return "", gen
+	}
+	defer o.release()
+	o.mu.Lock()
+	c, gen = o.creds, o.gen
+	bad := o.badRefresh == gen+1
+	o.mu.Unlock()
+	if fresh(c.Token) {
+		return c.Token.AccessToken, gen // refreshed meanwhile
+	}
+	if bad || !o.renewable(c) {
+		return "", gen
+	}
+	actx, cancel := authContext(ctx)
+	defer cancel()
+	if err := o.renew(actx, c, gen); err != nil {
+		return "", gen
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.creds.Token.AccessToken, o.gen
+}
+
+// renewable reports whether c can be renewed without a user.
+func (o *OAuth) renewable(c *Credentials) bool {
+	if o.cfg.Grant == GrantClientCredentials {
+		return c.TokenURL != ""
+	}
+	return c.Token.RefreshToken != "" && c.TokenURL != ""
+}
+
+// renew gets a new access token for c (generation gen) without a user: a
+// refresh, or a client credentials grant. A refresh token refused is not tried
+// again until the credentials change.
+func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
+	ctx = context.WithValue(ctx, oauth2.HTTPClient, o.client)
+	var tok *oauth2.Token
+	var err error
+	if o.cfg.Grant == GrantClientCredentials {
+		cc := o.clientCredentials(c.TokenURL, c.Scopes, oauth2.AuthStyle(c.AuthStyle))
+		tok, err = cc.Token(ctx)
+		if err != nil {
+			err = &tokenError{"client credentials", err}
+		}
+	} else {
+		cfg := oauth2.Config{ClientID: c.ClientID, ClientSecret: c.ClientSecret, Endpoint: oauth2.Endpoint{TokenURL: c.TokenURL, AuthStyle: oauth2.AuthStyle(c.AuthStyle)}}
+		tok, err = cfg.TokenSource(ctx, &oauth2.Token{RefreshToken: c.Token.RefreshToken}).Token()
+		if err != nil {
+			err = &tokenError{"refreshing the token", err}
+		}
+	}
+	if err != nil {
+		o.mu.Lock()
+		if o.gen == gen {
+			o.badRefresh, o.refreshErr = gen+1, err
+		}
+		o.lastErr = err
+		o.mu.Unlock()
+		o.log.Info("mcpfsm: renewing the token failed", "server", o.server, "error", err)
+		return err
+	}
+	n := *c
+	n.Token = tok
+	n.Scopes = grantedScopes(tok, c.Scopes)
+	o.adopt(&n, o.cfg.Grant == GrantClientCredentials)
+	o.log.Debug("mcpfsm: token renewed", "server", o.server, "expiry", tok.Expiry)
+	return nil
+}
+
+func (o *OAuth) clientCredentials(tokenURL string, scopes []string, style oauth2.AuthStyle) *clientcredentials.Config {
+	return &clientcredentials.Config{
+		ClientID: o.cfg.ClientID, ClientSecret: o.cfg.ClientSecret, TokenURL: tokenURL, Scopes: scopes, AuthStyle: style,
+		EndpointParams: url.Values{"resource": {o.resource}},
+	}
+}
+
+// acquire takes the right to refresh or authorize, waiting for the one under
+// way; false if ctx ends first.
+func (o *OAuth) acquire(ctx context.Context) bool {
+	select {
+	case o.sem <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (o *OAuth) release() { <-o.sem }
+
+// authorize implements authorizer.
+func (o *OAuth) authorize(ctx context.Context, req *http.Request, resp *http.Response, sent uint64) error {
+	drainClose(resp.Body)
+	ch := ParseChallenge(resp.Header)
+	if !o.acquire(ctx) {
+		return fmt.Errorf("waiting for another authorization: %w", context.Cause(ctx))
+	}
+	defer o.release()
+	o.mu.Lock()
+	moved := o.gen != sent
+	o.mu.Unlock()
+	if moved || o.reload(ctx) {
+		return nil // other credentials since the request went out (or in the store): try them
+	}
+	err := o.authorizeLocked(ctx, req, resp, ch, sent)
+	if err != nil {
+		o.mu.Lock()
+		o.lastErr = err
+		o.mu.Unlock()
+		o.log.Info("mcpfsm: no better credentials", "server", o.server, "status", resp.StatusCode, "error", err)
+	}
+	return err
+}
+
+func (o *OAuth) authorizeLocked(ctx context.Context, req *http.Request, resp *http.Response, ch Challenge, gen uint64) error {
+	ctx, cancel := authContext(ctx)
+	defer cancel()
+	o.mu.Lock()
+	c := o.creds
+	var held []string
+	if c != nil {
+		held = c.Scopes
+	}
+	o.mu.Unlock()
+	if resp.StatusCode == http.StatusForbidden {
+		if ch.Error != "insufficient_scope" {
+			return errForbidden
+		}
+		// Step-up: the larger scope is asked for once; a server that asks again
+		// for what it was granted is not obliged in a loop.
+		want := union(held, ch.Scope, o.cfg.Scopes)
+		key := strings.Join(slices.Sorted(slices.Values(want)), " ")
+		o.mu.Lock()
+		again := o.asked[key]
+		o.asked[key] = true
+		o.mu.Unlock()
+		if again {
+			return fmt.Errorf("the server asks for more scope (%q) after it was asked for once: not asking again", strings.Join(want, " "))
+		}
+		return o.obtain(ctx, req, resp, ch, want)
+	}
+	var refreshErr error
+	if c != nil && c.Token != nil && o.renewable(c) {
+		o.mu.Lock()
+		bad := o.badRefresh == gen+1
+		o.mu.Unlock()
+		if !bad {
+			if refreshErr = o.renew(ctx, c, gen); refreshErr == nil {
+				return nil
+			}
+		} else {
+			o.mu.Lock()
+			refreshErr = fmt.Errorf("%w (not tried again)", o.refreshErr)
+			o.mu.Unlock()
+		}
+	}
+	err := o.obtain(ctx, req, resp, ch, nil)
+	if err != nil && refreshErr != nil {
+		return fmt.Errorf("%w; before that, %w", err, refreshErr)
+	}
+	return err
+}
+
+// obtain authorizes anew: client credentials at once; the authorization code
+// flow through the fetcher, or ErrLoginRequired without one. scopes, for a
+// step-up, are what to ask for.
+func (o *OAuth) obtain(ctx context.Context, req *http.Request, resp *http.Response, ch Challenge, scopes []string) error {
+	if o.cfg.Grant == GrantClientCredentials {
+		return o.obtainClientCredentials(ctx, ch, scopes)
+	}
+	if o.inner == nil {
+		return &loginRequired{hint: o.cfg.LoginHint}
+	}
+	// The go-sdk handler reads the challenge from the answer; its body was read.
+	r := *resp
+	r.Body = http.NoBody
+	o.log.Info("mcpfsm: authorizing", "server", o.server, "status", resp.StatusCode, "challenge", ch.String())
+	if err := o.inner.Authorize(ctx, req, &r); err != nil {
+		return fmt.Errorf("authorization failed: %w", authFlowError(err, ctx))
+	}
+	return nil
+}
+
+// authFlowError adds to err why the authorization's context ended, if it did:
+// the SDK's errors say "context deadline exceeded" without whose deadline.
+func authFlowError(err error, ctx context.Context) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w (no answer within the time the request left it)", err)
+	}
+	return err
+}
+
+// obtainClientCredentials discovers the token endpoint (protected resource
+// metadata, then authorization server metadata) and gets a token with the
+// client's own credentials.
+func (o *OAuth) obtainClientCredentials(ctx context.Context, ch Challenge, scopes []string) error {
+	prm, err := o.resourceMetadata(ctx, ch)
+	if err != nil {
+		return err
+	}
+	issuer := prm.AuthorizationServers[0]
+	asm, err := auth.GetAuthServerMetadata(ctx, issuer, o.client)
+	if err != nil {
+		return fmt.Errorf("authorization server metadata: %w", authFlowError(err, ctx))
+	}
+	tokenURL, style := strings.TrimSuffix(issuer, "/")+"/token", oauth2.AuthStyleAutoDetect
+	if asm != nil {
+		tokenURL = asm.TokenEndpoint
+		switch ms := asm.TokenEndpointAuthMethodsSupported; {
+		case slices.Contains(ms, "client_secret_basic"):
+			style = oauth2.AuthStyleInHeader
+		case slices.Contains(ms, "client_secret_post"):
+			style = oauth2.AuthStyleInParams
+		}
+	}
+	if scopes == nil {
+		scopes = ch.Scope
+		if len(scopes) == 0 {
+			scopes = prm.ScopesSupported
+		}
+		scopes = union(scopes, o.cfg.Scopes)
+	}
+	cc := o.clientCredentials(tokenURL, scopes, style)
+	tok, err := cc.Token(context.WithValue(ctx, oauth2.HTTPClient, o.client))
+	if err != nil {
+		return &tokenError{"client credentials", authFlowError(err, ctx)}
+	}
+	o.adopt(&Credentials{Resource: o.resource, TokenURL: tokenURL, AuthStyle: int(style), ClientID: o.cfg.ClientID, Scopes: grantedScopes(tok, scopes), Token: tok}, true)
+	return nil
+}
+
+// resourceMetadata finds the server's protected resource metadata (RFC 9728):
+// at the URL of the challenge, else at the well-known URLs of the endpoint's
+// path and of its root. Without any, the server's origin is taken for its
+// authorization server (the 2025-03-26 protocol's rule).
+func (o *OAuth) resourceMetadata(ctx context.Context, ch Challenge) (*oauthex.ProtectedResourceMetadata, error) {
+	ru, err := url.Parse(o.resource)
+	if err != nil {
+		return nil, errors.New("the server's URL does not parse")
+	}
+	type try struct{ url, resource string }
+	var tries []try
+	if ch.ResourceMetadata != "" && !strings.Contains(ch.ResourceMetadata, redacted) {
+		tries = append(tries, try{ch.ResourceMetadata, o.resource})
+	}
+	wk := *ru
+	wk.RawQuery, wk.Fragment = "", ""
+	wk.Path = "/.well-known/oauth-protected-resource/" + strings.TrimLeft(ru.Path, "/")
+	tries = append(tries, try{wk.String(), o.resource})
+	wk.Path = "/.well-known/oauth-protected-resource"
+	root := *ru
+	root.Path, root.RawQuery, root.Fragment = "", "", ""
+	tries = append(tries, try{wk.String(), root.String()})
+	var errs []error
+	for _, t := range tries {
+		prm, err := oauthex.GetProtectedResourceMetadata(ctx, t.url, t.resource, o.client)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if prm == nil {
+			continue
+		}
+		if len(prm.AuthorizationServers) == 0 {
+			return nil, errors.New("the protected resource metadata names no authorization server")
+		}
+		return prm, nil
+	}
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("protected resource metadata: %w", authFlowError(errors.Join(errs...), ctx))
+	}
+	return &oauthex.ProtectedResourceMetadata{AuthorizationServers: []string{root.String()}, Resource: o.resource}, nil
+}
+
+// For reports whether o is the OAuth client of cfg's auth: built from the same
+// auth settings, for the same server and URL.
+func (o *OAuth) For(cfg Config) bool {
+	h := cfg.httpConfig()
+	return h != nil && h.Auth != nil && cfg.Name == o.server && h.URL == o.resource && reflect.DeepEqual(*h.Auth, o.src)
+}

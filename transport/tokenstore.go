@@ -1,0 +1,174 @@
+package transport
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"golang.org/x/oauth2"
+)
+
+// A TokenStore keeps the OAuth credentials of servers across restarts, one
+// entry per key (a server's name). Implementations must be safe for concurrent
+// use. Load returns nil, nil when it holds nothing for key.
+type TokenStore interface {
+	Load(ctx context.Context, key string) (*Credentials, error)
+	Save(ctx context.Context, key string, c *Credentials) error
+}
+
+// Credentials are what an OAuth client keeps of a server's authorization: the
+// token, and what refreshing it needs. Token and ClientSecret are secrets:
+// String and Status never show them.
+type Credentials struct {
+	Server   string `json:"server,omitempty"`   // the server's name, for people reading the store
+	Resource string `json:"resource,omitempty"` // the MCP endpoint the token is for; never sent elsewhere
+	// TokenURL, AuthStyle, ClientID and ClientSecret are the client the token
+	// was issued to, at the token endpoint that refreshes it.
+	TokenURL     string        `json:"token_url,omitempty"`
+	AuthStyle    int           `json:"auth_style,omitempty"` // an oauth2.AuthStyle
+	ClientID     string        `json:"client_id,omitempty"`
+	ClientSecret string        `json:"client_secret,omitempty"`
+	Scopes       []string      `json:"scopes,omitempty"` // granted
+	Token        *oauth2.Token `json:"token"`
+	Saved        time.Time     `json:"saved,omitzero"`
+}
+
+// String describes the credentials without their secrets.
+func (c *Credentials) String() string {
+	st := c.Status()
+	return fmt.Sprintf("credentials for %s (token %v, refresh token %v, expiry %v, scopes %q)", safeURL(c.Resource), st.HasToken, st.HasRefresh, st.Expiry, c.Scopes)
+}
+
+// Status describes the credentials without their secrets.
+func (c *Credentials) Status() TokenStatus {
+	if c == nil || c.Token == nil {
+		return TokenStatus{}
+	}
+	return TokenStatus{
+		HasToken: c.Token.AccessToken != "", HasRefresh: c.Token.RefreshToken != "",
+		Expiry: c.Token.Expiry, Scopes: c.Scopes,
+	}
+}
+
+// FileStore is a TokenStore in a directory: one JSON file per key, readable by
+// its owner only (0600, in a 0700 directory), replaced atomically (written
+// aside, synced, renamed) so that a crash leaves the old file or the new one,
+// never half of either. Saving credentials without a refresh token keeps the
+// stored one for the same client: a refresh answer without one does not erase
+// it. Saves from several processes are serialized by a lock file where the
+// system has flock.
+type FileStore struct {
+	Dir string
+}
+
+var _ TokenStore = (*FileStore)(nil)
+
+var unsafeKeyChars = regexp.MustCompile(`[^A-Za-z0-9_-]`)
+
+// Path returns the file of key: the key itself when it is letters, digits, -
+// and _ (a server name), else a cleaned form with a hash of the key.
+func (s *FileStore) Path(key string) string {
+	name := key
+	if clean := unsafeKeyChars.ReplaceAllString(key, "_"); clean != key || key == "" {
+		sum := sha256.Sum256([]byte(key))
+		name = clean + "-" + hex.EncodeToString(sum[:6])
+	}
+	return filepath.Join(s.Dir, name+".json")
+}
+
+// Load reads key's credentials; nil, nil if there are none.
+func (s *FileStore) Load(_ context.Context, key string) (*Credentials, error) {
+	data, err := os.ReadFile(s.Path(key))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("token store: %w", err)
+	}
+	var c Credentials
+	if err := json.Unmarshal(data, &c); err != nil {
+		// The file's text holds tokens: its name, not its contents.
+		return nil, fmt.Errorf("token store: %s is not valid JSON credentials", s.Path(key))
+	}
+	return &c, nil
+}
+
+// Save writes key's credentials, atomically.
+func (s *FileStore) Save(ctx context.Context, key string, c *Credentials) error {
+	if c == nil || c.Token == nil {
+		return errors.New("token store: no credentials to save")
+	}
+	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
+		return fmt.Errorf("token store: %w", err)
+	}
+	unlock, err := lockDir(s.Dir)
+	if err != nil {
+		return fmt.Errorf("token store: %w", err)
+	}
+	defer unlock()
+	cp := *c
+	if old, err := s.Load(ctx, key); err == nil && old != nil && old.Token != nil &&
+		cp.Token.RefreshToken == "" && old.Token.RefreshToken != "" && sameClient(old, &cp) {
+		t := *cp.Token
+		t.RefreshToken = old.Token.RefreshToken
+		cp.Token = &t
+	}
+	data, err := json.MarshalIndent(&cp, "", "  ")
+	if err != nil {
+		return fmt.Errorf("token store: %w", err)
+	}
+	path := s.Path(key)
+	f, err := os.CreateTemp(s.Dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("token store: %w", err)
+	}
+	tmp := f.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.Remove(tmp)
+		}
+	}()
+	if err := f.Chmod(0o600); err != nil {
+		f.Close()
+		return fmt.Errorf("token store: %w", err)
+	}
+	if _, err := f.Write(append(data, '\n')); err != nil {
+		f.Close()
+		return fmt.Errorf("token store: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("token store: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("token store: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("token store: %w", err)
+	}
+	ok = true
+	if d, err := os.Open(s.Dir); err == nil {
+		_ = d.Sync() // the rename itself survives a crash
+		d.Close()
+	}
+	return nil
+}
+
+// DefaultTokenDir is where the servers config keeps tokens unless its auth
+// block names a store: $XDG_CONFIG_HOME/mcpfsm/tokens (os.UserConfigDir).
+func DefaultTokenDir() (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "mcpfsm", "tokens"), nil
+}
