@@ -8,13 +8,16 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 	yaml "go.yaml.in/yaml/v3"
 )
 
@@ -40,6 +43,28 @@ import (
 //	    url: https://example.com/mcp        # streamable HTTP
 //	    transport: sse            # optional: sse for the legacy SSE transport
 //	    headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
+//	    protocol: 2025-11-25      # optional: the protocol version to ask for (default: the newest)
+//
+// The gateway (mcpfsm serve) reads a few more keys: how the names of each server's
+// tools, prompts and resources are shown to its clients.
+//
+//	gateway:
+//	  separator: "__"             # optional: between a prefix and a name (the default)
+//	servers:
+//	  files:
+//	    command: mcp-server-files
+//	    prefix: fs                # optional: fs__read_file; the server's name by default; "" for none
+//	    include: ["read_*"]       # optional: only names matching one of these patterns
+//	    exclude: ["*_dangerous"]  # optional: not names matching one of these
+//	    rename: {read_file: cat}  # optional: a name shown exactly as given, without the prefix
+//
+// Patterns are those of path.Match (* ? [...]) and apply to the server's own names
+// of tools, prompts, resources and resource templates; rename applies to tools and
+// prompts. A config whose shown names could collide is refused: two servers with one
+// prefix, a prefix that extends another's (fs and fs__x), two renames to one name, or a
+// rename into another server's prefixed names. Names that collide only by what the
+// servers list (a server with prefix "" beside another) are resolved when they are
+// listed: the server written first keeps the name.
 //
 // ${NAME} in a command, its args, env values, cwd, stderr, a url or header values is
 // replaced by the environment variable NAME, which must be set; $$ writes a literal $.
@@ -52,6 +77,22 @@ import (
 type Config struct {
 	File    string
 	Servers []ServerConfig // in file order
+	// Separator goes between a server's prefix and its names in the gateway; ""
+	// means DefaultSeparator.
+	Separator string
+}
+
+// DefaultSeparator is the gateway's separator between a server's prefix and its names:
+// with letters, digits and _ in server names, prefixed names satisfy the function-name
+// rule of common LLM APIs, ^[a-zA-Z0-9_-]{1,64}$, which a dot would not.
+const DefaultSeparator = "__"
+
+// NameSeparator returns the separator the gateway puts between a prefix and a name.
+func (c *Config) NameSeparator() string {
+	if c.Separator == "" {
+		return DefaultSeparator
+	}
+	return c.Separator
 }
 
 // A ServerConfig is one server of a Config, resolved.
@@ -64,6 +105,21 @@ type ServerConfig struct {
 	// Policies are the spec's defaults with the config's overrides; the zero value
 	// means the spec's defaults.
 	Policies machine.Policies
+
+	// How the gateway (mcpfsm serve) shows the server's names (see Config).
+	Prefix  *string           // nil: the server's name; "": names pass unchanged
+	Include []string          // path.Match patterns: if any, only names matching one are shown
+	Exclude []string          // names matching one of these are not shown
+	Rename  map[string]string // a server's name to the name shown, exactly (no prefix)
+}
+
+// NamePrefix returns the prefix the gateway puts before the server's names, separator
+// excluded: Prefix if set, else the server's name.
+func (s ServerConfig) NamePrefix() string {
+	if s.Prefix != nil {
+		return *s.Prefix
+	}
+	return s.Name
 }
 
 // Server returns the named server's config.
@@ -95,7 +151,7 @@ func ParseConfig(file string, data []byte, lookup func(string) (string, bool)) (
 		return nil, p.r.Err()
 	}
 	cfg := &Config{File: file}
-	top := p.r.Struct(root, "the config", "version!", "spec", "policies", "servers!")
+	top := p.r.Struct(root, "the config", "version!", "spec", "policies", "gateway", "servers!")
 	if f := top["version"]; f.Value != nil {
 		if v, ok := p.r.String(f.Value, "version"); ok && v != "1" {
 			p.r.Errorf(f.Value, "version %s is not supported (this is version 1)", machine.Quote(v))
@@ -109,6 +165,9 @@ func ParseConfig(file string, data []byte, lookup func(string) (string, bool)) (
 	if f := top["policies"]; f.Value != nil {
 		global = p.policies(f.Value)
 	}
+	if f := top["gateway"]; f.Value != nil {
+		cfg.Separator = p.gateway(f.Value)
+	}
 	if f := top["servers"]; f.Value != nil {
 		fields := p.r.Mapping(f.Value, "servers")
 		if len(fields) == 0 && f.Value.Kind == yaml.MappingNode {
@@ -119,6 +178,7 @@ func ParseConfig(file string, data []byte, lookup func(string) (string, bool)) (
 				cfg.Servers = append(cfg.Servers, s)
 			}
 		}
+		p.checkNames(cfg.NameSeparator())
 	}
 	if err := p.r.Err(); err != nil {
 		return nil, err
@@ -131,6 +191,7 @@ type configParser struct {
 	r      machine.YAMLReader
 	dir    string
 	lookup func(string) (string, bool)
+	names  []shownNames // each server's naming keys, for checkNames
 }
 
 var serverName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -146,7 +207,8 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 	if !serverName.MatchString(name) {
 		p.r.Errorf(sf.Key, "server name %s may hold only letters, digits, - and _", machine.Quote(name))
 	}
-	body := p.r.Struct(sf.Value, what, "command", "args", "env", "cwd", "stderr", "url", "transport", "headers", "policies", "spec", "auth")
+	body := p.r.Struct(sf.Value, what, "command", "args", "env", "cwd", "stderr", "url", "transport", "headers", "protocol", "policies", "spec", "auth",
+		"prefix", "include", "exclude", "rename")
 	if body == nil {
 		return ServerConfig{}, false
 	}
@@ -238,6 +300,16 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 	if f := body["policies"]; f.Value != nil {
 		local = p.policies(f.Value)
 	}
+	if f := body["protocol"]; f.Value != nil {
+		if v, ok := p.r.String(f.Value, what+" protocol"); ok {
+			if !slices.Contains(mcp.SupportedProtocolVersions(), v) {
+				p.r.Errorf(f.Value, "%s protocol %s is not a version the client speaks (%s)", what, machine.Quote(v), strings.Join(mcp.SupportedProtocolVersions(), ", "))
+			} else {
+				s.Transport.ProtocolVersion = v
+			}
+		}
+	}
+	p.shown(&s, sf, body)
 	if s.Spec == nil {
 		return s, false
 	}
@@ -514,3 +586,143 @@ func (p *configParser) substitute(n *yaml.Node, s string) (string, bool) {
 }
 
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// The gateway's names: what mcpfsm serve shows of each server's names.
+
+var (
+	// shownName is what a prefix, a separator and a renamed name may hold: the
+	// characters MCP allows in tool names.
+	shownName = regexp.MustCompile(`^[A-Za-z0-9_.-]*$`)
+)
+
+// shownNames is one server's naming keys, with where they were written.
+type shownNames struct {
+	server  string
+	prefix  string
+	at      *yaml.Node // the prefix's value, or the server's key when it has none
+	renames []renamed
+}
+
+type renamed struct {
+	from, to string
+	at       *yaml.Node
+}
+
+// gateway reads the gateway's own settings and returns the separator ("" if unset).
+func (p *configParser) gateway(n *yaml.Node) string {
+	body := p.r.Struct(n, "gateway", "separator")
+	f := body["separator"]
+	if f.Value == nil {
+		return ""
+	}
+	v, ok := p.r.String(f.Value, "gateway separator")
+	if !ok {
+		return ""
+	}
+	if !shownName.MatchString(v) || len(v) > 8 {
+		p.r.Errorf(f.Value, "gateway separator %s may hold only 1 to 8 letters, digits, _, - and .", machine.Quote(v))
+		return ""
+	}
+	return v
+}
+
+// shown reads a server's prefix, include, exclude and rename keys into s.
+func (p *configParser) shown(s *ServerConfig, sf machine.Field, body map[string]machine.Field) {
+	what := "server " + machine.Quote(s.Name)
+	names := shownNames{server: s.Name, prefix: s.Name, at: sf.Key}
+	if f := body["prefix"]; f.Value != nil {
+		switch v := f.Value; {
+		case v.Kind != yaml.ScalarNode || v.Tag == "!!null":
+			p.r.Errorf(v, "%s prefix must be a single value (\"\" for none), found %s", what, shape(v))
+		case !shownName.MatchString(v.Value) || len(v.Value) > 64:
+			p.r.Errorf(v, "%s prefix %s may hold only letters, digits, _, - and . (at most 64)", what, machine.Quote(v.Value))
+		default:
+			prefix := v.Value
+			s.Prefix, names.prefix, names.at = &prefix, prefix, v
+		}
+	}
+	for _, key := range []string{"include", "exclude"} {
+		f := body[key]
+		if f.Value == nil {
+			continue
+		}
+		var patterns []string
+		for _, n := range p.r.Strings(f.Value, what+" "+key+" pattern") {
+			if _, err := path.Match(n.Value, ""); err != nil {
+				p.r.Errorf(n, "%s %s pattern %s is not a valid pattern (path.Match: * ? [...] \\)", what, key, machine.Quote(n.Value))
+				continue
+			}
+			patterns = append(patterns, n.Value)
+		}
+		if key == "include" {
+			s.Include = patterns
+		} else {
+			s.Exclude = patterns
+		}
+	}
+	if f := body["rename"]; f.Value != nil {
+		for _, r := range p.r.Mapping(f.Value, what+" rename") {
+			to, ok := p.r.String(r.Value, what+" rename of "+machine.Quote(r.Name()))
+			if !ok {
+				continue
+			}
+			if !shownName.MatchString(to) || len(to) > 128 {
+				p.r.Errorf(r.Value, "%s renames %s to %s: a name may hold only letters, digits, _, - and . (at most 128)", what, machine.Quote(r.Name()), machine.Quote(to))
+				continue
+			}
+			if s.Rename == nil {
+				s.Rename = map[string]string{}
+			}
+			s.Rename[r.Name()] = to
+			names.renames = append(names.renames, renamed{from: r.Name(), to: to, at: r.Value})
+		}
+	}
+	p.names = append(p.names, names)
+}
+
+// checkNames refuses names that could collide in the gateway: two servers with one
+// prefix, a prefix that extends another's (with sep "__", fs and fs__x: fs's tool
+// x__y and fs__x's tool y are both fs__x__y), two renames to one name, a rename into
+// another server's prefixed names. Each problem is reported where the later of the
+// two was written.
+func (p *configParser) checkNames(sep string) {
+	claimed := map[string]renamed{} // renamed names, by name
+	owner := map[string]string{}    // the server of each renamed name
+	for i, a := range p.names {
+		for _, b := range p.names[:i] {
+			switch {
+			case a.prefix == "" || b.prefix == "":
+			case a.prefix == b.prefix:
+				p.r.Errorf(a.at, "servers %s and %s have one prefix, %s: their names would collide (give one a prefix: of its own)",
+					machine.Quote(b.server), machine.Quote(a.server), machine.Quote(a.prefix))
+			case strings.HasPrefix(a.prefix+sep, b.prefix+sep) || strings.HasPrefix(b.prefix+sep, a.prefix+sep):
+				long, short := a, b
+				if len(b.prefix) > len(a.prefix) {
+					long, short = b, a
+				}
+				rest := strings.TrimPrefix(long.prefix+sep, short.prefix+sep)
+				p.r.Errorf(a.at, "the names of servers %s (prefix %s) and %s (prefix %s) can collide: %s's x is %s, and so is %s's %s (give one another prefix)",
+					machine.Quote(short.server), machine.Quote(short.prefix), machine.Quote(long.server), machine.Quote(long.prefix),
+					long.server, machine.Quote(long.prefix+sep+"x"), short.server, machine.Quote(rest+"x"))
+			}
+		}
+		for _, r := range a.renames {
+			if first, dup := claimed[r.to]; dup {
+				p.r.Errorf(r.at, "server %s renames %s to %s, which server %s already gives %s", machine.Quote(a.server), machine.Quote(r.from),
+					machine.Quote(r.to), machine.Quote(owner[r.to]), machine.Quote(first.from))
+				continue
+			}
+			claimed[r.to], owner[r.to] = r, a.server
+		}
+	}
+	for _, a := range p.names {
+		for _, r := range a.renames {
+			for _, b := range p.names {
+				if b.server != a.server && b.prefix != "" && strings.HasPrefix(r.to, b.prefix+sep) {
+					p.r.Errorf(r.at, "server %s renames %s to %s, a name of server %s (prefix %s): they could collide",
+						machine.Quote(a.server), machine.Quote(r.from), machine.Quote(r.to), machine.Quote(b.server), machine.Quote(b.prefix))
+				}
+			}
+		}
+	}
+}

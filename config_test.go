@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -341,4 +342,40 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestParseConfigGateway: the gateway's naming keys (prefix, include, exclude, rename),
+// its separator, and a server's protocol.
+func TestParseConfigGateway(t *testing.T) {
+	cfg, err := mcpfsm.LoadConfig("testdata/config/gateway.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.NameSeparator(); got != "_-" {
+		t.Errorf("separator %q, want _-", got)
+	}
+	files, _ := cfg.Server("files")
+	search, _ := cfg.Server("search")
+	conf, _ := cfg.Server("conformance")
+	if files.NamePrefix() != "fs" || search.NamePrefix() != "search" || conf.NamePrefix() != "" || search.Prefix != nil {
+		t.Errorf("prefixes %q %q %q (search's set: %v)", files.NamePrefix(), search.NamePrefix(), conf.NamePrefix(), search.Prefix != nil)
+	}
+	if diff := cmp.Diff([]string{"read_*", "list"}, files.Include); diff != "" {
+		t.Errorf("include (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"*_secret"}, files.Exclude); diff != "" {
+		t.Errorf("exclude (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"read_file": "cat"}, files.Rename); diff != "" {
+		t.Errorf("rename (-want +got):\n%s", diff)
+	}
+	if files.Transport.ProtocolVersion != "2025-11-25" || search.Transport.ProtocolVersion != "" {
+		t.Errorf("protocols %q %q", files.Transport.ProtocolVersion, search.Transport.ProtocolVersion)
+	}
+	if (&mcpfsm.Config{}).NameSeparator() != mcpfsm.DefaultSeparator {
+		t.Error("a config without a separator does not use the default")
+	}
+	if !regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`).MatchString("files" + mcpfsm.DefaultSeparator + "read_file") {
+		t.Error("the default separator breaks the LLM function-name rule")
+	}
 }

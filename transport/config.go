@@ -20,6 +20,13 @@ type Config struct {
 	HTTP     *HTTP     // streamable HTTP
 	SSE      *HTTP     // legacy HTTP+SSE (protocol 2024-11-05)
 	InMemory *InMemory // an in-process server, for tests and demos
+	// ProtocolVersion, if set, is the protocol version the client asks for (one of
+	// mcp.SupportedProtocolVersions): below 2026-07-28 the client sends initialize
+	// with it at once instead of trying server/discover first. "" asks for the
+	// newest. A server written for sessions, one that sends sampling, elicitation
+	// or roots requests while serving a call (which 2026-07-28 forbids: such a
+	// server then fails those calls), needs "2025-11-25".
+	ProtocolVersion string
 }
 
 // Stdio runs a local command and speaks MCP over its stdin and stdout.
@@ -121,6 +128,9 @@ func (c Config) validate() error {
 		if k.set {
 			set = append(set, k.name)
 		}
+	}
+	if c.ProtocolVersion != "" && !slices.Contains(mcp.SupportedProtocolVersions(), c.ProtocolVersion) {
+		return fmt.Errorf("protocol version %q is not one the client speaks (%s)", c.ProtocolVersion, strings.Join(mcp.SupportedProtocolVersions(), ", "))
 	}
 	switch len(set) {
 	case 0:

@@ -432,6 +432,9 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		s.ss = ss
 		inner = ct
 	}
+	if cfg.ProtocolVersion != "" {
+		sopts = &mcp.ClientSessionOptions{ProtocolVersion: cfg.ProtocolVersion}
+	}
 	s.lt = &lifeTransport{inner: inner, life: s.life, proc: s.proc}
 	if cfg.Kind() != KindHTTP {
 		s.lt.ends = s

@@ -11,6 +11,7 @@
 //	mcpfsm ls CONFIG SERVER                      a server's info, tools, prompts, resources
 //	mcpfsm read CONFIG SERVER URI                read a resource
 //	mcpfsm prompt CONFIG SERVER NAME [ARGUMENTS] get a prompt
+//	mcpfsm serve [--http ADDR] CONFIG            one MCP server in front of every server of a config
 //	mcpfsm simulate [--spec FILE] SCENARIO       a lifecycle in virtual time
 //	mcpfsm graph [--format dot|mermaid] [SPEC]   render a lifecycle (default: the built-in one)
 //	mcpfsm validate FILE                         check a lifecycle spec
@@ -46,6 +47,7 @@ var commands = map[string]command{
 	"ls":             {"show what one server of a config is and has: tools, prompts, resources", runList},
 	"read":           {"read a resource of one server of a config", runRead},
 	"prompt":         {"get a prompt of one server of a config", runPrompt},
+	"serve":          {"serve one MCP server in front of every server of a config (the gateway)", runServe},
 	"simulate":       {"run a lifecycle in virtual time against a scripted server", runSimulate},
 	"example-server": {"serve the project's example MCP server (stdio or HTTP)", runExampleServer},
 	"demo":           {"watch a connection survive a fault tour against an in-process server", runDemo},

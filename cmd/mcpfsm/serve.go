@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("serve", "[--http ADDR [--stdio]] [flags] CONFIG", `
+Serve one MCP server in front of every server of a servers config: the gateway.
+Each server behind it is held by its own connection, kept alive and healed by
+its lifecycle; its tools, prompts, resources and resource templates are shown
+under names prefixed with the server's (files__read_file: see the config's
+gateway.separator and each server's prefix, include, exclude and rename keys).
+A server that is down keeps its tools listed, and a call to one of them fails at
+once with a tool error result that says why (state, last failure, next try).
+
+By default the gateway speaks MCP over stdin and stdout, for a host that launches
+it as a command, and exits when its client closes stdin. With --http it serves
+streamable HTTP on ADDR (a host without an address, such as :8080, binds
+127.0.0.1; write 0.0.0.0:8080 to listen on every interface): stateful sessions
+for clients before protocol 2026-07-28, stateless requests for clients on it.
+--stdio serves stdio as well.
+
+--token-env NAME makes the HTTP front require "Authorization: Bearer TOKEN",
+TOKEN being the value of the environment variable NAME.
+
+On SIGHUP (and, with --watch, when the config file changes) the config is read
+again and adopted without a restart: servers added, removed, reconnected or
+retuned; front sessions stay open and are told of the lists that changed. A
+config that does not load leaves the running one in place.
+
+--replica I/N, for N replicas behind nginx hashing the Mcp-Session-Id header
+(upstream { hash $http_mcp_session_id; server A; server B; }, this replica
+being the I-th server line), mints session IDs that nginx sends back to this
+replica. A session whose replica is gone gets 404 from the other: clients
+must then initialize a new session.
+
+Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
+	httpAddr := fs.String("http", "", "serve streamable HTTP on this address (host:port; no host binds 127.0.0.1)")
+	alsoStdio := fs.Bool("stdio", false, "with --http, serve stdio as well")
+	tokenEnv := fs.String("token-env", "", "require the bearer token held by this environment variable on HTTP")
+	watch := fs.Bool("watch", false, "reload when the config file changes (polled)")
+	watchEvery := fs.Duration("watch-interval", time.Second, "how often --watch looks at the config file")
+	replica := fs.String("replica", "", "I/N: replica I of N behind nginx hashing Mcp-Session-Id")
+	sessionTimeout := fs.Duration("session-timeout", 30*time.Minute, "close an HTTP front session idle this long (0: never)")
+	readyWait := fs.Duration("ready-wait", 0, "how long a request waits for a server that has no session (0: fail at once)")
+	startupWait := fs.Duration("startup-wait", 5*time.Second, "at startup, how long listing waits for the servers to list theirs (negative: not at all)")
+	statusURI := fs.String("status-resource", "", "serve every server's status as JSON at this resource URI (such as mcpfsm://status)")
+	// --http-status ADDR (the status HTTP server shared with mcpfsm run) goes here:
+	// see the TODO below where the front starts.
+	if code, done := parse(fs, args, stdout); done {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "mcpfsm serve: want exactly one CONFIG")
+		return 2
+	}
+	if *alsoStdio && *httpAddr == "" {
+		fmt.Fprintln(stderr, "mcpfsm serve: --stdio goes with --http (stdio is the default without it)")
+		return 2
+	}
+	token := ""
+	if *tokenEnv != "" {
+		token = os.Getenv(*tokenEnv)
+		if token == "" {
+			fmt.Fprintf(stderr, "mcpfsm serve: --token-env %s: the variable is not set or empty\n", printable(*tokenEnv, maxLine))
+			return 2
+		}
+		if *httpAddr == "" {
+			fmt.Fprintln(stderr, "mcpfsm serve: --token-env goes with --http")
+			return 2
+		}
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts := gateway.Options{
+		Implementation: &mcp.Implementation{Name: "mcpfsm-gateway", Version: version()},
+		Logger:         logger, History: 256, ReadyWait: *readyWait, StatusResource: *statusURI, StartupWait: *startupWait,
+	}
+	if *replica != "" {
+		i, n, err := gateway.ParseReplica(*replica)
+		if err == nil {
+			opts.SessionID, err = gateway.NginxHashSessionID(i, n)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "mcpfsm serve:", err)
+			return 2
+		}
+	}
+	path := fs.Arg(0)
+	cfg, err := mcpfsm.LoadConfig(path)
+	if err != nil {
+		fmt.Fprintln(stderr, errorText(err))
+		return 1
+	}
+	g, err := gateway.New(cfg, opts)
+	if err != nil {
+		fmt.Fprintln(stderr, "mcpfsm serve:", errorText(err))
+		return 1
+	}
+	defer func() {
+		// The front's sessions first (an HTTP server's shutdown leaves the MCP
+		// sessions it served open), then the backends.
+		for ss := range g.Server().Sessions() {
+			_ = ss.Close()
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		if err := g.Close(cctx); err != nil {
+			fmt.Fprintln(stderr, "mcpfsm serve: closing:", errorText(err))
+		}
+	}()
+
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	failed := make(chan error, 2)
+
+	if *httpAddr != "" {
+		addr := *httpAddr
+		if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			fmt.Fprintln(stderr, "mcpfsm serve:", err)
+			return 1
+		}
+		srv := &http.Server{
+			Handler:           g.Handler(gateway.HTTPOptions{Token: token, SessionTimeout: *sessionTimeout}),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		}
+		// Said on stderr: with --stdio, stdout is the protocol's.
+		fmt.Fprintf(stderr, "mcpfsm serve: http://%s/ (%d servers from %s)\n", ln.Addr(), len(cfg.Servers), printable(path, maxLine))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				failed <- err
+			}
+		}()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	// TODO(--http-status): start the shared status HTTP server here (the helper of
+	// cmd that mcpfsm run uses), over g.Manager(), and shut it down with the front.
+
+	stdioDone := make(chan error, 1)
+	if *httpAddr == "" || *alsoStdio {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stdioDone <- g.Server().Run(ctx, &mcp.StdioTransport{})
+		}()
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var tick <-chan time.Time
+	last := stamp(path)
+	if *watch {
+		t := time.NewTicker(*watchEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	reload := func(why string) {
+		next, err := mcpfsm.LoadConfig(path)
+		if err != nil {
+			logger.Warn("mcpfsm serve: reload failed, keeping the running config", "why", why, "err", errorText(err))
+			return
+		}
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		res, err := g.Reload(rctx, next)
+		cancel()
+		if err != nil {
+			logger.Warn("mcpfsm serve: reloaded with errors", "why", why, "result", res.String(), "err", errorText(err))
+			return
+		}
+		logger.Info("mcpfsm serve: reloaded", "why", why, "result", res.String())
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return 0
+		case err := <-stdioDone:
+			// The client closed stdin: the host that launched the gateway is gone.
+			if err != nil && ctx.Err() == nil && !errors.Is(err, io.EOF) {
+				fmt.Fprintln(stderr, "mcpfsm serve: stdio:", errorText(err))
+			}
+			return 0
+		case err := <-failed:
+			fmt.Fprintln(stderr, "mcpfsm serve:", err)
+			return 1
+		case <-hup:
+			reload("SIGHUP")
+		case <-tick:
+			if s := stamp(path); s != last {
+				last = s
+				reload("the config file changed")
+			}
+		}
+	}
+}
+
+// stamp is what --watch compares: the config file's modification time and size.
+func stamp(path string) string {
+	info, err := os.Stat(path)
+	if err != nil {
+		return "missing"
+	}
+	return fmt.Sprintf("%d/%d", info.ModTime().UnixNano(), info.Size())
+}
+
+// version is the module's version as the build recorded it.
+func version() string {
+	if info, ok := debug.ReadBuildInfo(); ok && info.Main.Version != "" && info.Main.Version != "(devel)" {
+		return info.Main.Version
+	}
+	return "dev"
+}

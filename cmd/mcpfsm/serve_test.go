@@ -1,0 +1,392 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// serveConfig writes a servers config whose servers are the example server (this
+// test binary, as mcpfsm example-server) and returns its path.
+func serveConfig(t *testing.T, dir string, names ...string) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("version: 1\nservers:\n")
+	for _, name := range names {
+		fmt.Fprintf(&b, "  %s:\n    command: %s\n    args: [example-server]\n", name, mcpfsmBin(t))
+	}
+	path := filepath.Join(dir, "servers.yaml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+var serveURL = regexp.MustCompile(`http://127\.0\.0\.1:[0-9]+/`)
+
+// startServeHTTP runs mcpfsm serve --http on a free loopback port in this process and
+// returns its URL.
+func startServeHTTP(t *testing.T, args ...string) (*background, string) {
+	t.Helper()
+	b := startCLI(t, append([]string{"serve", "--http", "127.0.0.1:0"}, args...)...)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if u := serveURL.FindString(b.stderr.String()); u != "" {
+			return b, u
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mcpfsm serve did not say its URL; stderr:\n%s", b.stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func connectHTTP(t *testing.T, url, version string) *mcp.ClientSession {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := mcp.NewClient(&mcp.Implementation{Name: "serve-test", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	tr := &http.Transport{}
+	t.Cleanup(tr.CloseIdleConnections) // after the session's close, below
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1, HTTPClient: &http.Client{Transport: tr}}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// waitTool waits until the session lists a tool named name.
+func waitTool(t *testing.T, cs *mcp.ClientSession, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		res, err := cs.ListTools(ctx, nil)
+		cancel()
+		if err == nil {
+			for _, tool := range res.Tools {
+				if tool.Name == name {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway never listed %s (last: %v, %v)", name, res, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func echo(ctx context.Context, cs *mcp.ClientSession, tool, text string) (string, error) {
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"text": text}})
+	if err != nil {
+		return "", err
+	}
+	if res.IsError || len(res.Content) == 0 {
+		return "", fmt.Errorf("tool error: %v", res.Content)
+	}
+	return res.Content[0].(*mcp.TextContent).Text, nil
+}
+
+// TestServeWatch: mcpfsm serve --http --watch adopts an edited config: the front
+// session stays open and lists the added server's tools.
+func TestServeWatch(t *testing.T) {
+	dir := t.TempDir()
+	cfg := serveConfig(t, dir, "one")
+	b, url := startServeHTTP(t, "--watch", "--watch-interval", "20ms", cfg)
+	cs := connectHTTP(t, url, "2025-11-25")
+	waitTool(t, cs, "one__echo")
+	if got, err := echo(t.Context(), cs, "one__echo", "hi"); err != nil || got != "hi" {
+		t.Fatalf("one__echo: %q, %v", got, err)
+	}
+	serveConfig(t, dir, "one", "two")
+	waitTool(t, cs, "two__echo")
+	if got, err := echo(t.Context(), cs, "two__echo", "added"); err != nil || got != "added" {
+		t.Fatalf("two__echo: %q, %v", got, err)
+	}
+	if code := b.stop(t); code != 0 {
+		t.Errorf("exit code %d; stderr:\n%s", code, b.stderr.String())
+	}
+}
+
+// TestServeUsage: serve's flag errors.
+func TestServeUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"serve"},
+		{"serve", "--stdio", "x.yaml"},
+		{"serve", "--http", ":0", "--token-env", "MCPFSM_TEST_UNSET_TOKEN", "x.yaml"},
+		{"serve", "--http", ":0", "--replica", "3/2", "x.yaml"},
+	} {
+		if _, stderr, code := runCLI(t, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2; stderr: %s", args, code, stderr)
+		}
+	}
+	stdout, _, code := runCLI(t, "serve", "--help")
+	if code != 0 || !strings.Contains(stdout, "Usage: mcpfsm serve") || !strings.Contains(stdout, "--replica") {
+		t.Errorf("serve --help: exit %d:\n%s", code, stdout)
+	}
+}
+
+// tsClient installs the pinned TypeScript SDK client of testdata/tsclient (npm ci,
+// when its node_modules is missing or was installed from another lock) and returns
+// the path of its script. It skips the test when node or npm is missing, unless
+// MCPFSM_REQUIRE_NODE is set.
+func tsClient(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"node", "npm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("MCPFSM_REQUIRE_NODE") != "" {
+				t.Fatalf("%s is not installed and MCPFSM_REQUIRE_NODE is set", tool)
+			}
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	dir, err := filepath.Abs("testdata/tsclient")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(lock)
+	want := hex.EncodeToString(sum[:])
+	stampFile := filepath.Join(dir, "node_modules", ".mcpfsm-lock.sha256")
+	if have, _ := os.ReadFile(stampFile); string(have) != want {
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+		}
+		if err := os.WriteFile(stampFile, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, "client.mjs")
+}
+
+// TestServeTypeScriptClient: a front client other than ours, the TypeScript SDK's,
+// lists and calls through mcpfsm serve, launched by it over stdio and over HTTP.
+func TestServeTypeScriptClient(t *testing.T) {
+	script := tsClient(t)
+	cfg := serveConfig(t, t.TempDir(), "example")
+	_, url := startServeHTTP(t, cfg)
+	for name, target := range map[string][]string{
+		"stdio": {"stdio", mcpfsmBin(t), "serve", cfg},
+		"http":  {"http", url},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			args := append(append([]string{script}, target...), "--", "example__echo", `{"text":"from typescript"}`)
+			var stdout, stderr bytes.Buffer
+			cmd := exec.CommandContext(ctx, "node", args...)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("node client.mjs %s: %v\nstderr:\n%s", name, err, stderr.String())
+			}
+			var got struct {
+				Server struct{ Name, Title string }
+				Tools  []string
+				Result struct {
+					Content []struct{ Type, Text string }
+					IsError bool
+				}
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &got); err != nil {
+				t.Fatalf("the client printed %q: %v", stdout.String(), err)
+			}
+			if got.Server.Name != "mcpfsm-gateway" || !strings.Contains(got.Server.Title, "example") {
+				t.Errorf("server %+v", got.Server)
+			}
+			listed := false
+			for _, n := range got.Tools {
+				listed = listed || n == "example__echo"
+			}
+			// Over stdio the gateway starts with its client, which lists at once: the
+			// gateway holds the list until its backend has listed (StartupWait).
+			if !listed {
+				t.Errorf("tools %v lack example__echo", got.Tools)
+			}
+			if got.Result.IsError || len(got.Result.Content) == 0 || got.Result.Content[0].Text != "from typescript" {
+				t.Errorf("the call answered %+v", got.Result)
+			}
+		})
+	}
+}
+
+// TestGateway_Nginx: two replicas of mcpfsm serve behind nginx hashing the
+// Mcp-Session-Id header (each replica minting session IDs that hash to itself:
+// --replica). A front session on one replica keeps working when the other is killed;
+// a session on the killed replica gets 404 from the survivor and is re-initialized by
+// its client, which then works. Skipped only when nginx is not installed and
+// MCPFSM_REQUIRE_NGINX is unset (.ci/run installs it and sets it).
+func TestGateway_Nginx(t *testing.T) {
+	nginx, err := exec.LookPath("nginx")
+	if err != nil {
+		if os.Getenv("MCPFSM_REQUIRE_NGINX") != "" {
+			t.Fatal("nginx is not installed and MCPFSM_REQUIRE_NGINX is set")
+		}
+		t.Skip("nginx is not installed (apt-get install nginx)")
+	}
+	dir := t.TempDir()
+	cfg := serveConfig(t, dir, "example")
+	var ports []int
+	var replicas []*exec.Cmd
+	for i := range 2 {
+		port := freePort(t)
+		ports = append(ports, port)
+		cmd := exec.Command(mcpfsmBin(t), "serve", "--http", fmt.Sprintf("127.0.0.1:%d", port), "--replica", fmt.Sprintf("%d/2", i+1), cfg)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		replicas = append(replicas, cmd)
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+	front := freePort(t)
+	conf := fmt.Sprintf(`worker_processes 1;
+daemon off;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log warn;
+events { worker_connections 256; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s/body;
+  proxy_temp_path %[1]s/proxy;
+  fastcgi_temp_path %[1]s/fastcgi;
+  uwsgi_temp_path %[1]s/uwsgi;
+  scgi_temp_path %[1]s/scgi;
+  upstream gateway {
+    hash $http_mcp_session_id;
+    server 127.0.0.1:%[2]d max_fails=1 fail_timeout=30s;
+    server 127.0.0.1:%[3]d max_fails=1 fail_timeout=30s;
+  }
+  server {
+    listen 127.0.0.1:%[4]d;
+    location / {
+      proxy_pass http://gateway;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+      proxy_buffering off;
+      proxy_read_timeout 300s;
+    }
+  }
+}
+`, dir, ports[0], ports[1], front)
+	confPath := filepath.Join(dir, "nginx.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ng := exec.Command(nginx, "-p", dir, "-c", confPath, "-e", filepath.Join(dir, "error.log"))
+	ng.Stderr = os.Stderr
+	if err := ng.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = ng.Process.Kill()
+		_ = ng.Wait()
+	})
+	url := fmt.Sprintf("http://127.0.0.1:%d/", front)
+	waitListening(t, front)
+	for _, p := range ports {
+		waitListening(t, p)
+	}
+
+	// Sessions until there is one on each replica: an initialize goes round robin, and
+	// a session's ID says its replica (as nginx hashes it).
+	on := map[int]*mcp.ClientSession{}
+	for tries := 0; len(on) < 2; tries++ {
+		if tries == 20 {
+			t.Fatalf("20 sessions, all on one replica: %v", on)
+		}
+		cs := connectHTTP(t, url, "2025-11-25")
+		r := nginxPeer(cs.ID(), 2)
+		if on[r] == nil {
+			on[r] = cs
+		}
+	}
+	for r, cs := range on {
+		waitTool(t, cs, "example__echo")
+		if got, err := echo(t.Context(), cs, "example__echo", "before"); err != nil || got != "before" {
+			t.Fatalf("replica %d: %q, %v", r+1, got, err)
+		}
+	}
+
+	// Kill the second replica.
+	if err := replicas[1].Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = replicas[1].Wait()
+	for i := range 20 {
+		if got, err := echo(t.Context(), on[0], "example__echo", fmt.Sprint(i)); err != nil || got != fmt.Sprint(i) {
+			t.Fatalf("the session on the live replica, call %d after the kill: %q, %v", i, got, err)
+		}
+	}
+	// The session on the dead replica: the survivor does not know it (404), and the
+	// client's session is over. Its client initializes a new one, which works.
+	_, err = echo(t.Context(), on[1], "example__echo", "lost")
+	if !errors.Is(err, mcp.ErrSessionMissing) && !errors.Is(err, mcp.ErrConnectionClosed) {
+		t.Fatalf("the session of the dead replica: %v, want session missing", err)
+	}
+	again := connectHTTP(t, url, "2025-11-25")
+	if nginxPeer(again.ID(), 2) != 0 {
+		t.Errorf("the new session %q is not on the live replica", again.ID())
+	}
+	waitTool(t, again, "example__echo")
+	if got, err := echo(t.Context(), again, "example__echo", "again"); err != nil || got != "again" {
+		t.Fatalf("the re-initialized session: %q, %v", got, err)
+	}
+}
+
+// nginxPeer is the peer (0-based) nginx's hash picks for a key among n of equal weight.
+func nginxPeer(key string, n int) int {
+	return int((crc32.ChecksumIEEE([]byte(key))>>16)&0x7fff) % n
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func waitListening(t *testing.T, port int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing listens on %d: %v", port, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

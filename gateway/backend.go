@@ -1,0 +1,381 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// This file is what the backends send on their own: requests (sampling, elicitation),
+// which go to the front client that made the call the backend is serving, and
+// notifications (log messages, progress, updated resources, changed lists).
+//
+// Which front call a backend's request belongs to:
+//
+//   - On protocol 2026-07-28 a backend asks inside its answer to the call
+//     (multi-round-trip requests): the connection's client runs our handler with the
+//     call's own context, which carries the front call (frontCallKey). Exact.
+//   - On earlier versions the backend sends a request of its own; the SDK runs our
+//     handler with the connection's context, and the protocol says nothing of the call
+//     it serves. The gateway then looks at the front calls in flight to that backend:
+//     if they all come from one front session, the request goes to that session (on
+//     the stream of its latest call); if none is in flight, or several front sessions
+//     have calls in flight there, it is refused with an error that says so, rather than
+//     asked of a client that did not make the call. A backend that many front sessions
+//     call at once and that asks for sampling should be pinned to 2026-07-28 or given
+//     one gateway per client.
+
+type frontCallKey struct{}
+
+// A frontCall is a front request in flight to a backend.
+type frontCall struct {
+	ss     *mcp.ServerSession
+	ctx    context.Context // the front request's: messages sent with it go on its stream
+	caps   *mcp.ClientCapabilities
+	newer  bool // the front request is on protocol 2026-07-28 or later
+	server string
+	seq    uint64
+	out    *outbox // the call's progress and log messages, in order, off the backend's reader
+	// parking, on a 2026-07-28 front, takes the backend's requests to the front as
+	// input requests (see mrtr.go); nil where the request has no input-required
+	// result (completion, subscribe).
+	parking *parking
+}
+
+// calls are the front requests in flight, by backend.
+type calls struct {
+	mu  sync.Mutex
+	seq uint64
+	by  map[string]map[*frontCall]struct{}
+}
+
+func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string) *frontCall {
+	fc := &frontCall{ss: ss, ctx: ctx, server: server}
+	type capper interface {
+		ClientCapabilities() *mcp.ClientCapabilities
+		ProtocolVersion() string
+	}
+	if r, ok := req.(capper); ok {
+		fc.caps = r.ClientCapabilities()
+		fc.newer = r.ProtocolVersion() >= "2026-07-28"
+	} else if p := ss.InitializeParams(); p != nil {
+		fc.caps = p.Capabilities
+	}
+	fc.out = &outbox{}
+	cs.mu.Lock()
+	cs.seq++
+	fc.seq = cs.seq
+	if cs.by[server] == nil {
+		cs.by[server] = map[*frontCall]struct{}{}
+	}
+	cs.by[server][fc] = struct{}{}
+	cs.mu.Unlock()
+	return fc
+}
+
+func (cs *calls) end(fc *frontCall) {
+	cs.mu.Lock()
+	delete(cs.by[fc.server], fc)
+	if len(cs.by[fc.server]) == 0 {
+		delete(cs.by, fc.server)
+	}
+	cs.mu.Unlock()
+}
+
+// attribute returns the front call a backend's message without a call context belongs
+// to: the latest call in flight to server, if every call in flight there comes from
+// one front session. Otherwise nil, and why.
+func (cs *calls) attribute(server string) (*frontCall, string) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var latest *frontCall
+	sessions := map[*mcp.ServerSession]bool{}
+	for fc := range cs.by[server] {
+		sessions[fc.ss] = true
+		if latest == nil || fc.seq > latest.seq {
+			latest = fc
+		}
+	}
+	switch len(sessions) {
+	case 0:
+		return nil, "no front request is in flight to this server"
+	case 1:
+		return latest, ""
+	}
+	return nil, fmt.Sprintf("%d front sessions have requests in flight to this server, and protocol versions before 2026-07-28 do not say which one this request serves", len(sessions))
+}
+
+// callFor returns the front call of a backend's request: from its context (2026-07-28)
+// or by attribution.
+func (g *Gateway) callFor(ctx context.Context, server string) (*frontCall, string) {
+	if fc, ok := ctx.Value(frontCallKey{}).(*frontCall); ok && fc.server == server {
+		return fc, ""
+	}
+	return g.calls.attribute(server)
+}
+
+// handlersFor returns the handlers of a backend's connection.
+func (g *Gateway) handlersFor(server string) mcpfsm.Handlers {
+	b := &backend{g: g, server: server}
+	return mcpfsm.Handlers{
+		CreateMessageWithTools: b.sample,
+		Elicit:                 b.elicit,
+		LoggingMessage:         b.logMessage,
+		ResourceUpdated:        b.updated,
+		ToolsChanged: func(tools []*mcp.Tool) {
+			g.setList(server, func(l *listing) { l.tools = tools })
+		},
+		PromptsChanged: func(prompts []*mcp.Prompt) {
+			g.setList(server, func(l *listing) { l.prompts = prompts })
+		},
+		ResourcesChanged: func(resources []*mcp.Resource, templates []*mcp.ResourceTemplate) {
+			g.setList(server, func(l *listing) { l.resources, l.templates = resources, templates })
+		},
+	}
+}
+
+// backendMiddleware sees what the backends send before the SDK's client does: it
+// forwards elicitation/create itself (the go-sdk's client refuses some schemas that
+// the spec allows, such as titled multi-select enums, before any handler sees them:
+// the front client and the backend check the schema and the answer), and answers
+// roots/list with the roots of the front client whose call the request serves, when
+// that call can be found; otherwise with the union every backend is given.
+func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		server, ok := mcpfsm.ServerName(ctx)
+		if !ok {
+			return next(ctx, method, req)
+		}
+		switch method {
+		case "elicitation/create":
+			if p, ok := req.GetParams().(*mcp.ElicitParams); ok {
+				res, err := (&backend{g: g, server: server}).elicit(ctx, p)
+				if err != nil {
+					return nil, err
+				}
+				return res, nil
+			}
+		case "roots/list":
+			fc, _ := g.callFor(ctx, server)
+			if fc != nil && fc.caps != nil && (fc.caps.RootsV2 != nil || fc.caps.Roots.ListChanged) {
+				if fc.newer {
+					if res, err := askFront[*mcp.ListRootsResult](ctx, &backend{g: g, server: server}, fc, method, &mcp.ListRootsParams{}); err == nil {
+						return res, nil
+					}
+					break
+				}
+				fctx, cancel := frontContext(fc, ctx)
+				defer cancel()
+				if res, err := fc.ss.ListRoots(fctx, nil); err == nil {
+					return res, nil
+				}
+			}
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// backend is one backend's handlers.
+type backend struct {
+	g      *Gateway
+	server string
+}
+
+// refuse is the error of a backend's request the gateway cannot forward. (Not
+// method-not-found, whose message the SDK replaces with the method's name.)
+func (b *backend) refuse(code int64, method, why string) error {
+	return &jsonrpc.Error{Code: code, Message: fmt.Sprintf("mcpfsm gateway: %s from server %q cannot be forwarded: %s", method, b.server, why)}
+}
+
+// frontContext returns a context for asking the front: the front request's (so that
+// the request goes on its stream), ended also when the backend's request ends.
+func frontContext(fc *frontCall, ctx context.Context) (context.Context, context.CancelFunc) {
+	fctx, cancel := context.WithCancel(fc.ctx)
+	stop := context.AfterFunc(ctx, cancel)
+	return fctx, func() { stop(); cancel() }
+}
+
+// stripMeta drops the protocol's own _meta keys from what a backend sends on.
+func stripMeta(m mcp.Meta) mcp.Meta {
+	var out mcp.Meta
+	for k, v := range m {
+		if strings.HasPrefix(k, "io.modelcontextprotocol/") {
+			continue
+		}
+		if out == nil {
+			out = mcp.Meta{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParams) (*mcp.CreateMessageWithToolsResult, error) {
+	const method = "sampling/createMessage"
+	fc, why := b.g.callFor(ctx, b.server)
+
+	switch {
+	case fc == nil:
+		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)
+	case fc.caps == nil || fc.caps.Sampling == nil:
+		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support sampling")
+	case len(p.Tools) > 0 && fc.caps.Sampling.Tools == nil:
+		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support sampling with tools")
+	}
+	cp := *p
+	cp.Meta = stripMeta(p.Meta)
+	if fc.newer {
+		return askFront[*mcp.CreateMessageWithToolsResult](ctx, b, fc, method, &cp)
+	}
+	fctx, cancel := frontContext(fc, ctx)
+	defer cancel()
+	return fc.ss.CreateMessageWithTools(fctx, &cp)
+}
+
+func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
+	const method = "elicitation/create"
+	fc, why := b.g.callFor(ctx, b.server)
+	switch {
+	case fc == nil:
+		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)
+	case fc.caps == nil || fc.caps.Elicitation == nil:
+		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support elicitation")
+	}
+	cp := *p
+	cp.Meta = stripMeta(p.Meta)
+	if fc.newer {
+		return askFront[*mcp.ElicitResult](ctx, b, fc, method, &cp)
+	}
+	fctx, cancel := frontContext(fc, ctx)
+	defer cancel()
+	return fc.ss.Elicit(fctx, &cp)
+}
+
+// askFront asks a 2026-07-28 front client, through the parked call's next
+// input-required result.
+func askFront[R mcp.InputResponse](ctx context.Context, b *backend, fc *frontCall, method string, p mcp.InputRequest) (R, error) {
+	var zero R
+	if fc.parking == nil {
+		return zero, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client is on protocol 2026-07-28 and its request has no input-required result")
+	}
+	res, err := fc.parking.ask(ctx, p)
+	if err != nil {
+		return zero, err
+	}
+	r, ok := res.(R)
+	if !ok {
+		return zero, b.refuse(jsonrpc.CodeInternalError, method, fmt.Sprintf("the front client answered with %T", res))
+	}
+	return r, nil
+}
+
+// logMessage forwards a backend's log message: to the front session of the call in
+// flight, on that call's stream, when there is one; otherwise to every front session
+// (each filters by its own level). The logger names the server.
+func (b *backend) logMessage(ctx context.Context, p *mcp.LoggingMessageParams) {
+	cp := *p
+	cp.Meta = stripMeta(p.Meta)
+	if cp.Logger == "" {
+		cp.Logger = b.server
+	} else {
+		cp.Logger = b.server + "/" + cp.Logger
+	}
+	if fc, _ := b.g.calls.attribute(b.server); fc != nil {
+		fc.out.push(func() { _ = fc.ss.Log(fc.ctx, &cp) })
+		return
+	}
+	b.g.broadcast.push(func() {
+		ctx, cancel := context.WithTimeout(b.g.ctx, 10*time.Second)
+		defer cancel()
+		for ss := range b.g.server.Sessions() {
+			_ = ss.Log(ctx, &cp)
+		}
+	})
+}
+
+// updated forwards notifications/resources/updated to the front sessions subscribed
+// to the resource (the SDK's server keeps who they are).
+func (b *backend) updated(ctx context.Context, p *mcp.ResourceUpdatedNotificationParams) {
+	cp := *p
+	cp.Meta = stripMeta(p.Meta)
+	b.g.broadcast.push(func() {
+		ctx, cancel := context.WithTimeout(b.g.ctx, 10*time.Second)
+		defer cancel()
+		_ = b.g.server.ResourceUpdated(ctx, &cp)
+	})
+}
+
+// An outbox sends messages in order on a goroutine of its own, which exists only
+// while there is something to send: a backend's reading goroutine hands them over and
+// never waits for a front client. It holds at most maxOutbox messages; more are
+// dropped (progress and log messages may be).
+type outbox struct {
+	g       *Gateway // nil for a call's: its goroutine ends before the call returns
+	mu      sync.Mutex
+	q       []func()
+	running bool
+	idle    chan struct{} // closed when the queue empties, for flush
+}
+
+const maxOutbox = 256
+
+func (o *outbox) push(f func()) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.q) >= maxOutbox {
+		return
+	}
+	o.q = append(o.q, f)
+	if o.running {
+		return
+	}
+	o.running = true
+	o.idle = make(chan struct{})
+	if o.g != nil {
+		if !o.g.spawn(o.run) {
+			o.q, o.running = nil, false
+			close(o.idle)
+		}
+		return
+	}
+	go o.run()
+}
+
+func (o *outbox) run() {
+	for {
+		o.mu.Lock()
+		if len(o.q) == 0 {
+			o.running = false
+			close(o.idle)
+			o.mu.Unlock()
+			return
+		}
+		f := o.q[0]
+		o.q = o.q[1:]
+		o.mu.Unlock()
+		f()
+	}
+}
+
+// flush waits until everything pushed so far is sent, or ctx ends, or 5s pass.
+func (o *outbox) flush(ctx context.Context) {
+	o.mu.Lock()
+	running, idle := o.running, o.idle
+	o.mu.Unlock()
+	if !running {
+		return
+	}
+	t := time.NewTimer(5 * time.Second)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,62 @@
+// Package gateway is one MCP server in front of every server of a servers config
+// (mcpfsm serve). Each backend is held by its own connection of an mcpfsm.Manager,
+// kept alive and healed by its lifecycle; the front server, an mcp.Server of the
+// go-sdk, is served over stdio, streamable HTTP (Handler), or both.
+//
+// # Names
+//
+// A backend's tools, prompts, resources and resource templates are shown under names
+// that say where they come from: the server's prefix (its name, or its config's
+// prefix:), the separator ("__" by default, so that names satisfy the function-name
+// rule of common LLM APIs) and the backend's name: files__read_file. prefix: ""
+// passes names unchanged; include and exclude patterns filter them; rename shows a
+// tool or prompt under a name of its own. Resource URIs are never changed: a read or
+// a subscription goes to the server that lists the URI, or else to the first (in
+// config order) whose template matches it. A name two servers would show goes to the
+// one written first (the config loader refuses names that could collide by their
+// prefixes alone).
+//
+// # What the front sees of an unhealthy backend
+//
+// The gateway keeps its own copy of each backend's last lists: a backend that is
+// down, reconnecting or behind an open breaker keeps its tools shown. A call to it
+// fails at once (or after Options.ReadyWait) with a tool error result naming the
+// server, its state, its last failure and its next move; other backends are not
+// affected. A call in flight when its backend dies follows the connection's rules
+// (mcpfsm.Conn.CallTool): sent again on the next session only when the server cannot
+// have run it or the tool is read-only or idempotent; otherwise a tool error result
+// says the server may have run it. A backend's own protocol error (an unknown tool,
+// bad arguments) is passed on unchanged.
+//
+// # What goes through
+//
+// Tool calls, prompts, resource reads, completion (by a prompt's shown name or a
+// template's URI), subscriptions (the first front subscription to a URI subscribes
+// the backend, whose connection keeps it across reconnects; the last one gone
+// unsubscribes it), logging (the backends are set to the most verbose level any front
+// session asked for; a message goes to the front session whose call is in flight, or
+// to every front session, each filtering by its own level), progress (a backend's
+// progress for a call reaches the front under the front's token, before the call's
+// result), cancellation (a front request cancelled, or a front client gone, cancels
+// the backend's call; a backend that cancels its sampling request cancels the front's),
+// list changes (the front sessions are told when a backend's lists change, reconnects
+// and reloads included), and the backends' sampling and elicitation requests, which
+// go to the front client that made the call they serve (see backend.go for how that
+// client is found on each protocol version), as requests of the gateway's own on a
+// front session before 2026-07-28 and as input requests (SEP-2322: the backend's call
+// waits, parked, for the client's retry; see mrtr.go) on 2026-07-28, and are refused
+// (-32021, missing client capability) when it lacks the capability. Roots: the backends are given the union of the front
+// sessions' roots (the go-sdk's client answers roots/list from one list per client,
+// so a backend cannot be answered per call).
+//
+// Initialize says what is behind the gateway: its title lists the servers, and its
+// instructions give each server's prefix, implementation and own instructions.
+//
+// # Scale out
+//
+// Replicas behind a load balancer that hashes the Mcp-Session-Id header keep each
+// session on the replica that created it when each replica mints IDs that hash to
+// itself (NginxHashSessionID). A session whose replica is gone gets 404 from the one
+// that takes its requests: the client must initialize a new session (the MCP rule for
+// a 404 on a session), and gets one from a live replica.
+package gateway

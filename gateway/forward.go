@@ -1,0 +1,555 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// This file forwards the front's requests to the backends: each goes through the
+// backend's connection (mcpfsm.Conn), with its call path's retry rules, after a
+// check that the backend has a session (a backend without one fails the request at
+// once, saying why, unless Options.ReadyWait says to wait).
+
+// ready checks that a server can take a request now (or within ReadyWait), and
+// returns its connection; otherwise nil and the error saying why.
+func (g *Gateway) ready(ctx context.Context, server string) (*mcpfsm.Conn, error) {
+	c := g.m.Conn(server)
+	if c == nil {
+		return nil, fmt.Errorf("server %q is not configured", server)
+	}
+	wctx, cancel := context.WithTimeout(ctx, g.opts.ReadyWait)
+	defer cancel()
+	if err := c.WaitReady(wctx); err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
+	}
+	return c, nil
+}
+
+// forwardMeta returns the _meta of a front request to send on to a backend: without
+// the protocol's own keys (a 2026-07-28 front request's protocol version, client info
+// and capabilities are the front's, not ours) and without the progress token (the
+// connection sets its own).
+func forwardMeta(m mcp.Meta) mcp.Meta {
+	var out mcp.Meta
+	for k, v := range m {
+		if k == "progressToken" || strings.HasPrefix(k, "io.modelcontextprotocol/") {
+			continue
+		}
+		if out == nil {
+			out = mcp.Meta{}
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// callTool forwards tools/call. A backend that cannot take the call, or whose session
+// breaks under it (and the call is not retried), makes a tool error result that says
+// why: hosts take a protocol error for a broken server, and a tool error is the
+// answer an LLM can read. A backend's own protocol error (an unknown tool, say) is
+// passed on as it is.
+func (g *Gateway) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	st, ok := g.table.Load().tools[req.Params.Name]
+	if !ok {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: g.table.Load().unknown("tool", req.Params.Name)}
+	}
+	p := &mcp.CallToolParams{Name: st.name, Meta: forwardMeta(req.Params.Meta)}
+	if len(req.Params.Arguments) > 0 && string(req.Params.Arguments) != "null" {
+		p.Arguments = req.Params.Arguments
+	}
+	token := req.Params.GetProgressToken()
+	res, err := forward(g, ctx, req.Session, req, st.server, request[*mcp.CallToolResult]{
+		state: req.Params.RequestState, responses: req.Params.InputResponses,
+		send: func(ctx context.Context, c *mcpfsm.Conn, fc *frontCall) (*mcp.CallToolResult, error) {
+			if token != nil {
+				ctx = mcpfsm.WithProgress(ctx, func(p *mcp.ProgressNotificationParams) {
+					fp := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: p.Progress, Total: p.Total, Message: p.Message}
+					fc.out.push(func() { _ = fc.ss.NotifyProgress(fc.ctx, fp) })
+				})
+			}
+			return c.CallTool(ctx, p)
+		},
+		inputRequired: func(reqs mcp.InputRequestMap, state string) *mcp.CallToolResult {
+			return &mcp.CallToolResult{InputRequests: reqs, RequestState: state}
+		},
+		failed: func(text string) (*mcp.CallToolResult, error) { return toolError(text), nil },
+	})
+	return res, err
+}
+
+// A request is how forward sends one kind of front request.
+type request[R any] struct {
+	// state and responses are a 2026-07-28 front request's multi-round-trip
+	// fields: a retry of a call the gateway parked (see mrtr.go).
+	state     string
+	responses mcp.InputResponseMap
+	// send sends it on the backend's connection; fc is the front call.
+	send func(ctx context.Context, c *mcpfsm.Conn, fc *frontCall) (R, error)
+	// inputRequired makes the input-required result of a parked call.
+	inputRequired func(mcp.InputRequestMap, string) R
+	// failed, if set, makes the answer to a request its backend could not take (a
+	// JSON-RPC error otherwise).
+	failed func(text string) (R, error)
+}
+
+// forward runs a front request on a backend: at once if the backend has a session
+// (or within ReadyWait), failing with the backend's state and last failure otherwise;
+// a backend's own protocol error passed on as it is, the others as failed says. On a
+// 2026-07-28 front, a backend's requests during the call go to the front as input
+// requests (see roundTrip).
+func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, r request[R]) (R, error) {
+	var zero R
+	fail := r.failed
+	if fail == nil {
+		fail = func(text string) (R, error) { return zero, requestError(text) }
+	}
+	ctx, untrack := g.posts.track(ctx, req)
+	defer untrack()
+	answer := func(ctx context.Context, res R, err error) (R, error) {
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return zero, ctx.Err()
+		}
+		if je := backendError(err); je != nil {
+			return zero, je
+		}
+		return fail(g.failed(server, err))
+	}
+	newer := false
+	if v, ok := req.(interface{ ProtocolVersion() string }); ok {
+		newer = v.ProtocolVersion() >= "2026-07-28"
+	}
+	if newer && r.state != "" && r.inputRequired != nil {
+		return roundTrip(g, ctx, nil, r.state, r.responses, nil, r.inputRequired)
+	}
+	c, err := g.ready(ctx, server)
+	if err != nil {
+		if ctx.Err() != nil {
+			return zero, ctx.Err()
+		}
+		return fail(g.unavailable(server, err))
+	}
+	fc := g.calls.start(ctx, ss, req, server)
+	ctx = context.WithValue(ctx, frontCallKey{}, fc)
+	if newer && r.inputRequired != nil {
+		return roundTrip(g, ctx, fc, "", nil, func(bctx context.Context) (R, error) {
+			res, err := r.send(bctx, c, fc)
+			return answer(bctx, res, err)
+		}, r.inputRequired)
+	}
+	defer g.calls.end(fc)
+	res, err := r.send(ctx, c, fc)
+	fc.out.flush(ctx) // the call's progress and log messages go out before its result
+	return answer(ctx, res, err)
+}
+
+// backendError returns the JSON-RPC error a backend answered with, if that is what
+// err is: the connection is fine, the request was refused.
+func backendError(err error) *jsonrpc.Error {
+	var ce *mcpfsm.CallError
+	var je *jsonrpc.Error
+	if errors.As(err, &ce) && ce.Cause == states.CauseServer && errors.As(err, &je) {
+		return je
+	}
+	return nil
+}
+
+// failed is the text of a request that failed on its backend.
+func (g *Gateway) failed(server string, err error) string {
+	if errors.Is(err, mcpfsm.ErrUnavailable) || errors.Is(err, mcpfsm.ErrNotReady) {
+		return g.unavailable(server, err)
+	}
+	msg := fmt.Sprintf("mcpfsm gateway: server %q: %s", server, machine.ErrorText(err))
+	if errors.Is(err, mcpfsm.ErrMayHaveRun) {
+		msg += " (the server may have run the call: it was not sent again)"
+	}
+	return msg
+}
+
+func toolError(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// requestError is the JSON-RPC error of a request other than a tool call that its
+// backend could not take.
+func requestError(text string) error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: text}
+}
+
+func (g *Gateway) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+	sp, ok := g.table.Load().prompts[req.Params.Name]
+	if !ok {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: g.table.Load().unknown("prompt", req.Params.Name)}
+	}
+	return forward(g, ctx, req.Session, req, sp.server, request[*mcp.GetPromptResult]{
+		state: req.Params.RequestState, responses: req.Params.InputResponses,
+		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.GetPromptResult, error) {
+			return c.GetPrompt(ctx, &mcp.GetPromptParams{Name: sp.name, Arguments: req.Params.Arguments, Meta: forwardMeta(req.Params.Meta)})
+		},
+		inputRequired: func(reqs mcp.InputRequestMap, state string) *mcp.GetPromptResult {
+			return &mcp.GetPromptResult{InputRequests: reqs, RequestState: state}
+		},
+	})
+}
+
+func (g *Gateway) readResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+	r, ok := g.table.Load().resourceRoute(req.Params.URI)
+	if !ok {
+		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+	}
+	return forward(g, ctx, req.Session, req, r.server, request[*mcp.ReadResourceResult]{
+		state: req.Params.RequestState, responses: req.Params.InputResponses,
+		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.ReadResourceResult, error) {
+			return c.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI, Meta: forwardMeta(req.Params.Meta)})
+		},
+		inputRequired: func(reqs mcp.InputRequestMap, state string) *mcp.ReadResourceResult {
+			return &mcp.ReadResourceResult{InputRequests: reqs, RequestState: state}
+		},
+	})
+}
+
+// complete forwards completion/complete by its reference: a prompt by its shown name,
+// a resource template by its URI template.
+func (g *Gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.CompleteResult, error) {
+	t := g.table.Load()
+	p := *req.Params
+	p.Meta = forwardMeta(p.Meta)
+	ref := *p.Ref
+	p.Ref = &ref
+	var server string
+	switch ref.Type {
+	case "ref/prompt":
+		sp, ok := t.prompts[ref.Name]
+		if !ok {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: t.unknown("prompt", ref.Name)}
+		}
+		server, ref.Name = sp.server, sp.name
+	case "ref/resource":
+		for _, st := range t.templates {
+			if st.name == ref.URI {
+				server = st.server
+				break
+			}
+		}
+		if server == "" {
+			if r, ok := t.resourceRoute(ref.URI); ok {
+				server = r.server
+			}
+		}
+		if server == "" {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("no server of this gateway shows the resource template %q", ref.URI)}
+		}
+	default:
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown reference type %q", ref.Type)}
+	}
+	return forward(g, ctx, req.Session, req, server, request[*mcp.CompleteResult]{
+		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.CompleteResult, error) {
+			return c.Complete(ctx, &p)
+		},
+	})
+}
+
+// subscribe forwards resources/subscribe: the first front subscription to a URI
+// subscribes the backend (whose connection keeps it across reconnects), later ones
+// count. The SDK's server keeps which front session gets which update.
+func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	uri := req.Params.URI
+	r, ok := g.table.Load().resourceRoute(uri)
+	if !ok {
+		return mcp.ResourceNotFoundError(uri)
+	}
+	g.sessMu.Lock()
+	if g.subs[req.Session][uri] {
+		g.sessMu.Unlock()
+		return nil
+	}
+	first := g.subCount[uri] == 0
+	g.sessMu.Unlock()
+	if first {
+		if _, err := forward(g, ctx, req.Session, req, r.server, request[struct{}]{
+			send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (struct{}, error) {
+				return struct{}{}, c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+			},
+		}); err != nil {
+			return err
+		}
+	}
+	g.sessMu.Lock()
+	defer g.sessMu.Unlock()
+	if g.subs[req.Session] == nil {
+		g.subs[req.Session] = map[string]bool{}
+	}
+	if !g.subs[req.Session][uri] {
+		g.subs[req.Session][uri] = true
+		g.subCount[uri]++
+		g.subConn[uri] = r
+	}
+	return nil
+}
+
+func (g *Gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	g.sessMu.Lock()
+	last := g.dropSubLocked(req.Session, req.Params.URI)
+	g.sessMu.Unlock()
+	if last != nil {
+		g.unsubscribeBackend(ctx, *last, req.Params.URI)
+	}
+	return nil
+}
+
+// dropSubLocked forgets a front subscription, and returns the backend route of the
+// URI if it was the last. sessMu is held.
+func (g *Gateway) dropSubLocked(ss *mcp.ServerSession, uri string) *route {
+	if !g.subs[ss][uri] {
+		return nil
+	}
+	delete(g.subs[ss], uri)
+	if len(g.subs[ss]) == 0 {
+		delete(g.subs, ss)
+	}
+	g.subCount[uri]--
+	if g.subCount[uri] > 0 {
+		return nil
+	}
+	r := g.subConn[uri]
+	delete(g.subCount, uri)
+	delete(g.subConn, uri)
+	return &r
+}
+
+func (g *Gateway) unsubscribeBackend(ctx context.Context, r route, uri string) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := g.m.Unsubscribe(ctx, r.server, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+		g.log.Debug("mcpfsm gateway: unsubscribing a backend", "server", r.server, "err", err)
+	}
+}
+
+// setLevel records a front session's log level and sets the backends' to the most
+// verbose level any front session asked for. Backends with a session are set before
+// the front's request is answered (so that the next call's messages come at the
+// level); the others when they next have one.
+func (g *Gateway) setLevel(ctx context.Context, ss *mcp.ServerSession, level mcp.LoggingLevel) {
+	g.sessMu.Lock()
+	g.levels[ss] = level
+	changed := g.recomputeLevelLocked()
+	g.sessMu.Unlock()
+	if changed {
+		g.applyLevel(ctx, g.m.Servers())
+	}
+}
+
+var levelOrder = []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+
+func levelRank(l mcp.LoggingLevel) int {
+	for i, x := range levelOrder {
+		if x == l {
+			return i
+		}
+	}
+	return len(levelOrder)
+}
+
+// recomputeLevelLocked sets g.level to the most verbose front level, and reports
+// whether it changed. sessMu is held.
+func (g *Gateway) recomputeLevelLocked() bool {
+	var lv mcp.LoggingLevel
+	for _, l := range g.levels {
+		if lv == "" || levelRank(l) < levelRank(lv) {
+			lv = l
+		}
+	}
+	if lv == g.level {
+		return false
+	}
+	g.level = lv
+	return true
+}
+
+// applyLevel sets the backends' log level: at once on those with a session (within
+// ctx, at most 5s), in the background on the others.
+func (g *Gateway) applyLevel(ctx context.Context, servers []string) {
+	g.sessMu.Lock()
+	level := g.level
+	g.sessMu.Unlock()
+	if level == "" {
+		return
+	}
+	done := make(chan struct{}, len(servers))
+	waiting := 0
+	for _, name := range servers {
+		c := g.m.Conn(name)
+		if c == nil {
+			continue
+		}
+		set := func(ctx context.Context) {
+			if err := c.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level}); err != nil {
+				g.log.Debug("mcpfsm gateway: setting a backend's log level", "server", name, "err", err)
+			}
+		}
+		if _, up := c.Server(); up {
+			waiting++
+			go func() {
+				defer func() { done <- struct{}{} }()
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				set(sctx)
+			}()
+			continue
+		}
+		g.spawn(func() {
+			sctx, cancel := context.WithTimeout(g.ctx, 5*time.Minute)
+			defer cancel()
+			set(sctx)
+		})
+	}
+	for range waiting {
+		<-done
+	}
+}
+
+// restore gives backends whose connection is new (a reload replaced or added it)
+// the front's log level and subscriptions.
+func (g *Gateway) restore(servers []string) {
+	if len(servers) == 0 {
+		return
+	}
+	g.applyLevel(g.ctx, servers)
+	g.sessMu.Lock()
+	var uris []string
+	var routes []route
+	for uri, r := range g.subConn {
+		for _, s := range servers {
+			if r.server == s {
+				uris, routes = append(uris, uri), append(routes, r)
+			}
+		}
+	}
+	g.sessMu.Unlock()
+	for i, uri := range uris {
+		r := routes[i]
+		g.spawn(func() {
+			ctx, cancel := context.WithTimeout(g.ctx, 5*time.Minute)
+			defer cancel()
+			if err := g.m.Subscribe(ctx, r.server, &mcp.SubscribeParams{URI: uri}); err != nil {
+				g.log.Debug("mcpfsm gateway: restoring a subscription", "server", r.server, "err", err)
+			}
+		})
+	}
+}
+
+// askRoots lists a front session's roots, if it has them, and gives the backends the
+// union of every front session's roots.
+func (g *Gateway) askRoots(ss *mcp.ServerSession) {
+	p := ss.InitializeParams()
+	if p == nil || p.Capabilities == nil || (p.Capabilities.RootsV2 == nil && !p.Capabilities.Roots.ListChanged) {
+		return
+	}
+	g.spawn(func() {
+		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+		defer cancel()
+		res, err := ss.ListRoots(ctx, nil)
+		if err != nil {
+			g.log.Debug("mcpfsm gateway: listing a front session's roots", "err", err)
+			return
+		}
+		g.sessMu.Lock()
+		g.roots[ss] = res.Roots
+		g.sessMu.Unlock()
+		g.pushRoots()
+	})
+}
+
+// pushRoots gives the backends the union of the front sessions' roots.
+func (g *Gateway) pushRoots() {
+	g.sessMu.Lock()
+	seen := map[string]bool{}
+	var union []*mcp.Root
+	for _, rs := range g.roots {
+		for _, r := range rs {
+			if r != nil && !seen[r.URI] {
+				seen[r.URI] = true
+				union = append(union, r)
+			}
+		}
+	}
+	g.sessMu.Unlock()
+	if err := g.m.SetRoots(union...); err != nil {
+		g.log.Debug("mcpfsm gateway: setting the backends' roots", "err", err)
+	}
+}
+
+// sweeper forgets, now and then, what the gateway kept for front sessions that have
+// ended (the SDK tells no one when a session ends): their log levels, roots and
+// subscriptions, and so what the backends were given for them.
+func (g *Gateway) sweeper() {
+	defer g.wg.Done()
+	tick := time.NewTicker(g.opts.SweepInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-tick.C:
+			g.sweep()
+		}
+	}
+}
+
+func (g *Gateway) sweep() {
+	live := map[*mcp.ServerSession]bool{}
+	for ss := range g.server.Sessions() {
+		live[ss] = true
+	}
+	g.sessMu.Lock()
+	levelGone, rootsGone := false, false
+	for ss := range g.levels {
+		if !live[ss] {
+			delete(g.levels, ss)
+			levelGone = true
+		}
+	}
+	for ss := range g.roots {
+		if !live[ss] {
+			delete(g.roots, ss)
+			rootsGone = true
+		}
+	}
+	var drops []route
+	var dropURIs []string
+	for ss, uris := range g.subs {
+		if live[ss] {
+			continue
+		}
+		for uri := range uris {
+			if r := g.dropSubLocked(ss, uri); r != nil {
+				drops, dropURIs = append(drops, *r), append(dropURIs, uri)
+			}
+		}
+	}
+	levelChanged := levelGone && g.recomputeLevelLocked()
+	g.sessMu.Unlock()
+	if levelChanged {
+		g.applyLevel(g.ctx, g.m.Servers())
+	}
+	if rootsGone {
+		g.pushRoots()
+	}
+	for i, r := range drops {
+		g.unsubscribeBackend(g.ctx, r, dropURIs[i])
+	}
+}

@@ -1,0 +1,116 @@
+package gateway_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestGateway_Forwarding: elicitation and roots from a backend reach the front client
+// that made the call (on a backend on 2025-11-25, roots per call; on 2026-07-28, the
+// union of the front sessions' roots), subscriptions and their updates, completion of
+// a prompt's argument and of a template's variable.
+func TestGateway_Forwarding(t *testing.T) {
+	for _, version := range []string{"2025-11-25", ""} {
+		t.Run("backend "+version, func(t *testing.T) {
+			s := inMemory("a", testserver.Options{})
+			s.Transport.ProtocolVersion = version
+			g := start(t, config(s), gateway.Options{SweepInterval: 20 * time.Millisecond})
+			updated := make(chan string, 8)
+			copts := &mcp.ClientOptions{
+				Capabilities: &mcp.ClientCapabilities{RootsV2: &mcp.RootCapabilities{ListChanged: true}},
+				ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+					return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "from the front: " + req.Params.Message}}, nil
+				},
+				ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+					updated <- req.Params.URI
+				},
+			}
+			c := mcp.NewClient(&mcp.Implementation{Name: "front"}, copts)
+			c.AddRoots(&mcp.Root{URI: "file:///front"})
+			st, ct := mcp.NewInMemoryTransports()
+			ss, err := g.Server().Connect(context.Background(), st, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs, err := c.Connect(callCtx(t), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
+			waitTools(t, cs, has("a__elicit"))
+
+			if res := call(t, cs, "a__elicit", map[string]any{"message": "yes?"}); res.IsError || !strings.Contains(text(res), "from the front: yes?") {
+				t.Errorf("elicit: %q", text(res))
+			}
+			deadline := time.Now().Add(waitFor)
+			for {
+				res := call(t, cs, "a__roots", nil)
+				if text(res) == `["file:///front"]` {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("roots: %q", text(res))
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+
+			if err := cs.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: "test://static/a"}); err != nil {
+				t.Fatal(err)
+			}
+			call(t, cs, "a__touch", map[string]any{"uri": "test://static/a"})
+			select {
+			case uri := <-updated:
+				if uri != "test://static/a" {
+					t.Errorf("updated %q", uri)
+				}
+			case <-time.After(waitFor):
+				t.Fatal("the backend's update did not reach the subscribed front session")
+			}
+			if err := cs.Unsubscribe(callCtx(t), &mcp.UnsubscribeParams{URI: "test://static/a"}); err != nil {
+				t.Fatal(err)
+			}
+			if got := g.Manager().Conn("a").Subscriptions(); len(got) != 0 {
+				t.Errorf("the backend is still subscribed after the last front unsubscribed: %v", got)
+			}
+
+			res, err := cs.Complete(callCtx(t), &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/prompt", Name: "a__greet"},
+				Argument: mcp.CompleteParamsArgument{Name: "name", Value: "al"}})
+			if err != nil || strings.Join(res.Completion.Values, ",") != "alice,alicia" {
+				t.Errorf("complete a prompt: %v %v", res, err)
+			}
+			res, err = cs.Complete(callCtx(t), &mcp.CompleteParams{Ref: &mcp.CompleteReference{Type: "ref/resource", URI: "test://items/{id}"},
+				Argument: mcp.CompleteParamsArgument{Name: "id", Value: "ap"}})
+			if err != nil || strings.Join(res.Completion.Values, ",") != "apple,apricot" {
+				t.Errorf("complete a template: %v %v", res, err)
+			}
+		})
+	}
+}
+
+// TestGateway_SubscriptionsOfGoneSessions: a front session that ends without
+// unsubscribing is forgotten, and the backend unsubscribed, by the sweep.
+func TestGateway_SubscriptionsOfGoneSessions(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{SweepInterval: 10 * time.Millisecond})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("a__echo"))
+	if err := cs.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: "test://static/b"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Manager().Conn("a").Subscriptions(); len(got) != 1 {
+		t.Fatalf("backend subscriptions %v", got)
+	}
+	_ = cs.Close()
+	deadline := time.Now().Add(waitFor)
+	for len(g.Manager().Conn("a").Subscriptions()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the backend stayed subscribed for a front session that ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,608 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Options configure a Gateway. The zero value is ready to use.
+type Options struct {
+	// Implementation is the gateway's name and version, as its clients see them;
+	// {"mcpfsm-gateway", "dev"} when nil. Its Title, when empty, lists the servers
+	// behind the gateway.
+	Implementation *mcp.Implementation
+	// Logger receives the gateway's records and its backends' (see
+	// mcpfsm.ManagerOptions.Logger); slog.Default() when nil.
+	Logger *slog.Logger
+	// Observer, History and Client are passed to the Manager (see
+	// mcpfsm.ManagerOptions).
+	Observer func(server string, tr machine.Transition)
+	History  int
+	Client   *mcp.Implementation
+	// ReadyWait is how long a request waits for a backend that has no session (one
+	// reconnecting, say) before it fails; 0 fails at once. A backend whose state
+	// fails calls fast (breaker open, parked) fails at once whatever ReadyWait says.
+	ReadyWait time.Duration
+	// SessionID, if set, mints the IDs of the front's HTTP sessions (see
+	// NginxHashSessionID, for replicas behind a load balancer that hashes them).
+	SessionID func() string
+	// StatusResource, if set, is the URI of a resource the gateway serves itself:
+	// every backend's status as JSON (mcpfsm.Status), read at the time of reading.
+	StatusResource string
+	// StartupWait bounds how long, after New, a front request that lists or uses
+	// names (tools/list, tools/call, ...) waits for the backends to list theirs: a
+	// host that launches the gateway and lists its tools at once gets them all, not
+	// an empty list. A backend that fails to connect stops being waited for. 5s when
+	// 0; negative: no wait.
+	StartupWait time.Duration
+	// SweepInterval is how often the gateway forgets what it kept for front sessions
+	// that have ended (log levels, roots, subscriptions); 30s when 0.
+	SweepInterval time.Duration
+}
+
+// A Gateway is one MCP server in front of every server of a servers config, each
+// reached through its own connection of an mcpfsm.Manager. See the package
+// documentation for what it forwards and how.
+type Gateway struct {
+	opts   Options
+	log    *slog.Logger
+	server *mcp.Server
+	m      *mcpfsm.Manager
+
+	cfgMu sync.Mutex // serializes Reload
+	rules atomic.Pointer[[]rules]
+	sep   atomic.Pointer[string]
+
+	listMu sync.Mutex
+	lists  map[string]*listing // each backend's last lists, by server
+	table  atomic.Pointer[table]
+	dirty  chan struct{} // a list changed: the syncer recomputes the table
+
+	regMu sync.Mutex // the syncer's: what is registered on the front server
+	reg   *table
+
+	calls  calls  // front requests in flight, by backend
+	posts  posts  // front requests in flight, by the HTTP POST that carried them
+	parked parked // 2026-07-28 front calls waiting for their client's answers
+
+	sessMu   sync.Mutex
+	levels   map[*mcp.ServerSession]mcp.LoggingLevel // set by 2025-11-25 front sessions
+	level    mcp.LoggingLevel                        // the backends', the most verbose of levels
+	roots    map[*mcp.ServerSession][]*mcp.Root
+	subs     map[*mcp.ServerSession]map[string]bool // front subscriptions, by session
+	subCount map[string]int                         // front subscriptions, by URI
+	subConn  map[string]route                       // the backend each subscribed URI went to
+
+	broadcast *outbox // notifications not tied to a call
+
+	// Startup: the backends not yet settled (listed, or failed), and opened, closed
+	// when none is left or StartupWait has passed.
+	settleMu  sync.Mutex
+	unsettled map[string]bool
+	listed    map[string]bool // listed, not yet registered by the syncer
+	opened    chan struct{}
+
+	ctx    context.Context // ends at Close: background work stops
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+// New opens a connection to every server of cfg (an mcpfsm.Manager) and returns a
+// gateway whose MCP server (Server) shows their tools, prompts, resources and
+// resource templates as their lists come in. Serve it over any transport: stdio
+// (mcp.Server.Run), streamable HTTP (Handler), or several at once.
+func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Implementation == nil {
+		opts.Implementation = &mcp.Implementation{Name: "mcpfsm-gateway", Version: "dev"}
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = 30 * time.Second
+	}
+	if opts.StartupWait == 0 {
+		opts.StartupWait = 5 * time.Second
+	}
+	g := &Gateway{
+		opts: opts, log: opts.Logger, lists: map[string]*listing{}, dirty: make(chan struct{}, 1),
+		levels: map[*mcp.ServerSession]mcp.LoggingLevel{}, roots: map[*mcp.ServerSession][]*mcp.Root{},
+		subs: map[*mcp.ServerSession]map[string]bool{}, subCount: map[string]int{}, subConn: map[string]route{},
+		reg: &table{tools: map[string]shownTool{}, prompts: map[string]shownPrompt{}, resources: map[string]shownResource{}},
+	}
+	g.calls.by = map[string]map[*frontCall]struct{}{}
+	g.opened, g.unsettled, g.listed = make(chan struct{}), map[string]bool{}, map[string]bool{}
+	for _, sc := range cfg.Servers {
+		g.unsettled[sc.Name] = true
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.broadcast = &outbox{g: g}
+	g.setRules(cfg)
+	g.table.Store(compute(*g.rules.Load(), *g.sep.Load(), nil))
+	g.server = g.newServer()
+	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
+		Client: opts.Client, Handlers: g.handlersFor, Roots: []*mcp.Root{}, Logger: opts.Logger,
+		Observer: g.observe, History: opts.History,
+	})
+	if err != nil {
+		g.cancel()
+		return nil, err
+	}
+	g.m = m
+	m.AddReceivingMiddleware(g.backendMiddleware)
+	g.wg.Add(2)
+	go g.syncer()
+	go g.sweeper()
+	if opts.StartupWait < 0 {
+		g.settle("")
+	} else {
+		stop := time.AfterFunc(opts.StartupWait, func() { g.settle("") })
+		context.AfterFunc(g.ctx, func() { stop.Stop() })
+	}
+	return g, nil
+}
+
+// observe sees every backend's transitions: a failure settles a backend that has not
+// listed yet (it will not list soon).
+func (g *Gateway) observe(server string, tr machine.Transition) {
+	if tr.Cause.Failure() {
+		g.settle(server)
+	}
+	if g.opts.Observer != nil {
+		g.opts.Observer(server, tr)
+	}
+}
+
+// settle marks a backend settled ("" settles them all), and opens the front once
+// every one is.
+func (g *Gateway) settle(server string) {
+	g.settleMu.Lock()
+	defer g.settleMu.Unlock()
+	if len(g.unsettled) == 0 && server != "" {
+		return
+	}
+	if server == "" {
+		clear(g.unsettled)
+	}
+	delete(g.unsettled, server)
+	if len(g.unsettled) == 0 {
+		select {
+		case <-g.opened:
+		default:
+			close(g.opened)
+		}
+	}
+}
+
+// waitSettled waits, at startup, for the backends to have listed or failed.
+func (g *Gateway) waitSettled(ctx context.Context) {
+	select {
+	case <-g.opened:
+	case <-ctx.Done():
+	}
+}
+
+func (g *Gateway) setRules(cfg *mcpfsm.Config) {
+	rs := rulesOf(cfg)
+	sep := cfg.NameSeparator()
+	g.rules.Store(&rs)
+	g.sep.Store(&sep)
+}
+
+// Server returns the gateway's MCP server.
+func (g *Gateway) Server() *mcp.Server { return g.server }
+
+// Manager returns the Manager that holds the gateway's backends.
+func (g *Gateway) Manager() *mcpfsm.Manager { return g.m }
+
+// Reload adopts a changed config (see mcpfsm.Manager.Reload): backends added,
+// removed, reconnected or retuned, and names shown by the new rules. Front sessions
+// stay open; those whose lists change are sent list-changed notifications.
+func (g *Gateway) Reload(ctx context.Context, cfg *mcpfsm.Config) (mcpfsm.ReloadResult, error) {
+	g.cfgMu.Lock()
+	defer g.cfgMu.Unlock()
+	before := map[string]*mcpfsm.Conn{}
+	for _, name := range g.m.Servers() {
+		before[name] = g.m.Conn(name)
+	}
+	// The rules first: lists of a new server are taken from its first session on.
+	g.setRules(cfg)
+	res, err := g.m.Reload(ctx, cfg)
+	g.m.Wrap()
+	g.listMu.Lock()
+	for name := range g.lists {
+		if _, ok := cfg.Server(name); !ok {
+			delete(g.lists, name)
+		}
+	}
+	g.listMu.Unlock()
+	g.changed()
+	// A server whose connection was replaced (its lifecycle changed) starts without
+	// the front's subscriptions and log level; one that was added, without the level.
+	var fresh []string
+	for _, name := range g.m.Servers() {
+		if c := g.m.Conn(name); c != nil && before[name] != c {
+			fresh = append(fresh, name)
+		}
+	}
+	g.restore(fresh)
+	return res, err
+}
+
+// Close closes the gateway's backends (bounded by ctx) and stops its background work.
+// It does not close the front's sessions: close whatever serves Server first.
+func (g *Gateway) Close(ctx context.Context) error {
+	if !g.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	g.cancel()
+	g.parked.closeAll()
+	err := g.m.Close(ctx)
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return errors.Join(err, ctx.Err())
+	}
+	return err
+}
+
+// spawn runs f on a goroutine of the gateway's, unless the gateway is closed.
+func (g *Gateway) spawn(f func()) bool {
+	if g.closed.Load() {
+		return false
+	}
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		f()
+	}()
+	return true
+}
+
+// changed tells the syncer that a list or the rules changed.
+func (g *Gateway) changed() {
+	select {
+	case g.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// setList records a backend's new list (from its connection's handlers, on its
+// owner: it must not block).
+func (g *Gateway) setList(server string, f func(*listing)) {
+	if !slices.ContainsFunc(*g.rules.Load(), func(r rules) bool { return r.server == server }) {
+		return // a removed server's last word
+	}
+	g.listMu.Lock()
+	l := g.lists[server]
+	if l == nil {
+		l = &listing{}
+		g.lists[server] = l
+	}
+	f(l)
+	g.listMu.Unlock()
+	g.settleMu.Lock()
+	if g.unsettled[server] {
+		g.listed[server] = true
+	}
+	g.settleMu.Unlock()
+	g.changed()
+}
+
+// syncer recomputes the table when a list or the rules change, and registers the
+// difference on the front server (which notifies the front sessions of it).
+func (g *Gateway) syncer() {
+	defer g.wg.Done()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-g.dirty:
+		}
+		g.settleMu.Lock()
+		listed := g.listed
+		g.listed = map[string]bool{}
+		g.settleMu.Unlock()
+		g.listMu.Lock()
+		lists := make(map[string]*listing, len(g.lists))
+		for k, v := range g.lists {
+			c := *v
+			lists[k] = &c
+		}
+		g.listMu.Unlock()
+		t := compute(*g.rules.Load(), *g.sep.Load(), lists)
+		// The table first: a client calls only what it has seen listed, and the
+		// front server lists only what register adds.
+		g.table.Store(t)
+		if refused := g.register(t); len(refused) > 0 {
+			c := *t
+			c.tools = maps.Clone(t.tools)
+			for _, name := range refused {
+				delete(c.tools, name)
+			}
+			g.table.Store(&c)
+			g.regMu.Lock()
+			g.reg = &c
+			g.regMu.Unlock()
+		}
+		for server := range listed {
+			g.settle(server) // its names are registered: the front may list them
+		}
+		for _, c := range t.collisions {
+			g.log.Warn("mcpfsm gateway: a name collides", "collision", c)
+		}
+	}
+}
+
+// register makes the front server show t: it adds what is new or changed and removes
+// what is gone, so that only real changes notify the front sessions. It returns the
+// tools the SDK's server refused (an input schema that is not an object).
+func (g *Gateway) register(t *table) (refused []string) {
+	g.regMu.Lock()
+	defer g.regMu.Unlock()
+	old := g.reg
+	var gone []string
+	for name := range old.tools {
+		if _, ok := t.tools[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		g.server.RemoveTools(gone...)
+	}
+	for name, st := range t.tools {
+		if prev, ok := old.tools[name]; ok && reflect.DeepEqual(prev.front, st.front) {
+			continue
+		}
+		if err := addTool(g.server, st.front, g.callTool); err != nil {
+			g.log.Warn("mcpfsm gateway: a tool cannot be shown", "server", st.server, "tool", st.name, "err", err)
+			refused = append(refused, name)
+		}
+	}
+	gone = gone[:0]
+	for name := range old.prompts {
+		if _, ok := t.prompts[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		g.server.RemovePrompts(gone...)
+	}
+	for name, sp := range t.prompts {
+		if prev, ok := old.prompts[name]; ok && reflect.DeepEqual(prev.front, sp.front) {
+			continue
+		}
+		g.server.AddPrompt(sp.front, g.getPrompt)
+	}
+	gone = gone[:0]
+	for uri := range old.resources {
+		if _, ok := t.resources[uri]; !ok && uri != g.opts.StatusResource {
+			gone = append(gone, uri)
+		}
+	}
+	if len(gone) > 0 {
+		g.server.RemoveResources(gone...)
+	}
+	for uri, sr := range t.resources {
+		if prev, ok := old.resources[uri]; ok && prev.server == sr.server && reflect.DeepEqual(prev.front, sr.front) {
+			continue
+		}
+		g.server.AddResource(sr.front, g.readResource)
+	}
+	oldTemplates := map[string]shownTemplate{}
+	for _, st := range old.templates {
+		oldTemplates[st.name] = st
+	}
+	gone = gone[:0]
+	newTemplates := map[string]bool{}
+	for _, st := range t.templates {
+		newTemplates[st.name] = true
+	}
+	for name := range oldTemplates {
+		if !newTemplates[name] {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		g.server.RemoveResourceTemplates(gone...)
+	}
+	for _, st := range t.templates {
+		if prev, ok := oldTemplates[st.name]; ok && prev.server == st.server && reflect.DeepEqual(prev.front, st.front) {
+			continue
+		}
+		g.server.AddResourceTemplate(st.front, g.readResource)
+	}
+	g.reg = t
+	return refused
+}
+
+// addTool adds a tool to the front server, turning the SDK's panic on a tool it
+// refuses (an input schema that is not an object) into an error.
+func addTool(s *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%v", v)
+		}
+	}()
+	if t.InputSchema == nil {
+		c := *t
+		c.InputSchema = map[string]any{"type": "object"}
+		t = &c
+	}
+	s.AddTool(t, h)
+	return nil
+}
+
+// newServer builds the front server: its capabilities are all the gateway can
+// forward, whatever its backends turn out to have.
+func (g *Gateway) newServer() *mcp.Server {
+	s := mcp.NewServer(g.opts.Implementation, &mcp.ServerOptions{
+		Capabilities: &mcp.ServerCapabilities{
+			Logging:     &mcp.LoggingCapabilities{},
+			Completions: &mcp.CompletionCapabilities{},
+			Tools:       &mcp.ToolCapabilities{ListChanged: true},
+			Prompts:     &mcp.PromptCapabilities{ListChanged: true},
+			Resources:   &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
+		},
+		Logger:                  g.log.With("component", "gateway front"),
+		CompletionHandler:       g.complete,
+		SubscribeHandler:        g.subscribe,
+		UnsubscribeHandler:      g.unsubscribe,
+		InitializedHandler:      func(ctx context.Context, req *mcp.InitializedRequest) { g.askRoots(req.Session) },
+		RootsListChangedHandler: func(ctx context.Context, req *mcp.RootsListChangedRequest) { g.askRoots(req.Session) },
+		GetSessionID:            g.opts.SessionID,
+	})
+	s.AddReceivingMiddleware(g.frontMiddleware)
+	if uri := g.opts.StatusResource; uri != "" {
+		s.AddResource(&mcp.Resource{
+			URI: uri, Name: "mcpfsm-gateway-status", MIMEType: "application/json",
+			Description: "The status of every server behind this gateway: state, last success, last failure, next move.",
+		}, func(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+			data, err := json.MarshalIndent(g.m.Status(), "", "  ")
+			if err != nil {
+				return nil, err
+			}
+			return &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: uri, MIMEType: "application/json", Text: string(data)}}}, nil
+		})
+	}
+	return s
+}
+
+// frontMiddleware answers what the SDK's server cannot know by itself: a clear error
+// for a name no backend shows, the servers behind the gateway in initialize, and the
+// backends' log level when a front session sets its own.
+func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		switch method {
+		case "tools/list", "prompts/list", "resources/list", "resources/templates/list", "tools/call", "prompts/get", "resources/read", "completion/complete":
+			g.waitSettled(ctx)
+		}
+		switch method {
+		case "tools/call":
+			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
+				if t := g.table.Load(); t.tools[p.Name].front == nil {
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: t.unknown("tool", p.Name)}
+				}
+			}
+		case "prompts/get":
+			if p, ok := req.GetParams().(*mcp.GetPromptParams); ok {
+				if t := g.table.Load(); t.prompts[p.Name].front == nil {
+					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: t.unknown("prompt", p.Name)}
+				}
+			}
+		}
+		res, err := next(ctx, method, req)
+		if err != nil {
+			return res, err
+		}
+		switch r := res.(type) {
+		case *mcp.InitializeResult:
+			r.Instructions, r.ServerInfo = g.instructions(), g.implementation()
+		case *mcp.DiscoverResult:
+			r.Instructions = g.instructions()
+			if r.Meta == nil {
+				r.Meta = mcp.Meta{}
+			}
+			r.Meta[mcp.MetaKeyServerInfo] = g.implementation()
+		}
+		if method == "logging/setLevel" {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok {
+				if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok {
+					g.setLevel(ctx, ss, p.Level)
+				}
+			}
+		}
+		return res, err
+	}
+}
+
+// implementation is the gateway's Implementation, titled with its servers.
+func (g *Gateway) implementation() *mcp.Implementation {
+	impl := *g.opts.Implementation
+	if impl.Title == "" {
+		var names []string
+		for _, r := range *g.rules.Load() {
+			names = append(names, r.server)
+		}
+		impl.Title = "mcpfsm gateway: " + strings.Join(names, ", ")
+	}
+	return &impl
+}
+
+// instructions say what is behind the gateway, how its names are made, and each
+// backend's own instructions.
+func (g *Gateway) instructions() string {
+	var b strings.Builder
+	rs := *g.rules.Load()
+	sep := *g.sep.Load()
+	fmt.Fprintf(&b, "This server is an mcpfsm gateway in front of %d MCP servers, each kept connected and healed on its own. ", len(rs))
+	b.WriteString("A name shows its server's prefix. A server that is down keeps its tools listed; calling one returns an error result that says why (state and last failure).\n")
+	for _, r := range rs {
+		fmt.Fprintf(&b, "\n## %s", r.server)
+		if r.prefix != "" {
+			fmt.Fprintf(&b, " (names start with %s%s)", r.prefix, sep)
+		}
+		b.WriteString("\n")
+		c := g.m.Conn(r.server)
+		if c == nil {
+			continue
+		}
+		info, up := c.Server()
+		if !up {
+			st := c.Status()
+			fmt.Fprintf(&b, "Not connected (%s).\n", st.State)
+			continue
+		}
+		if info.Implementation != nil {
+			fmt.Fprintf(&b, "Server %s %s.\n", info.Implementation.Name, info.Implementation.Version)
+		}
+		if s := strings.TrimSpace(info.Instructions); s != "" {
+			b.WriteString(s)
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// unavailable is the text of a request to a backend that cannot take it: the server,
+// its state, since when, its last failure and its next move.
+func (g *Gateway) unavailable(server string, err error) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "mcpfsm gateway: server %q is unavailable", server)
+	c := g.m.Conn(server)
+	if c == nil {
+		fmt.Fprintf(&b, ": it is not configured any more")
+		return b.String()
+	}
+	st := c.Status()
+	now := time.Now()
+	fmt.Fprintf(&b, " (%s for %s)", st.State, now.Sub(st.Since).Round(time.Millisecond))
+	if f := st.LastFailure; f != nil {
+		fmt.Fprintf(&b, "; last failure %s ago: %s: %s", now.Sub(f.At).Round(time.Millisecond), f.Cause, f.Message)
+	}
+	if n := st.Next; n != nil {
+		fmt.Fprintf(&b, "; next: %s in %s", n.What, n.At.Sub(now).Round(time.Millisecond))
+	}
+	if err != nil && st.LastFailure == nil {
+		fmt.Fprintf(&b, "; %s", machine.ErrorText(err))
+	}
+	return b.String()
+}

@@ -1,0 +1,390 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestGateway_BackendCrashInvisible: a front client calls in a loop while the stdio
+// backend is killed and respawned. Calls during the gap fail fast as tool errors
+// naming the server and the cause (the call in flight at the kill, of a tool that is
+// not idempotent, says the server may have run it); after the respawn calls succeed
+// again; the front session never breaks.
+func TestGateway_BackendCrashInvisible(t *testing.T) {
+	s := stdio(t, "files", testserver.Options{})
+	s.Policies.BackoffBase, s.Policies.BackoffMax = 300*time.Millisecond, 300*time.Millisecond
+	g := start(t, config(s), gateway.Options{})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("files__counter"))
+	pid := func() int {
+		res := call(t, cs, "files__pid", nil)
+		n, err := strconv.Atoi(text(res))
+		if err != nil || res.IsError {
+			t.Fatalf("pid: %q", text(res))
+		}
+		return n
+	}
+	first := pid()
+	var before, gap, after int
+	var slowest time.Duration
+	killed := false
+	deadline := time.Now().Add(waitFor)
+	for after < 10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the backend never served again: %d answered, %d failed in the gap", before, gap)
+		}
+		if before == 10 && !killed {
+			if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed = true
+		}
+		begin := time.Now()
+		// counter is not idempotent: a call the crash breaks is not sent again.
+		res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "files__counter", Arguments: map[string]any{}})
+		took := time.Since(begin)
+		if err != nil {
+			t.Fatalf("the front got a protocol error, not a tool error: %v", err)
+		}
+		switch {
+		case !res.IsError && !killed:
+			before++
+		case !res.IsError && gap > 0:
+			after++
+		case !res.IsError:
+			t.Fatalf("a call answered %q after the kill, before any failed", text(res))
+		default:
+			msg := text(res)
+			if !killed || after > 0 {
+				t.Fatalf("a tool error outside the gap: %s", msg)
+			}
+			if !strings.Contains(msg, `server "files"`) || !(strings.Contains(msg, "last failure") || strings.Contains(msg, "may have run")) {
+				t.Errorf("the gap's error does not name the server and the cause: %s", msg)
+			}
+			gap++
+			slowest = max(slowest, took)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if gap < 2 {
+		t.Fatalf("%d calls failed in the gap: the test did not see the crash", gap)
+	}
+	if slowest > 250*time.Millisecond {
+		t.Errorf("a call in the gap took %v: it did not fail fast", slowest)
+	}
+	if second := pid(); second == first {
+		t.Errorf("the backend was not respawned: pid %d both times", first)
+	}
+	t.Logf("%d answered before, %d failed fast in the gap (slowest %v), %d answered after", before, gap, slowest, after)
+}
+
+// TestGateway_OneBadBackend: one of three backends cannot start. The other two serve;
+// the bad one's tools are not listed (it never listed any: the gateway shows only what
+// a backend has listed), and the instructions say it is not connected.
+func TestGateway_OneBadBackend(t *testing.T) {
+	bad := mcpfsm.ServerConfig{Name: "bad", Policies: quick(), Transport: transport.Config{
+		Name: "bad", Stdio: &transport.Stdio{Command: "/nonexistent/mcp-server"},
+	}}
+	g := start(t, config(inMemory("a", testserver.Options{Name: "a"}), bad, inMemory("c", testserver.Options{Name: "c"})), gateway.Options{})
+	cs := front(t, g, nil, "")
+	names := waitTools(t, cs, func(n []string) bool { return has("a__echo")(n) && has("c__echo")(n) })
+	for _, n := range names {
+		if strings.HasPrefix(n, "bad__") {
+			t.Errorf("the bad backend's tool %s is listed", n)
+		}
+	}
+	for _, name := range []string{"a__echo", "c__echo"} {
+		if res := call(t, cs, name, map[string]any{"text": name}); res.IsError || text(res) != name {
+			t.Errorf("%s: %q", name, text(res))
+		}
+	}
+	if _, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "bad__echo"}); err == nil || !strings.Contains(err.Error(), `server "bad"`) {
+		t.Errorf("a call to the bad server's name: %v, want an error naming it", err)
+	}
+	// A new front session learns what is behind the gateway.
+	later := front(t, g, nil, "")
+	instr := later.InitializeResult().Instructions
+	if !strings.Contains(instr, "## bad") || !strings.Contains(instr, "Not connected") || !strings.Contains(instr, "Server a test") {
+		t.Errorf("instructions do not say what is behind the gateway:\n%s", instr)
+	}
+	if title := later.InitializeResult().ServerInfo.Title; !strings.Contains(title, "a, bad, c") {
+		t.Errorf("server title %q does not list the servers", title)
+	}
+}
+
+// TestGateway_SamplingForwarded: a backend tool that asks for sampling gets the front
+// client's answer, with the backend on 2025-11-25 (it sends a request of its own,
+// which the gateway attributes to the one front call in flight) or on 2026-07-28 (an
+// input request inside the call's answer, whose context names the front call), and
+// the front client on 2025-11-25 (asked with a request on its call's stream) or on
+// 2026-07-28 (asked with an input-required result; its retry resumes the parked
+// call). A tool that asks twice (sampling, then elicitation) works on each. A front
+// client without sampling gets a clean refusal.
+func TestGateway_SamplingForwarded(t *testing.T) {
+	for _, backend := range []string{"2025-11-25", "2026-07-28"} {
+		for _, frontVersion := range []string{"2025-11-25", "2026-07-28"} {
+			t.Run("backend "+backend+" front "+frontVersion, func(t *testing.T) {
+				s := inMemory("llm", testserver.Options{})
+				if backend != "2026-07-28" {
+					s.Transport.ProtocolVersion = backend
+				}
+				g := start(t, config(s), gateway.Options{})
+				sampled := make(chan string, 4)
+				cs := front(t, g, &mcp.ClientOptions{
+					CreateMessageHandler: func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+						sampled <- req.Params.Messages[0].Content.(*mcp.TextContent).Text
+						return &mcp.CreateMessageResult{Model: "front-model", Role: "assistant", Content: &mcp.TextContent{Text: "the front's answer"}}, nil
+					},
+					ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+						return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "elicited"}}, nil
+					},
+				}, frontVersion)
+				if got := cs.InitializeResult().ProtocolVersion; got != frontVersion {
+					t.Fatalf("the front negotiated %s", got)
+				}
+				waitTools(t, cs, has("llm__sample"))
+				res := call(t, cs, "llm__sample", map[string]any{"prompt": "what is 2+2?"})
+				if res.IsError || !strings.Contains(text(res), "the front's answer") {
+					t.Fatalf("sample: %q (error %v)", text(res), res.IsError)
+				}
+				select {
+				case p := <-sampled:
+					if p != "what is 2+2?" {
+						t.Errorf("the front was asked %q", p)
+					}
+				default:
+					t.Error("the front's handler was not called")
+				}
+				res = call(t, cs, "llm__sample_then_elicit", map[string]any{"prompt": "p", "message": "m"})
+				if res.IsError || !strings.Contains(text(res), "the front's answer") || !strings.Contains(text(res), "elicited") {
+					t.Errorf("sample_then_elicit: %q (error %v)", text(res), res.IsError)
+				}
+				// Refused: the backend's tool says why in its error result, or (an input
+				// request refused on 2026-07-28) the call fails with the refusal's text.
+				plain := front(t, g, nil, frontVersion)
+				res, err := plain.CallTool(callCtx(t), &mcp.CallToolParams{Name: "llm__sample", Arguments: map[string]any{"prompt": "x"}})
+				if got := fmt.Sprint(err) + text(res); !strings.Contains(got, "the front client does not support sampling") || (err == nil && !res.IsError) {
+					t.Errorf("a front client without sampling: %q (error %v), want a refusal", got, res != nil && res.IsError)
+				}
+			})
+		}
+	}
+}
+
+// TestGateway_UnknownName: a name no backend shows is a clear MCP error, naming the
+// server whose prefix it has.
+func TestGateway_UnknownName(t *testing.T) {
+	g := start(t, config(inMemory("files", testserver.Options{})), gateway.Options{})
+	cs := front(t, g, nil, "")
+	waitTools(t, cs, has("files__echo"))
+	for name, want := range map[string]string{
+		"files__nope": `server "files" (prefix "files") shows no tool "nope"`,
+		"nope":        `no server of this gateway shows it (names start with a server's prefix: files__)`,
+	} {
+		_, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: name})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, want) {
+			t.Errorf("%s: %v, want invalid params saying %q", name, err, want)
+		}
+	}
+	if _, err := cs.GetPrompt(callCtx(t), &mcp.GetPromptParams{Name: "files__nope"}); err == nil || !strings.Contains(err.Error(), "shows no prompt") {
+		t.Errorf("an unknown prompt: %v", err)
+	}
+}
+
+// TestGateway_Names: prefixes, a prefix of "", include, exclude and rename, for tools
+// and prompts; resources keep their URIs.
+func TestGateway_Names(t *testing.T) {
+	a := inMemory("a", testserver.Options{Name: "a"})
+	a.Include, a.Exclude, a.Rename = []string{"e*", "greet", "pid", "item"}, []string{"elicit"}, map[string]string{"pid": "which_pid"}
+	b := inMemory("b", testserver.Options{Name: "b"})
+	empty := ""
+	b.Prefix, b.Include = &empty, []string{"counter"}
+	g := start(t, &mcpfsm.Config{Servers: []mcpfsm.ServerConfig{a, b}, Separator: "-"}, gateway.Options{})
+	cs := front(t, g, nil, "")
+	names := waitTools(t, cs, func(n []string) bool { return has("a-echo")(n) && has("counter")(n) })
+	want := "a-echo counter which_pid"
+	if got := strings.Join(names, " "); got != want {
+		t.Errorf("tools %q, want %q", got, want)
+	}
+	if res := call(t, cs, "which_pid", nil); res.IsError {
+		t.Errorf("a renamed tool: %s", text(res))
+	}
+	if res := call(t, cs, "counter", nil); res.IsError || text(res) != "1" {
+		t.Errorf("an unprefixed tool: %s", text(res))
+	}
+	deadline := time.Now().Add(waitFor)
+	for {
+		res, err := cs.GetPrompt(callCtx(t), &mcp.GetPromptParams{Name: "a-greet", Arguments: map[string]string{"name": "bob"}})
+		if err == nil {
+			if got := res.Messages[0].Content.(*mcp.TextContent).Text; got != "Hello, bob!" {
+				t.Errorf("prompt: %q", got)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prompt a-greet: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rr, err := cs.ReadResource(callCtx(t), &mcp.ReadResourceParams{URI: "test://items/42"})
+	if err != nil || rr.Contents[0].Text != "item 42 v0" {
+		t.Errorf("a resource read through a template: %v %v", rr, err)
+	}
+}
+
+// TestGateway_ListChanged: a backend's changed list reaches the front session as a
+// list-changed notification and a new list, and so does a reload that adds a server;
+// the front session stays open throughout.
+func TestGateway_ListChanged(t *testing.T) {
+	first := inMemory("a", testserver.Options{})
+	g := start(t, config(first), gateway.Options{})
+	changed := make(chan struct{}, 16)
+	cs := front(t, g, &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}}, "2025-11-25")
+	waitTools(t, cs, has("a__echo"))
+	drain := func() {
+		for {
+			select {
+			case <-changed:
+			default:
+				return
+			}
+		}
+	}
+	got := func(what string) {
+		t.Helper()
+		select {
+		case <-changed:
+		case <-time.After(waitFor):
+			t.Fatalf("no list-changed notification after %s", what)
+		}
+	}
+	drain()
+	call(t, cs, "a__change_tools", nil)
+	got("change_tools")
+	waitTools(t, cs, has("a__extra"))
+	drain()
+	res, err := g.Reload(callCtx(t), config(first, inMemory("b", testserver.Options{})))
+	if err != nil || len(res.Added) != 1 {
+		t.Fatalf("reload: %v, %v", res, err)
+	}
+	got("a reload that adds a server")
+	waitTools(t, cs, has("b__echo"))
+	if res := call(t, cs, "b__echo", map[string]any{"text": "new"}); text(res) != "new" {
+		t.Errorf("the added server: %q", text(res))
+	}
+	drain()
+	if _, err := g.Reload(callCtx(t), config(inMemory("b", testserver.Options{}))); err != nil {
+		t.Fatal(err)
+	}
+	got("a reload that removes a server")
+	waitTools(t, cs, func(n []string) bool { return !has("a__echo")(n) })
+	if err := cs.Ping(callCtx(t), nil); err != nil {
+		t.Errorf("the front session broke: %v", err)
+	}
+}
+
+// TestGateway_ProgressLoggingCancel: a backend's progress reaches the front under the
+// front's token before the result; its log messages reach the front at the level the
+// front set (the backends are set to it); a front request cancelled is cancelled on
+// the backend.
+func TestGateway_ProgressLoggingCancel(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	logs := make(chan string, 16)
+	progress := make(chan float64, 16)
+	cs := front(t, g, &mcp.ClientOptions{
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) {
+			logs <- fmt.Sprintf("%s %s %v", req.Params.Logger, req.Params.Level, req.Params.Data)
+		},
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			if req.Params.ProgressToken == "front-token" {
+				progress <- req.Params.Progress
+			}
+		},
+	}, "2025-11-25")
+	waitTools(t, cs, has("a__slow_progress"))
+	res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__slow_progress", Arguments: map[string]any{"ms": 5, "steps": 4},
+		Meta: mcp.Meta{"progressToken": "front-token"}})
+	if err != nil || res.IsError {
+		t.Fatalf("slow_progress: %v %s", err, text(res))
+	}
+	// The go-sdk's client may handle a notification that came just before its
+	// call's result after the result (it queues notifications for a goroutine and
+	// delivers results at once), and a progress notification handled after its call
+	// has returned is dropped: the last one may be lost, the others not.
+	if n := len(progress); n < 3 {
+		t.Errorf("%d progress notifications before the result, want at least 3 of 4", n)
+	}
+
+	if err := cs.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
+		t.Fatal(err)
+	}
+	if res := call(t, cs, "a__log", map[string]any{"level": "debug", "text": "quiet"}); text(res) != "filtered" {
+		t.Errorf("a debug message at level info: %q, want filtered", text(res))
+	}
+	if res := call(t, cs, "a__log", map[string]any{"level": "warning", "text": "loud"}); text(res) != "sent" {
+		t.Errorf("a warning at level info: %q, want sent", text(res))
+	}
+	select {
+	case got := <-logs:
+		if !strings.HasPrefix(got, "a") || !strings.Contains(got, "warning loud") {
+			t.Errorf("log message %q", got)
+		}
+	case <-time.After(waitFor):
+		t.Error("the backend's log message did not reach the front")
+	}
+
+	before := backendStats(t, cs)["notifications/cancelled"]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__slow", Arguments: map[string]any{"ms": 60000}})
+		done <- err
+	}()
+	waitStats(t, cs, func(s map[string]int) bool { return s["tools/call slow"] > 0 || s["tools/call"] > 0 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("the cancelled call: %v", err)
+	}
+	waitStats(t, cs, func(s map[string]int) bool { return s["notifications/cancelled"] > before })
+}
+
+// backendStats reads the test server's counts of what reached it.
+func backendStats(t *testing.T, cs *mcp.ClientSession) map[string]int {
+	t.Helper()
+	res := call(t, cs, "a__stats", nil)
+	var out map[string]int
+	if err := jsonUnmarshal(text(res), &out); err != nil {
+		t.Fatalf("stats %q: %v", text(res), err)
+	}
+	return out
+}
+
+func waitStats(t *testing.T, cs *mcp.ClientSession, ok func(map[string]int) bool) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for !ok(backendStats(t, cs)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the backend never saw it: %v", backendStats(t, cs))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

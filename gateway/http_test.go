@@ -1,0 +1,222 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// serveHTTP serves the gateway over streamable HTTP on loopback.
+func serveHTTP(t *testing.T, g *gateway.Gateway, o gateway.HTTPOptions) string {
+	t.Helper()
+	srv := httptest.NewServer(g.Handler(o))
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv.URL
+}
+
+// httpFront connects a go-sdk client over streamable HTTP on protocol version.
+func httpFront(t *testing.T, url, version string, hc *http.Client) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "http-front", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	cs, err := c.Connect(callCtx(t), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+type bearerTransport struct{ token string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// TestGateway_HTTP: both protocol modes over one handler (a session for 2025-11-25,
+// none for 2026-07-28), and the bearer token.
+func TestGateway_HTTP(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{Token: "s3cret"})
+	hc := &http.Client{Transport: bearerTransport{"s3cret"}}
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		cs := httpFront(t, url, version, hc)
+		if got := cs.InitializeResult().ProtocolVersion; got != version {
+			t.Errorf("negotiated %s, want %s", got, version)
+		}
+		if (cs.ID() != "") != (version == "2025-11-25") {
+			t.Errorf("%s: session ID %q", version, cs.ID())
+		}
+		waitTools(t, cs, has("a__echo"))
+		if res := call(t, cs, "a__echo", map[string]any{"text": version}); text(res) != version {
+			t.Errorf("%s: echo %q", version, text(res))
+		}
+	}
+	resp, err := http.Post(url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
+		t.Errorf("without the token: %s", resp.Status)
+	}
+}
+
+// TestGateway_BadFrontClients: a front client that sends garbage, floods requests, or
+// goes away mid-call leaves the backend unaffected (another front session is served at
+// once), and the call of the one that went away is cancelled on the backend.
+func TestGateway_BadFrontClients(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	good := httpFront(t, url, "2025-11-25", nil)
+	waitTools(t, good, has("a__echo"))
+
+	// Garbage: bodies that are not JSON-RPC, in a session and out of one.
+	for _, body := range []string{"{", "null", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":7}`, strings.Repeat("x", 1<<20)} {
+		for _, sid := range []string{"", good.ID()} {
+			req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if sid != "" {
+				req.Header.Set("Mcp-Session-Id", sid)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode >= 500 {
+				t.Errorf("garbage %.20q: %s", body, resp.Status)
+			}
+		}
+	}
+	if res := call(t, good, "a__echo", map[string]any{"text": "after garbage"}); text(res) != "after garbage" {
+		t.Errorf("after garbage: %q", text(res))
+	}
+
+	// A flood: 300 calls at once from one session; another is served meanwhile.
+	flood := httpFront(t, url, "2025-11-25", nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 300)
+	for i := range 300 {
+		wg.Go(func() {
+			res, err := flood.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__slow", Arguments: map[string]any{"ms": 50 + i%50}})
+			if err == nil && res.IsError {
+				err = fmt.Errorf("%s", text(res))
+			}
+			errs <- err
+		})
+	}
+	begin := time.Now()
+	if res := call(t, good, "a__echo", map[string]any{"text": "during the flood"}); text(res) != "during the flood" {
+		t.Errorf("during the flood: %q", text(res))
+	}
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Errorf("another session waited %v during the flood", took)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("a flood call: %v", err)
+			break
+		}
+	}
+
+	// Gone mid-call: a client whose connection drops with a call in flight (no
+	// DELETE, no cancel notification). The backend's call is cancelled.
+	before := backendStats(t, good)["notifications/cancelled"]
+	conns := &trackConns{}
+	hc := &http.Client{Transport: &http.Transport{DialContext: conns.dial}}
+	gone := httpFront(t, url, "2025-11-25", hc)
+	go func() {
+		_, _ = gone.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__slow", Arguments: map[string]any{"ms": 60000}})
+	}()
+	waitStats(t, good, func(s map[string]int) bool { return s["tools/call"] > 0 && inFlight(t, g) > 0 })
+	conns.closeAll()
+	waitStats(t, good, func(s map[string]int) bool { return s["notifications/cancelled"] > before })
+	if res := call(t, good, "a__echo", map[string]any{"text": "still"}); text(res) != "still" {
+		t.Errorf("after a client went away: %q", text(res))
+	}
+}
+
+// inFlight is how many requests are in flight on the gateway's backend a.
+func inFlight(t *testing.T, g *gateway.Gateway) int64 {
+	st := g.Manager().Conn("a").Status()
+	if st.Session == nil {
+		return 0
+	}
+	return st.Session.InFlight
+}
+
+// trackConns dials and remembers connections, to drop them all at once.
+type trackConns struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+func (tc *trackConns) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+	if err == nil {
+		tc.mu.Lock()
+		tc.conns = append(tc.conns, c)
+		tc.mu.Unlock()
+	}
+	return c, err
+}
+
+func (tc *trackConns) closeAll() {
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	for _, c := range tc.conns {
+		_ = c.Close()
+	}
+}
+
+// TestGateway_StdioClientGone: a front client over a stream (stdio: here a pair of
+// pipes) that goes away with a call in flight, as a host that dies does: the
+// backend's call is cancelled.
+func TestGateway_StdioClientGone(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	watcher := front(t, g, nil, "")
+	waitTools(t, watcher, has("a__slow"))
+	before := backendStats(t, watcher)["notifications/cancelled"]
+	toServer, fromClient := io.Pipe()
+	toClient, fromServer := io.Pipe()
+	ss, err := g.Server().Connect(context.Background(), &mcp.IOTransport{Reader: toServer, Writer: fromServer}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "gone"}, nil).Connect(callCtx(t), &mcp.IOTransport{Reader: toClient, Writer: fromClient}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__slow", Arguments: map[string]any{"ms": 60000}})
+	}()
+	waitStats(t, watcher, func(map[string]int) bool { return inFlight(t, g) > 0 })
+	_ = fromClient.Close() // the host is gone: EOF on the gateway's stdin
+	_ = toClient.Close()
+	waitStats(t, watcher, func(s map[string]int) bool { return s["notifications/cancelled"] > before })
+	_ = ss.Wait()
+	<-done
+	_ = cs.Close()
+}

@@ -1,0 +1,192 @@
+package gateway
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// This file passes a backend's requests (sampling, elicitation, roots) through to a
+// front client on protocol 2026-07-28, where a server may not send it requests of its
+// own: the front request is answered with an input-required result (SEP-2322) naming
+// what the backend asks, while the backend's call waits, parked; the client's retry,
+// carrying the answers and the parked call's requestState, resumes it. A parked call
+// lives in this gateway process (behind several replicas, the retry must reach the
+// same one) and is cancelled if no retry comes within parkTimeout.
+
+// parkTimeout is how long a parked call waits for its front client's retry.
+const parkTimeout = 5 * time.Minute
+
+// gatherWait is how long the gateway waits, after a backend's first request in a
+// round, for others the backend sends with it (a backend on 2026-07-28 asks for
+// several inputs at once), so that they reach the front client in one round.
+const gatherWait = 10 * time.Millisecond
+
+// A need is a backend's request, waiting for the front's answer.
+type need struct {
+	params mcp.InputRequest
+	reply  chan needAnswer
+}
+
+type needAnswer struct {
+	res mcp.InputResponse
+	err error
+}
+
+type callDone struct {
+	res any
+	err error
+}
+
+// A parking is the multi-round-trip state of one front call: the backend's call runs
+// on a goroutine of its own, across the front's retries.
+type parking struct {
+	needs   chan need
+	done    chan callDone
+	cancel  context.CancelFunc
+	pending map[string]need // the needs the front was asked for, by key
+	seq     int
+}
+
+// ask hands a backend's request to the front call and waits for the answer.
+func (p *parking) ask(ctx context.Context, params mcp.InputRequest) (mcp.InputResponse, error) {
+	reply := make(chan needAnswer, 1)
+	select {
+	case p.needs <- need{params: params, reply: reply}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case a := <-reply:
+		return a.res, a.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// parked are the parked calls, by requestState.
+type parked struct {
+	mu sync.Mutex
+	by map[string]*parkedCall
+}
+
+type parkedCall struct {
+	p     *parking
+	timer *time.Timer
+}
+
+func (ps *parked) put(p *parking) string {
+	token := "mcpfsm-gateway-" + rand.Text()
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.by == nil {
+		ps.by = map[string]*parkedCall{}
+	}
+	pc := &parkedCall{p: p}
+	pc.timer = time.AfterFunc(parkTimeout, func() {
+		if ps.take(token) != nil {
+			p.cancel()
+		}
+	})
+	ps.by[token] = pc
+	return token
+}
+
+func (ps *parked) take(token string) *parking {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	pc := ps.by[token]
+	if pc == nil {
+		return nil
+	}
+	delete(ps.by, token)
+	pc.timer.Stop()
+	return pc.p
+}
+
+// closeAll cancels every parked call (at Close).
+func (ps *parked) closeAll() {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for token, pc := range ps.by {
+		pc.timer.Stop()
+		pc.p.cancel()
+		delete(ps.by, token)
+	}
+}
+
+// roundTrip runs a front request on a 2026-07-28 front: a new call starts the backend's
+// call (run) parked; a retry (its requestState one of ours) gives the parked call the
+// front's answers. Either way it returns what comes first: the backend's result, or
+// the backend's next requests as an input-required result (made by inputRequired).
+func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, state string, responses mcp.InputResponseMap,
+	run func(context.Context) (R, error), inputRequired func(mcp.InputRequestMap, string) R) (R, error) {
+	var zero R
+	var p *parking
+	if state != "" {
+		if p = g.parked.take(state); p == nil {
+			return zero, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "mcpfsm gateway: the requestState is not one this gateway holds (unknown, answered already, or expired): call again from the start"}
+		}
+		for key, nd := range p.pending {
+			if r, ok := responses[key]; ok && r != nil {
+				nd.reply <- needAnswer{res: r}
+			} else {
+				nd.reply <- needAnswer{err: fmt.Errorf("the front client did not answer %s", key)}
+			}
+		}
+		p.pending = nil
+	} else {
+		// The backend's call outlives this front request (it waits for the retry),
+		// keeping its values (the front call) but not its end.
+		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		stop := context.AfterFunc(g.ctx, cancel)
+		p = &parking{needs: make(chan need), done: make(chan callDone, 1), cancel: func() { stop(); cancel() }}
+		fc.parking = p
+		if !g.spawn(func() {
+			defer g.calls.end(fc)
+			defer p.cancel()
+			res, err := run(bctx)
+			p.done <- callDone{res, err}
+		}) {
+			p.cancel()
+			g.calls.end(fc)
+			return zero, requestError("mcpfsm gateway: closing")
+		}
+	}
+	select {
+	case d := <-p.done:
+		if d.err != nil {
+			return zero, d.err
+		}
+		return d.res.(R), nil
+	case nd := <-p.needs:
+		reqs := mcp.InputRequestMap{}
+		p.pending = map[string]need{}
+		add := func(nd need) {
+			p.seq++
+			key := fmt.Sprintf("mcpfsm-%d", p.seq)
+			reqs[key], p.pending[key] = nd.params, nd
+		}
+		add(nd)
+		t := time.NewTimer(gatherWait)
+		defer t.Stop()
+	gather:
+		for {
+			select {
+			case nd := <-p.needs:
+				add(nd)
+			case <-t.C:
+				break gather
+			}
+		}
+		return inputRequired(reqs, g.parked.put(p)), nil
+	case <-ctx.Done():
+		p.cancel() // the front request ended (its client went away): so does the call
+		return zero, ctx.Err()
+	}
+}

@@ -1,0 +1,92 @@
+package mcpfsm
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"weak"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// This file is what package gateway (mcpfsm serve) needs of a Manager beyond its
+// requests: to see what servers send before the SDK's client checks it, and to tell
+// which server a message came from.
+
+// clientMiddleware remembers, per Manager, the receiving middleware added with
+// AddReceivingMiddleware and which SDK clients have it (a Manager's struct is not
+// this file's to extend).
+// Its keys are weak, and an entry goes when its Manager is collected.
+var clientMiddleware struct {
+	sync.Mutex
+	by map[weak.Pointer[Manager]]*managerMiddleware
+}
+
+type managerMiddleware struct {
+	mw      []mcp.Middleware
+	applied map[*mcp.Client]int // how many of mw each client has
+}
+
+// AddReceivingMiddleware wraps what the Manager's servers send (requests and
+// notifications), before the SDK's client checks and handles it, in mw: a gateway
+// answers elicitation/create and roots/list itself there (the go-sdk's client refuses
+// some elicitation schemas before any handler sees them, and answers roots/list from
+// one list per client, not per call). ServerName tells mw which server a message came
+// from. It wraps every SDK client the Manager has; connections share a client when
+// their handlers advertise the same capabilities, and a client made later (a Reload
+// adding a server whose handlers advertise others) is wrapped by the next call of
+// AddReceivingMiddleware or Wrap: call Wrap after a Reload. mw must not block a
+// notification for long: it runs on the connection's reading goroutine.
+func (m *Manager) AddReceivingMiddleware(mw ...mcp.Middleware) {
+	clientMiddleware.Lock()
+	if clientMiddleware.by == nil {
+		clientMiddleware.by = map[weak.Pointer[Manager]]*managerMiddleware{}
+	}
+	key := weak.Make(m)
+	mm := clientMiddleware.by[key]
+	if mm == nil {
+		mm = &managerMiddleware{applied: map[*mcp.Client]int{}}
+		clientMiddleware.by[key] = mm
+		runtime.AddCleanup(m, func(key weak.Pointer[Manager]) {
+			clientMiddleware.Lock()
+			delete(clientMiddleware.by, key)
+			clientMiddleware.Unlock()
+		}, key)
+	}
+	mm.mw = append(mm.mw, mw...)
+	clientMiddleware.Unlock()
+	m.Wrap()
+}
+
+// Wrap gives every SDK client of the Manager the middleware added with
+// AddReceivingMiddleware that it does not have yet.
+func (m *Manager) Wrap() {
+	m.mu.Lock()
+	clients := make([]*mcp.Client, 0, len(m.clients))
+	for _, c := range m.clients {
+		clients = append(clients, c)
+	}
+	m.mu.Unlock()
+	clientMiddleware.Lock()
+	defer clientMiddleware.Unlock()
+	mm := clientMiddleware.by[weak.Make(m)]
+	if mm == nil {
+		return
+	}
+	for _, c := range clients {
+		if n := mm.applied[c]; n < len(mm.mw) {
+			c.AddReceivingMiddleware(mm.mw[n:]...)
+			mm.applied[c] = len(mm.mw)
+		}
+	}
+}
+
+// ServerName returns the name of the server whose connection a context belongs to:
+// the context a connection's handlers, and middleware added with
+// AddReceivingMiddleware, are given for what that server sends.
+func ServerName(ctx context.Context) (string, bool) {
+	if s := sessionFrom(ctx); s != nil && s.conn != nil {
+		return s.conn.name, true
+	}
+	return "", false
+}
