@@ -18,6 +18,8 @@ import (
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Options configure a Gateway. The zero value is ready to use.
@@ -29,11 +31,13 @@ type Options struct {
 	// Logger receives the gateway's records and its backends' (see
 	// mcpfsm.ManagerOptions.Logger); slog.Default() when nil.
 	Logger *slog.Logger
-	// Observer, History and Client are passed to the Manager (see
-	// mcpfsm.ManagerOptions).
-	Observer func(server string, tr machine.Transition)
-	History  int
-	Client   *mcp.Implementation
+	// Observer, History, Client, MeterProvider and TracerProvider are passed to
+	// the Manager (see mcpfsm.ManagerOptions).
+	Observer       func(server string, tr machine.Transition)
+	History        int
+	Client         *mcp.Implementation
+	MeterProvider  metric.MeterProvider
+	TracerProvider trace.TracerProvider
 	// ReadyWait is how long a request waits for a backend that has no session (one
 	// reconnecting, say) before it fails; 0 fails at once. A backend whose state
 	// fails calls fast (breaker open, parked) fails at once whatever ReadyWait says.
@@ -139,6 +143,7 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
 		Client: opts.Client, Handlers: g.handlersFor, Roots: []*mcp.Root{}, Logger: opts.Logger,
 		Observer: g.observe, History: opts.History,
+		MeterProvider: opts.MeterProvider, TracerProvider: opts.TracerProvider,
 	})
 	if err != nil {
 		g.cancel()

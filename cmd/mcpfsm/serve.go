@@ -21,7 +21,7 @@ import (
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("serve", "[--http ADDR [--stdio]] [flags] CONFIG", `
+	fs := newFlags("serve", "[--http ADDR [--stdio]] [--http-status ADDR] [flags] CONFIG", `
 Serve one MCP server in front of every server of a servers config: the gateway.
 Each server behind it is held by its own connection, kept alive and healed by
 its lifecycle; its tools, prompts, resources and resource templates are shown
@@ -51,6 +51,11 @@ being the I-th server line), mints session IDs that nginx sends back to this
 replica. A session whose replica is gone gets 404 from the other: clients
 must then initialize a new session.
 
+With --http-status ADDR it also serves the status page of mcpfsm run (see
+mcpfsm run --help): every server behind the gateway on its lifecycle picture,
+/status as JSON and /metrics as Prometheus text; loopback only unless
+--http-status-remote is given.
+
 Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 	httpAddr := fs.String("http", "", "serve streamable HTTP on this address (host:port; no host binds 127.0.0.1)")
 	alsoStdio := fs.Bool("stdio", false, "with --http, serve stdio as well")
@@ -62,8 +67,8 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 	readyWait := fs.Duration("ready-wait", 0, "how long a request waits for a server that has no session (0: fail at once)")
 	startupWait := fs.Duration("startup-wait", 5*time.Second, "at startup, how long listing waits for the servers to list theirs (negative: not at all)")
 	statusURI := fs.String("status-resource", "", "serve every server's status as JSON at this resource URI (such as mcpfsm://status)")
-	// --http-status ADDR (the status HTTP server shared with mcpfsm run) goes here:
-	// see the TODO below where the front starts.
+	var sf statusFlags
+	sf.add(fs)
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
@@ -108,10 +113,29 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 		fmt.Fprintln(stderr, errorText(err))
 		return 1
 	}
+	web, err := newStatusServer(&sf)
+	if err != nil {
+		fmt.Fprintln(stderr, "mcpfsm serve:", errorText(err))
+		return 2
+	}
+	if web != nil {
+		opts.MeterProvider = web.MeterProvider()
+		defer func() {
+			// After the gateway's close (deferred below, so run first).
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = web.Close(cctx)
+		}()
+	}
 	g, err := gateway.New(cfg, opts)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcpfsm serve:", errorText(err))
 		return 1
+	}
+	if web != nil {
+		web.Serve(g.Manager())
+		// Said on stderr: stdout may be the protocol's.
+		fmt.Fprintf(stderr, "mcpfsm serve: status page at %s\n", web.URL())
 	}
 	defer func() {
 		// The front's sessions first (an HTTP server's shutdown leaves the MCP
@@ -162,9 +186,6 @@ Log records (log/slog, text) go to stderr at warning level and above.`, stderr)
 			_ = srv.Shutdown(sctx)
 		}()
 	}
-	// TODO(--http-status): start the shared status HTTP server here (the helper of
-	// cmd that mcpfsm run uses), over g.Manager(), and shut it down with the front.
-
 	stdioDone := make(chan error, 1)
 	if *httpAddr == "" || *alsoStdio {
 		wg.Add(1)

@@ -178,3 +178,55 @@ func TestPicture(t *testing.T) {
 		}
 	}
 }
+
+// TestServeStatusServer: mcpfsm serve --http-status serves the same status page over
+// the gateway's backends: /status with each backend's state, /metrics with their
+// metrics.
+func TestServeStatusServer(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	cfg := writeConfig(t, fmt.Sprintf("version: 1\nservers:\n  good:\n    url: %s\n  missing:\n    command: ./no-such-server\n", h.URL()))
+	serve := startCLI(t, "serve", "--http", "127.0.0.1:0", "--http-status", ":0", cfg)
+	var base string
+	for deadline := time.Now().Add(30 * time.Second); base == ""; time.Sleep(10 * time.Millisecond) {
+		if m := regexp.MustCompile(`status page at (http://127\.0\.0\.1:\d+)/`).FindStringSubmatch(serve.stderr.String()); m != nil {
+			base = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no status page address within 30s; stderr:\n%s", serve.stderr.String())
+		}
+	}
+	get := func(path string) string {
+		t.Helper()
+		res, err := noKeepAlive.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		if res.StatusCode != 200 {
+			t.Fatalf("%s: %d %s", path, res.StatusCode, body)
+		}
+		return string(body)
+	}
+	var doc struct{ Servers []jsonStatus }
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err := json.Unmarshal([]byte(get("/status")), &doc); err != nil {
+			t.Fatal(err)
+		}
+		if len(doc.Servers) == 2 && doc.Servers[0].State == "ready" && doc.Servers[1].State == "parked" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/status did not show good ready and missing parked: %+v", doc.Servers)
+		}
+	}
+	if metrics := get("/metrics"); !strings.Contains(metrics, `mcpfsm_failures_total{mcpfsm_cause="config",mcpfsm_server="missing"`) {
+		t.Errorf("/metrics lacks the backend's failure:\n%s", metrics)
+	}
+	if page := get("/"); !strings.Contains(page, `id="server-good"`) {
+		t.Errorf("the page lacks the backend:\n%s", page)
+	}
+	if code := serve.stop(t); code != 0 {
+		t.Errorf("exit %d: %s", code, serve.stderr.String())
+	}
+}
