@@ -149,3 +149,18 @@ func TestClassifyWhatIsNotMCP(t *testing.T) {
 		}
 	}
 }
+
+// TestRegistryIsACopy: a caller that rebinds a name in its registry changes no other
+// registry (a test once rebound keepalive for every spec loaded after it).
+func TestRegistryIsACopy(t *testing.T) {
+	a := Registry()
+	delete(a.Delays, "keepalive")
+	delete(a.Guards, "tripped")
+	b := Registry()
+	if _, ok := b.Delays["keepalive"]; !ok {
+		t.Error("keepalive deleted from one registry is gone from the next")
+	}
+	if _, ok := b.Guards["tripped"]; !ok {
+		t.Error("tripped deleted from one registry is gone from the next")
+	}
+}

@@ -209,7 +209,7 @@ func TestGateway_UnknownName(t *testing.T) {
 // and prompts; resources keep their URIs.
 func TestGateway_Names(t *testing.T) {
 	a := inMemory("a", testserver.Options{Name: "a"})
-	a.Include, a.Exclude, a.Rename = []string{"e*", "greet", "pid", "item"}, []string{"elicit"}, map[string]string{"pid": "which_pid"}
+	a.Include, a.Exclude, a.Rename = []string{"e*", "greet", "pid", "item"}, []string{"elicit*"}, map[string]string{"pid": "which_pid"}
 	b := inMemory("b", testserver.Options{Name: "b"})
 	empty := ""
 	b.Prefix, b.Include = &empty, []string{"counter"}
