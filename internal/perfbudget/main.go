@@ -140,6 +140,24 @@ func run() error {
 		}
 		rows = append(rows, r)
 	}
+	for _, p := range interleavedOnly {
+		if !want(p.bench) {
+			continue
+		}
+		progress("%s/%s (-benchtime=%dx)", p.bench, p.sub, *pairsN)
+		res, err := root.bench("^"+p.bench+"$/^"+p.sub+"$", strconv.Itoa(*pairsN)+"x")
+		if err != nil {
+			return err
+		}
+		m, ok := res[p.bench+"/"+p.sub]
+		if !ok {
+			return fmt.Errorf("%s/%s: no result", p.bench, p.sub)
+		}
+		r := row{figure: p.figure, goal: fmt.Sprintf("≤ %.2f", p.goal), measured: fmt.Sprintf("%.3f", m["machine/sdk"]), peer: p.peer,
+			detail: fmt.Sprintf("%s/%s: interleaved, median of %d phase pairs, 95%% CI %.3f–%.3f", p.bench, p.sub, *pairsN, m["ci-lo"], m["ci-hi"])}
+		r.judge(m["machine/sdk"], m["ci-lo"], m["ci-hi"], p.goal)
+		rows = append(rows, r)
+	}
 	for _, s := range singles {
 		if !want(s.bench) {
 			continue
@@ -155,7 +173,18 @@ func run() error {
 		}
 		m, ok := res[s.bench]
 		if !ok {
-			return fmt.Errorf("%s: no result", s.bench)
+			// A benchmark of sub-benchmarks: their metrics as "sub/unit".
+			m = metrics{}
+			for name, sub := range res {
+				if rest, found := strings.CutPrefix(name, s.bench+"/"); found {
+					for unit, v := range sub {
+						m[rest+"/"+unit] = v
+					}
+				}
+			}
+			if len(m) == 0 {
+				return fmt.Errorf("%s: no result", s.bench)
+			}
 		}
 		rows = append(rows, s.rows(m)...)
 	}
@@ -229,6 +258,21 @@ var pairs = []pair{
 	{bench: "BenchmarkCallToolParallel", base: "sdk", figure: "CallTool, 64 goroutines, in-memory: machine/sdk", peer: "raw go-sdk", paired: "parallel", goal: 1.02},
 	{bench: "BenchmarkCallToolHTTP", base: "sdk", figure: "CallTool, streamable HTTP on loopback: machine/sdk", peer: "raw go-sdk", paired: "http", goal: 1.02},
 	{bench: "BenchmarkEvent", base: "stateless", figure: "event (3-transition cycle): machine/stateless", peer: "qmuntal/stateless Fire", inMachine: true, goal: 2.0},
+}
+
+// interleavedOnly are pairs measured by their interleaved benchmark alone (sdk and
+// machine phases alternating in one process): the other requests, and calls with
+// metrics on.
+var interleavedOnly = []struct {
+	bench, sub, figure, peer string
+	goal                     float64
+}{
+	{"BenchmarkReadResourcePaired", "inmemory", "ReadResource, in-memory: machine/sdk", "raw go-sdk", 1.02},
+	{"BenchmarkReadResourcePaired", "http", "ReadResource, streamable HTTP: machine/sdk", "raw go-sdk", 1.02},
+	{"BenchmarkGetPromptPaired", "inmemory", "GetPrompt, in-memory: machine/sdk", "raw go-sdk", 1.02},
+	{"BenchmarkGetPromptPaired", "http", "GetPrompt, streamable HTTP: machine/sdk", "raw go-sdk", 1.02},
+	{"BenchmarkCallToolPairedOTel", "inmemory", "CallTool, in-memory, metrics on: machine/sdk", "raw go-sdk", 1.02},
+	{"BenchmarkCallToolPairedOTel", "http", "CallTool, streamable HTTP, metrics on: machine/sdk", "raw go-sdk", 1.02},
 }
 
 // runPair runs the rounds of a pair and returns its row. overhead is the pair's
@@ -342,6 +386,14 @@ var singles = []single{
 				// the timer's and the connect's noise; a failed attempt would add a
 				// whole backoff.
 				noise: m["recovery/bound"] <= 1.01 && m["retries"] == 1},
+		}
+	}},
+	{bench: "BenchmarkRestore", benchtime: "20x", rows: func(m metrics) []row {
+		return []row{
+			{figure: "restore: level and 0 subscriptions (HTTP)", goal: "—", measured: fmt.Sprintf("%.1f ms", m["subs=0/restore-ms"]),
+				detail: "from a new session's initialize to calls moving to it, median of 20 planned reconnects", ratio: -1},
+			{figure: "restore: level and 100 subscriptions (HTTP)", goal: "—", measured: fmt.Sprintf("%.1f ms", m["subs=100/restore-ms"]),
+				detail: "the same, 100 resources/subscribe (8 at a time)", ratio: -1},
 		}
 	}},
 	{bench: "BenchmarkRecycle", rows: func(m metrics) []row {
