@@ -31,9 +31,9 @@ type Effects interface {
 // bind returns the Run of an invoked effect: method m of the machine's Effects. The
 // machine's Effects must implement Effects; package mcpfsm and package simulate give
 // ones that do, and the compiler checks them.
-func bind(m func(Effects, context.Context, machine.Invocation) machine.Event) func(context.Context, machine.Effects, *machine.Invocation) machine.Event {
-	return func(ctx context.Context, fx machine.Effects, inv *machine.Invocation) machine.Event {
-		return m(fx.(Effects), ctx, *inv)
+func bind(m func(Effects, context.Context, machine.Invocation) machine.Event) func(context.Context, machine.Effects, machine.Invocation) machine.Event {
+	return func(ctx context.Context, fx machine.Effects, inv machine.Invocation) machine.Event {
+		return m(fx.(Effects), ctx, inv)
 	}
 }
 

@@ -629,7 +629,7 @@ func (m *Machine) invoke(inv *invokeSpec, now time.Time) (Event, time.Time) {
 		timeout = max(0, due.Sub(now))
 	}
 	ctx := m.eff.begin(now, due, !closing)
-	out := inv.run(ctx, m.fx, &Invocation{
+	out := inv.run(ctx, m.fx, Invocation{
 		Effect: inv.name, State: m.spec.name(m.core.state), Now: now, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
 		Vars: m.core.vars, Policies: &m.pol,
 	})

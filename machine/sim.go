@@ -152,7 +152,7 @@ func (s *Sim) apply(t trig, ev *Event, fromInvoke bool) {
 func (s *Sim) follow(inv *invokeSpec) {
 	for inv != nil {
 		timeout := s.core.durs[inv.timeout.field]
-		out := inv.run(context.Background(), s.world, &Invocation{
+		out := inv.run(context.Background(), s.world, Invocation{
 			Effect: inv.name, State: s.State(), Now: s.now, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
 			Vars: s.core.vars, Policies: s.core.pol,
 		})

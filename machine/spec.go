@@ -111,7 +111,7 @@ type stateSpec struct {
 type invokeSpec struct {
 	name    string
 	timeout PolicyInfo
-	run     func(context.Context, Effects, *Invocation) Event
+	run     func(context.Context, Effects, Invocation) Event
 }
 
 type actionRef struct {

@@ -78,7 +78,7 @@ type Effects = any
 type Invoke struct {
 	Doc      string
 	Outcomes []states.Trigger
-	Run      func(ctx context.Context, fx Effects, inv *Invocation) Event
+	Run      func(ctx context.Context, fx Effects, inv Invocation) Event
 }
 
 // A Delay is a named delay function for a timed transition, such as the backoff for the
