@@ -253,20 +253,6 @@ func (c *core) delay(d *delayRef) (time.Duration, bool) {
 	return max(v, MinDelay), v > 0
 }
 
-// nextTrig returns the trigger of the earliest armed timed edge.
-func (c *core) nextTrig() trig {
-	best := -1
-	for i, at := range c.afters {
-		if !at.IsZero() && (best < 0 || at.Before(c.afters[best])) {
-			best = i
-		}
-	}
-	if best < 0 {
-		return 0
-	}
-	return c.spec.states[c.state].after[best].trig
-}
-
 // force moves the core to the spec's first final state, running nothing: the close
 // rule's last resort (see Machine.Close).
 func (c *core) force(now time.Time) Transition {
@@ -290,13 +276,23 @@ var errForcedFinal = fmt.Errorf("the spec did not reach a final state after clos
 
 // deadline returns when the next timed edge is due, or the zero time if none is armed.
 func (c *core) deadline() time.Time {
-	var next time.Time
-	for _, at := range c.afters {
-		if !at.IsZero() && (next.IsZero() || at.Before(next)) {
-			next = at
+	at, _ := c.next()
+	return at
+}
+
+// next returns when the earliest armed timed edge is due and its trigger, or the zero
+// time if none is armed: one pass, as the owner publishes both with every state.
+func (c *core) next() (time.Time, trig) {
+	best := -1
+	for i := range c.afters {
+		if !c.afters[i].IsZero() && (best < 0 || c.afters[i].Before(c.afters[best])) {
+			best = i
 		}
 	}
-	return next
+	if best < 0 {
+		return time.Time{}, 0
+	}
+	return c.afters[best], c.spec.states[c.state].after[best].trig
 }
 
 // due disarms and returns the trigger of the earliest timed edge due at now.

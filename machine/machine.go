@@ -648,10 +648,10 @@ func (m *Machine) publish(tr *Transition, t trig) {
 		// The new state's next timed edge, as it was just armed: published with
 		// the state, not once the owner gets round to the timer (after the new
 		// state's effect, which may take a while).
-		if next := m.core.deadline(); next.IsZero() {
+		if next, tg := m.core.next(); next.IsZero() {
 			m.nextAt.Store(0)
 		} else {
-			m.nextTr.Store(uint32(m.core.nextTrig()))
+			m.nextTr.Store(uint32(tg))
 			m.nextAt.Store(next.UnixNano())
 		}
 	}
@@ -689,7 +689,7 @@ func (m *Machine) publish(tr *Transition, t trig) {
 // path.
 func (m *Machine) settle() {
 	m.eff.idle()
-	next := m.core.deadline()
+	next, tg := m.core.next()
 	if next.Equal(m.timerAt) {
 		return
 	}
@@ -698,7 +698,7 @@ func (m *Machine) settle() {
 		m.nextAt.Store(0)
 	} else {
 		m.timer.Reset(time.Until(next))
-		m.nextTr.Store(uint32(m.core.nextTrig()))
+		m.nextTr.Store(uint32(tg))
 		m.nextAt.Store(next.UnixNano())
 	}
 	m.timerAt = next
