@@ -37,8 +37,8 @@ type frontCallKey struct{}
 type frontCall struct {
 	ss     *mcp.ServerSession
 	ctx    context.Context // the front request's: messages sent with it go on its stream
-	caps   *mcp.ClientCapabilities
-	newer  bool // the front request is on protocol 2026-07-28 or later
+	req    mcp.Request     // the front request, for its client's capabilities (see clientCaps)
+	newer  bool            // the front request is on protocol 2026-07-28 or later
 	server string
 	seq    uint64
 	out    *outbox // the call's progress and log messages, in order, off the backend's reader
@@ -46,6 +46,31 @@ type frontCall struct {
 	// input requests (see mrtr.go); nil where the request has no input-required
 	// result (completion, subscribe).
 	parking *parking
+}
+
+// clientCaps returns what the front client of fc can do: on 2026-07-28 as its request
+// says, before it as its session's initialize said. It is asked for only when a
+// backend sends a request of its own (sampling, elicitation, roots), which is rare:
+// reading a 2026-07-28 request's capabilities decodes them from its _meta, which
+// costs the go-sdk a 32 KB buffer, and a busy gateway's every call paid it.
+func (fc *frontCall) clientCaps() *mcp.ClientCapabilities {
+	if r, ok := fc.req.(interface {
+		ClientCapabilities() *mcp.ClientCapabilities
+	}); ok {
+		return r.ClientCapabilities()
+	}
+	if p := fc.ss.InitializeParams(); p != nil {
+		return p.Capabilities
+	}
+	return nil
+}
+
+// clientCapsOrNil is clientCaps, and nil for no front call.
+func (fc *frontCall) clientCapsOrNil() *mcp.ClientCapabilities {
+	if fc == nil {
+		return nil
+	}
+	return fc.clientCaps()
 }
 
 // calls are the front requests in flight, by backend.
@@ -56,16 +81,9 @@ type calls struct {
 }
 
 func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string) *frontCall {
-	fc := &frontCall{ss: ss, ctx: ctx, server: server}
-	type capper interface {
-		ClientCapabilities() *mcp.ClientCapabilities
-		ProtocolVersion() string
-	}
-	if r, ok := req.(capper); ok {
-		fc.caps = r.ClientCapabilities()
+	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server}
+	if r, ok := req.(interface{ ProtocolVersion() string }); ok {
 		fc.newer = r.ProtocolVersion() >= "2026-07-28"
-	} else if p := ss.InitializeParams(); p != nil {
-		fc.caps = p.Capabilities
 	}
 	fc.out = &outbox{}
 	cs.mu.Lock()
@@ -163,7 +181,7 @@ func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		case "roots/list":
 			fc, _ := g.callFor(ctx, server)
-			if fc != nil && fc.caps != nil && (fc.caps.RootsV2 != nil || fc.caps.Roots.ListChanged) {
+			if caps := fc.clientCapsOrNil(); caps != nil && (caps.RootsV2 != nil || caps.Roots.ListChanged) {
 				if fc.newer {
 					if res, err := askFront[*mcp.ListRootsResult](ctx, &backend{g: g, server: server}, fc, method, &mcp.ListRootsParams{}); err == nil {
 						return res, nil
@@ -219,13 +237,13 @@ func stripMeta(m mcp.Meta) mcp.Meta {
 func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParams) (*mcp.CreateMessageWithToolsResult, error) {
 	const method = "sampling/createMessage"
 	fc, why := b.g.callFor(ctx, b.server)
-
+	caps := fc.clientCapsOrNil()
 	switch {
 	case fc == nil:
 		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)
-	case fc.caps == nil || fc.caps.Sampling == nil:
+	case caps == nil || caps.Sampling == nil:
 		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support sampling")
-	case len(p.Tools) > 0 && fc.caps.Sampling.Tools == nil:
+	case len(p.Tools) > 0 && caps.Sampling.Tools == nil:
 		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support sampling with tools")
 	}
 	cp := *p
@@ -241,10 +259,11 @@ func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParam
 func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
 	const method = "elicitation/create"
 	fc, why := b.g.callFor(ctx, b.server)
+	caps := fc.clientCapsOrNil()
 	switch {
 	case fc == nil:
 		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)
-	case fc.caps == nil || fc.caps.Elicitation == nil:
+	case caps == nil || caps.Elicitation == nil:
 		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support elicitation")
 	}
 	cp := *p

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -388,5 +389,26 @@ func waitListening(t *testing.T, port int) {
 			t.Fatalf("nothing listens on %d: %v", port, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGatewayGC: serve collects garbage at GOGC=200 unless the environment sets GOGC.
+func TestGatewayGC(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	for _, tc := range []struct {
+		gogc string
+		want int
+	}{{"", gatewayGCPercent}, {"100", 100}, {"off", 100}} {
+		debug.SetGCPercent(100)
+		gatewayGC(func(k string) string {
+			if k == "GOGC" {
+				return tc.gogc
+			}
+			return ""
+		})
+		if got := debug.SetGCPercent(100); got != tc.want {
+			t.Errorf("GOGC=%q: the collector's target is %d, want %d", tc.gogc, got, tc.want)
+		}
 	}
 }
