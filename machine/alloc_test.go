@@ -15,19 +15,7 @@ import (
 // allocations a cycle and 25% of the benchmark's budget).
 func TestEventPathDoesNotAllocate(t *testing.T) {
 	ctx := context.Background()
-	m := machine.New(loadDefault(t), machine.Options{Effects: silent{}, Logger: quiet})
-	defer func() {
-		m.Post(machine.Event{Trigger: states.Close})
-		m.Post(machine.Event{Trigger: states.TornDown})
-		if err := m.Close(ctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	m.Start()
-	m.Post(machine.Event{Trigger: states.Connected})
-	if err := m.Sync(ctx); err != nil || m.State() != states.Ready {
-		t.Fatalf("not ready: %v %s", err, m.State())
-	}
+	m := readySilent(t, loadDefault(t))
 	const cycles = eventWindow
 	allocs := testing.AllocsPerRun(20, func() {
 		for range cycles {

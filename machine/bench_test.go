@@ -57,20 +57,7 @@ func BenchmarkEvent(b *testing.B) {
 	})
 	b.Run("machine", func(b *testing.B) {
 		ctx := context.Background()
-		m := machine.New(spec, machine.Options{Effects: silent{}, Logger: quiet})
-		defer func() {
-			// The silent teardown leaves torn_down to be posted.
-			m.Post(machine.Event{Trigger: states.Close})
-			m.Post(machine.Event{Trigger: states.TornDown})
-			if err := m.Close(ctx); err != nil {
-				b.Error(err)
-			}
-		}()
-		m.Start()
-		m.Post(machine.Event{Trigger: states.Connected})
-		if err := m.Sync(ctx); err != nil || m.State() != states.Ready {
-			b.Fatalf("not ready: %v %s", err, m.State())
-		}
+		m := readySilent(b, spec)
 		b.ReportAllocs()
 		b.ResetTimer()
 		for i := range b.N {
@@ -88,4 +75,26 @@ func BenchmarkEvent(b *testing.B) {
 		}
 		b.StopTimer()
 	})
+}
+
+// readySilent returns a machine of spec with silent effects, started and ready; it is
+// closed when tb's test ends.
+func readySilent(tb testing.TB, spec *machine.Spec) *machine.Machine {
+	tb.Helper()
+	ctx := context.Background()
+	m := machine.New(spec, machine.Options{Effects: silent{}, Logger: quiet})
+	tb.Cleanup(func() {
+		// The silent teardown leaves torn_down to be posted.
+		m.Post(machine.Event{Trigger: states.Close})
+		m.Post(machine.Event{Trigger: states.TornDown})
+		if err := m.Close(ctx); err != nil {
+			tb.Error(err)
+		}
+	})
+	m.Start()
+	m.Post(machine.Event{Trigger: states.Connected})
+	if err := m.Sync(ctx); err != nil || m.State() != states.Ready {
+		tb.Fatalf("not ready: %v %s", err, m.State())
+	}
+	return m
 }
