@@ -71,6 +71,11 @@ func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx conte
 			rctx = context.WithValue(ctx, sessionKey{}, s)
 		}
 		res, err := run(rctx, s)
+		// The notifications the server sent before its answer (progress, log
+		// messages) reach their handlers before the request returns.
+		if s.settler != nil {
+			s.settler.Settle(ctx)
+		}
 		ownClose := s.ownClose()
 		c.release(s)
 		if rep != nil {

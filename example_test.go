@@ -3,6 +3,7 @@ package mcpfsm_test
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/machine"
@@ -104,7 +105,12 @@ func ExampleConn_ReadResource() {
 		Name:     "example",
 		InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})},
 	}, mcpfsm.Options{Handlers: mcpfsm.Handlers{
-		ResourceUpdated: func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updates <- p.URI },
+		ResourceUpdated: func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) {
+			select {
+			case updates <- p.URI:
+			default: // one is enough here; a handler must not block
+			}
+		},
 	}})
 	if err != nil {
 		fmt.Println(err)
@@ -121,12 +127,21 @@ func ExampleConn_ReadResource() {
 		fmt.Println(err)
 		return
 	}
-	// The test server's touch tool changes the resource.
-	if _, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "touch", Arguments: map[string]any{"uri": "test://static/a"}}); err != nil {
-		fmt.Println(err)
-		return
+	// The test server's touch tool changes the resource. On protocol 2026-07-28 the
+	// server does not acknowledge a subscription: a change made at once may come
+	// before it listens, so this touches until an update comes.
+	uri := ""
+	for try := 0; uri == "" && try < 50; try++ {
+		if _, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "touch", Arguments: map[string]any{"uri": "test://static/a"}}); err != nil {
+			fmt.Println(err)
+			return
+		}
+		select {
+		case uri = <-updates:
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	fmt.Println("updated:", <-updates)
+	fmt.Println("updated:", uri)
 	fmt.Println("subscribed:", conn.Subscriptions())
 	// Output:
 	// a v0

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"weak"
 
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -53,7 +54,9 @@ func (m *Manager) AddReceivingMiddleware(mw ...mcp.Middleware) {
 			clientMiddleware.Unlock()
 		}, key)
 	}
-	mm.mw = append(mm.mw, mw...)
+	for _, w := range mw {
+		mm.mw = append(mm.mw, skipMarks(w))
+	}
 	clientMiddleware.Unlock()
 	m.Wrap()
 }
@@ -89,4 +92,18 @@ func ServerName(ctx context.Context) (string, bool) {
 		return s.conn.name, true
 	}
 	return "", false
+}
+
+// skipMarks has mw pass over a session's marks of the order of its notifications
+// (see transport.Session.Settle), which are not the server's.
+func skipMarks(mw mcp.Middleware) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		h := mw(next)
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if transport.IsOrderMark(method, req) {
+				return next(ctx, method, req)
+			}
+			return h(ctx, method, req)
+		}
+	}
 }

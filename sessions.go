@@ -24,10 +24,13 @@ import (
 
 // A session is one live SDK session of a Conn, as calls see it.
 type session struct {
-	id    uint64 // unique within its Conn, from 1
-	conn  *Conn
-	s     transport.Client
-	start time.Time
+	id   uint64 // unique within its Conn, from 1
+	conn *Conn
+	s    transport.Client
+	// settler is s, if it can wait for the notifications sent before its answers
+	// to be handled (transport.Session.Settle).
+	settler settler
+	start   time.Time
 
 	reported atomic.Bool  // a failure of this session has been reported to the machine
 	inflight atomic.Int64 // calls in flight on it
@@ -40,6 +43,10 @@ type session struct {
 	prompts   relister[[]*mcp.Prompt]
 	resources relister[resourceList]
 }
+
+// A settler waits until the notifications a server sent before the answers
+// received so far have been handled.
+type settler interface{ Settle(ctx context.Context) }
 
 // resourceList is a server's resources and resource templates, listed together: a
 // resources/list_changed notification may concern either.
@@ -164,6 +171,7 @@ func (c *Conn) open(ctx context.Context, inv machine.Invocation, cfg transport.C
 		return c.connectFailed(ctx, inv, err)
 	}
 	s.s, s.start = ts, time.Now()
+	s.settler, _ = ts.(settler)
 	if c.opts.onOpen != nil {
 		c.opts.onOpen(s)
 	}

@@ -96,7 +96,10 @@ func (sc *sharedClient) toolsChanged(_ context.Context, req *mcp.ToolListChanged
 // that keeps tools/list results out of the SDK's cache (which Probe and
 // ListTools need), and that advertises no roots capability unless
 // opts.Capabilities asks for it (the SDK's nil Capabilities means roots, and
-// a server that asks a client for roots it does not serve may hang). impl nil
+// a server that asks a client for roots it does not serve may hang), and the
+// receiving middleware that keeps the order of a session's notifications and
+// answers (see Session.Settle): receiving middleware added later sees the
+// session's marks, and must pass those (IsOrderMark) on untouched. impl nil
 // means DefaultClient. opts is not modified.
 func NewClient(impl *mcp.Implementation, opts *mcp.ClientOptions) *mcp.Client {
 	if impl == nil {
@@ -112,5 +115,7 @@ func NewClient(impl *mcp.Implementation, opts *mcp.ClientOptions) *mcp.Client {
 	}
 	c := mcp.NewClient(impl, &o)
 	c.AddSendingMiddleware(uncachedToolLists)
+	c.AddReceivingMiddleware(passMarks)
+	markable(c)
 	return c
 }

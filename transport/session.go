@@ -108,6 +108,7 @@ type Session struct {
 	watched  chan struct{}               // closed once the connection's end has been handled (see endConn, watch)
 	handled  atomic.Bool                 // the end is being handled: watched is closed once, by its handler
 	broken   atomic.Pointer[error]       // why our side brought the session down (see breakDown)
+	order    order                       // the order of the server's notifications and answers (order.go)
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -136,6 +137,7 @@ type lifeTransport struct {
 	conn  mcp.Connection
 	ends  *Session // the session whose end an endConn reports; nil: no wrapper
 	proc  *process // stdio: its writes are made interruptible (pipeConn)
+	order *Session // the session whose marks an orderConn hands out (order.go); nil: none
 }
 
 // connOrNil returns the connection Connect made, or nil (t may be nil: Dial failed
@@ -158,6 +160,9 @@ func (t *lifeTransport) Connect(context.Context) (mcp.Connection, error) {
 	}
 	if err == nil && t.ends != nil {
 		c = &endConn{Connection: c, s: t.ends}
+	}
+	if err == nil && t.order != nil {
+		c = &orderConn{Connection: c, s: t.order}
 	}
 	t.conn = c
 	return c, err
@@ -437,7 +442,15 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 	}
 	s.lt = &lifeTransport{inner: inner, life: s.life, proc: s.proc}
 	if cfg.Kind() != KindHTTP {
+		// The SDK's streamable HTTP connection cannot be wrapped: the client
+		// session updates it through an unexported method, which a wrapper
+		// hides. Its end is seen another way (see watch), and its order is
+		// not kept (order.go).
 		s.lt.ends = s
+		if isMarkable(client) {
+			s.lt.order = s
+			ctx = context.WithValue(ctx, orderKey{}, s)
+		}
 	}
 	cs, err := client.Connect(ctx, s.lt, sopts)
 	if err == nil && s.client != nil {

@@ -1,0 +1,193 @@
+package transport
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"weak"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The order of a server's messages.
+//
+// The go-sdk reads a session's messages on one goroutine. It hands the notifications to
+// their handlers one at a time, in the order they came, on a goroutine of their own,
+// but gives a request its answer at once, from the reading goroutine: an answer can
+// overtake the notifications the server sent before it. A tool's last progress
+// notification or log message then reaches its handler after the call has returned,
+// or never, for a caller that stopped listening when the call returned (a gateway
+// forwarding them to its own client does).
+//
+// So a session puts a mark in the queue of notifications: when it reads an answer and
+// notifications came since the last mark, it hands the SDK a mark (a progress
+// notification with a token of its own) before the answer. The SDK queues it behind
+// those notifications; the client's innermost receiving middleware (NewClient's)
+// takes it off the queue, never passing it on, and notes it passed. Settle waits for
+// the marks handed out so far to have passed: every notification the server sent
+// before the answers read so far has then been handled.
+//
+// Over stdio, SSE and in-memory transports. Not over streamable HTTP: the SDK's
+// connection there cannot be wrapped (the client session updates it through an
+// unexported method, which a wrapper would hide), and Settle returns at once.
+
+// orderToken is the progress token of a session's marks.
+const orderToken = "mcpfsm/order"
+
+// settleMax bounds Settle: a handler that takes longer than this (user code) does not
+// hold the request it follows.
+const settleMax = time.Second
+
+// order is a session's marks: handed out (sent) and passed through the handlers.
+type order struct {
+	notes  atomic.Uint64 // notifications read
+	marked uint64        // notes when the last mark was handed out (the reader's own)
+	sent   atomic.Uint64
+	done   atomic.Uint64
+	mu     sync.Mutex
+	wake   chan struct{} // closed when a mark passes; replaced under mu
+}
+
+// orderConn hands out the marks of s's order (see above). Only the SDK's reading
+// goroutine calls Read.
+type orderConn struct {
+	mcp.Connection
+	s    *Session
+	next jsonrpc.Message // the answer read, which follows the mark just returned
+}
+
+// Read implements mcp.Connection.
+func (c *orderConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	if m := c.next; m != nil {
+		c.next = nil
+		return m, nil
+	}
+	msg, err := c.Connection.Read(ctx)
+	o := &c.s.order
+	switch m := msg.(type) {
+	case *jsonrpc.Request:
+		if !m.IsCall() {
+			o.notes.Add(1)
+		}
+	case *jsonrpc.Response:
+		if n := o.notes.Load(); n != o.marked {
+			o.marked = n
+			seq := o.sent.Add(1)
+			c.next = msg
+			return &jsonrpc.Request{Method: "notifications/progress", Params: markParams(seq)}, nil
+		}
+	}
+	return msg, err
+}
+
+func markParams(seq uint64) json.RawMessage {
+	return json.RawMessage(`{"progressToken":"` + orderToken + `","progress":` + strconv.FormatUint(seq, 10) + `}`)
+}
+
+// markSeq returns the sequence number of a mark, if req is one.
+func markSeq(method string, req mcp.Request) (uint64, bool) {
+	if method != "notifications/progress" {
+		return 0, false
+	}
+	p, ok := req.GetParams().(*mcp.ProgressNotificationParams)
+	if !ok || p == nil || p.ProgressToken != orderToken {
+		return 0, false
+	}
+	return uint64(p.Progress), true
+}
+
+// IsOrderMark reports whether a message a client's receiving middleware is given is
+// not the server's but a session's own mark of the order of its notifications (see
+// Session.Settle), which middleware must pass on to the next handler untouched.
+func IsOrderMark(method string, req mcp.Request) bool {
+	_, ok := markSeq(method, req)
+	return ok
+}
+
+// passMarks is NewClient's innermost receiving middleware: it takes a session's marks
+// off the queue of its notifications.
+func passMarks(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		seq, ok := markSeq(method, req)
+		if !ok {
+			return next(ctx, method, req)
+		}
+		if s, _ := ctx.Value(orderKey{}).(*Session); s != nil {
+			s.order.pass(seq)
+		}
+		return nil, nil
+	}
+}
+
+// orderKey keys, in the context a client is connected with, the session whose marks
+// its handlers see.
+type orderKey struct{}
+
+func (o *order) pass(seq uint64) {
+	o.mu.Lock()
+	if seq > o.done.Load() {
+		o.done.Store(seq)
+	}
+	if o.wake != nil {
+		close(o.wake)
+		o.wake = nil
+	}
+	o.mu.Unlock()
+}
+
+// Settle waits until the session's handlers have been given every notification the
+// server sent before the answers received so far: a request's progress and log
+// messages, once the request has returned and Settle after it, have all been
+// handled. It returns at once when no notification came; otherwise when they have
+// been handled, when ctx ends, when the session ends, or after a second (a handler
+// that slow does not hold the request it follows for longer).
+func (s *Session) Settle(ctx context.Context) {
+	o := &s.order
+	want := o.sent.Load()
+	if o.done.Load() >= want {
+		return
+	}
+	t := time.NewTimer(settleMax)
+	defer t.Stop()
+	for {
+		o.mu.Lock()
+		if o.done.Load() >= want {
+			o.mu.Unlock()
+			return
+		}
+		if o.wake == nil {
+			o.wake = make(chan struct{})
+		}
+		wake := o.wake
+		o.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return
+		case <-s.life.Done():
+			return
+		case <-t.C:
+			return
+		}
+	}
+}
+
+// marking holds the clients NewClient made: their sessions hand out marks, which
+// only NewClient's middleware takes off the queue.
+var marking sync.Map // weak.Pointer[mcp.Client] -> struct{}
+
+func markable(c *mcp.Client) {
+	key := weak.Make(c)
+	marking.Store(key, struct{}{})
+	runtime.AddCleanup(c, func(key weak.Pointer[mcp.Client]) { marking.Delete(key) }, key)
+}
+
+func isMarkable(c *mcp.Client) bool {
+	_, ok := marking.Load(weak.Make(c))
+	return ok
+}
