@@ -138,15 +138,15 @@ type lifeTransport struct {
 	ends  *Session // the session whose end an endConn reports; nil: no wrapper
 	proc  *process // stdio: its writes are made interruptible (pipeConn)
 	order *Session // the session whose marks an orderConn hands out (order.go); nil: none
+	end   *endConn // the endConn Connect made, if any
 }
 
-// connOrNil returns the connection Connect made, or nil (t may be nil: Dial failed
-// before it was made).
-func (t *lifeTransport) connOrNil() mcp.Connection {
+// endOrNil returns the endConn Connect made, or nil (t may be nil).
+func (t *lifeTransport) endOrNil() *endConn {
 	if t == nil {
 		return nil
 	}
-	return t.conn
+	return t.end
 }
 
 // Connect implements mcp.Transport.
@@ -159,7 +159,8 @@ func (t *lifeTransport) Connect(context.Context) (mcp.Connection, error) {
 		c = newPipeConn(c, t.ends, t.proc)
 	}
 	if err == nil && t.ends != nil {
-		c = &endConn{Connection: c, s: t.ends}
+		t.end = &endConn{Connection: c, s: t.ends}
+		c = t.end
 	}
 	if err == nil && t.order != nil {
 		c = &orderConn{Connection: c, s: t.order}
@@ -360,7 +361,7 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 			// may have failed from that before the SDK saw ctx end.
 			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
 		}
-		if ec, ok := s.lt.connOrNil().(*endConn); ok {
+		if ec := s.lt.endOrNil(); ec != nil {
 			// What broke the stream (a line that is not JSON, say) the SDK keeps
 			// only as text in the error it returns: join it, for the classifier.
 			if p := ec.readErr.Load(); p != nil && !errors.Is(*p, io.EOF) && !errors.Is(err, *p) {
