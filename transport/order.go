@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"runtime"
 	"strconv"
@@ -36,8 +37,9 @@ import (
 // connection there cannot be wrapped (the client session updates it through an
 // unexported method, which a wrapper would hide), and Settle returns at once.
 
-// orderToken is the progress token of a session's marks.
-const orderToken = "mcpfsm/order"
+// orderToken is the progress token of a session's marks: random, so that a server
+// cannot pass its own notifications off as marks (they never go to the server).
+var orderToken = "mcpfsm/order/" + rand.Text()
 
 // settleMax bounds Settle: a handler that takes longer than this (user code) does not
 // hold the request it follows.
@@ -129,6 +131,9 @@ func passMarks(next mcp.MethodHandler) mcp.MethodHandler {
 type orderKey struct{}
 
 func (o *order) pass(seq uint64) {
+	if seq > o.sent.Load() {
+		return // not one handed out
+	}
 	o.mu.Lock()
 	if seq > o.done.Load() {
 		o.done.Store(seq)
