@@ -48,12 +48,16 @@ type frontCall struct {
 	parking *parking
 }
 
-// clientCaps returns what the front client of fc can do: on 2026-07-28 as its request
-// says, before it as its session's initialize said. It is asked for only when a
-// backend sends a request of its own (sampling, elicitation, roots), which is rare:
-// reading a 2026-07-28 request's capabilities decodes them from its _meta, which
-// costs the go-sdk a 32 KB buffer, and a busy gateway's every call paid it.
+// clientCaps returns what the front client of fc can do (nil for no front call): on
+// 2026-07-28 as its request says, before it as its session's initialize said. It is
+// asked for only when a backend sends a request of its own (sampling, elicitation,
+// roots), which is rare: reading a 2026-07-28 request's capabilities decodes them
+// from its _meta, which costs the go-sdk a 32 KB buffer, and a busy gateway's every
+// call paid it.
 func (fc *frontCall) clientCaps() *mcp.ClientCapabilities {
+	if fc == nil {
+		return nil
+	}
 	if r, ok := fc.req.(interface {
 		ClientCapabilities() *mcp.ClientCapabilities
 	}); ok {
@@ -63,14 +67,6 @@ func (fc *frontCall) clientCaps() *mcp.ClientCapabilities {
 		return p.Capabilities
 	}
 	return nil
-}
-
-// clientCapsOrNil is clientCaps, and nil for no front call.
-func (fc *frontCall) clientCapsOrNil() *mcp.ClientCapabilities {
-	if fc == nil {
-		return nil
-	}
-	return fc.clientCaps()
 }
 
 // calls are the front requests in flight, by backend.
@@ -181,7 +177,7 @@ func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		case "roots/list":
 			fc, _ := g.callFor(ctx, server)
-			if caps := fc.clientCapsOrNil(); caps != nil && (caps.RootsV2 != nil || caps.Roots.ListChanged) {
+			if caps := fc.clientCaps(); caps != nil && (caps.RootsV2 != nil || caps.Roots.ListChanged) {
 				if fc.newer {
 					if res, err := askFront[*mcp.ListRootsResult](ctx, &backend{g: g, server: server}, fc, method, &mcp.ListRootsParams{}); err == nil {
 						return res, nil
@@ -237,7 +233,7 @@ func stripMeta(m mcp.Meta) mcp.Meta {
 func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParams) (*mcp.CreateMessageWithToolsResult, error) {
 	const method = "sampling/createMessage"
 	fc, why := b.g.callFor(ctx, b.server)
-	caps := fc.clientCapsOrNil()
+	caps := fc.clientCaps()
 	switch {
 	case fc == nil:
 		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)
@@ -259,7 +255,7 @@ func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParam
 func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
 	const method = "elicitation/create"
 	fc, why := b.g.callFor(ctx, b.server)
-	caps := fc.clientCapsOrNil()
+	caps := fc.clientCaps()
 	switch {
 	case fc == nil:
 		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)

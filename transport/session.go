@@ -137,7 +137,7 @@ type lifeTransport struct {
 	conn  mcp.Connection
 	ends  *Session // the session whose end an endConn reports; nil: no wrapper
 	proc  *process // stdio: its writes are made interruptible (pipeConn)
-	order *Session // the session whose marks an orderConn hands out (order.go); nil: none
+	order bool     // the session's orderConn hands out marks (order.go); with ends only
 	end   *endConn // the endConn Connect made, if any
 }
 
@@ -162,8 +162,8 @@ func (t *lifeTransport) Connect(context.Context) (mcp.Connection, error) {
 		t.end = &endConn{Connection: c, s: t.ends}
 		c = t.end
 	}
-	if err == nil && t.order != nil {
-		c = &orderConn{Connection: c, s: t.order}
+	if err == nil && t.ends != nil && t.order {
+		c = &orderConn{Connection: c, s: t.ends}
 	}
 	t.conn = c
 	return c, err
@@ -449,7 +449,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		// not kept (order.go).
 		s.lt.ends = s
 		if isMarkable(client) {
-			s.lt.order = s
+			s.lt.order = true
 			ctx = context.WithValue(ctx, orderKey{}, s)
 		}
 	}
