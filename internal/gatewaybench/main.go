@@ -557,13 +557,18 @@ func (p *process) stop() {
 	_ = p.cmd.Wait()
 }
 
-// groupRSS sums the resident memory of the processes of process group pgid.
+// groupRSS sums the resident memory of the process pgid started (the leader of its
+// process group), the processes of its group, and every descendant of either: a
+// gateway's stdio children count whatever group they are in (mcpfsm puts each in a
+// group of its own, to kill it with its own children; counting the group alone left
+// them out).
 func groupRSS(pgid int) int64 {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
 	}
-	var total int64
+	type proc struct{ ppid, pgrp int }
+	procs := map[int]proc{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -576,9 +581,29 @@ func groupRSS(pgid int) int64 {
 		// Fields after the command (in parentheses): state ppid pgrp ...
 		s := string(stat)
 		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-		if len(fields) < 3 || fields[2] != strconv.Itoa(pgid) {
+		if len(fields) < 3 {
 			continue
 		}
+		ppid, _ := strconv.Atoi(fields[1])
+		pgrp, _ := strconv.Atoi(fields[2])
+		procs[pid] = proc{ppid, pgrp}
+	}
+	counted := map[int]bool{}
+	for pid, p := range procs {
+		if p.pgrp == pgid || pid == pgid {
+			counted[pid] = true
+		}
+	}
+	for grew := true; grew; {
+		grew = false
+		for pid, p := range procs {
+			if !counted[pid] && counted[p.ppid] {
+				counted[pid], grew = true, true
+			}
+		}
+	}
+	var total int64
+	for pid := range counted {
 		f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			continue
