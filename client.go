@@ -22,8 +22,8 @@ import (
 // the server cancels the request or the session ends: if the handler has not returned
 // by then, its answer is dropped. A handler that panics fails that request with an
 // error the server sees; the connection lives on. Notification handlers must return
-// promptly: over stdio, SSE and in memory a request returns once the notifications its
-// server sent before the answer have been handled (waiting at most a second for them). The list handlers (ToolsChanged, PromptsChanged, ResourcesChanged) run on
+// promptly: a request returns once the notifications its server sent before the
+// answer have been handled (waiting at most a second for them). The list handlers (ToolsChanged, PromptsChanged, ResourcesChanged) run on
 // the connection's owner: they must not block and must not call Close. ResourceUpdated
 // after a reconnect runs on a goroutine of its own, one call per subscription in turn.
 type Handlers struct {

@@ -7,22 +7,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// TestNotificationsBeforeTheAnswer: over stdio, the progress and log messages a server
-// sends before a request's answer have all reached their handlers when the request
-// returns. The go-sdk hands notifications to handlers on a goroutine of their own
-// and answers at once, so without the session's marks (transport/order.go) the last
-// ones came after the return in about half of the calls, or to a caller that had
-// stopped listening. (Over streamable HTTP the order is not kept: see order.go.)
+// TestNotificationsBeforeTheAnswer: over stdio and streamable HTTP, the progress and
+// log messages a server sends before a request's answer have all reached their
+// handlers when the request returns. The go-sdk hands notifications to handlers on a
+// goroutine of their own and answers at once, so without the session's marks
+// (transport/order.go) the last ones came after the return in about half of the
+// calls, or to a caller that had stopped listening.
 func TestNotificationsBeforeTheAnswer(t *testing.T) {
 	const calls = 100
 	for name, cfg := range serverTransports(t) {
-		if cfg.Kind() == transport.KindHTTP {
-			continue
-		}
 		t.Run(name, func(t *testing.T) {
 			var mu sync.Mutex
 			progress := map[string]int{}

@@ -37,8 +37,8 @@
 // session asked for; a message goes to the front session whose call is in flight, or
 // to every front session, each filtering by its own level), progress (a backend's
 // progress for a call reaches the front under the front's token, before the call's
-// result; a backend over streamable HTTP is the exception, as the go-sdk can let its
-// answer overtake its last notifications: see transport/order.go), cancellation (a front request cancelled, or a front client gone, cancels
+// result, which the go-sdk alone would let overtake them: see transport/order.go),
+// cancellation (a front request cancelled, or a front client gone, cancels
 // the backend's call; a backend that cancels its sampling request cancels the front's),
 // list changes (the front sessions are told when a backend's lists change, reconnects
 // and reloads included), and the backends' sampling and elicitation requests, which

@@ -99,6 +99,7 @@ type lifeRoundTripper struct {
 	maxBody int64  // MaxResponseBody; smaller in tests
 	auth    authorizer
 	red     *redactor // learns the bearer tokens sent, which errors must not quote
+	order   *order    // the session's, whose marks its SSE bodies hand out (order.go); nil: none
 }
 
 // RoundTrip implements http.RoundTripper. With an authorizer, a request to the
@@ -222,6 +223,9 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 		}
 	}
 	resp.Body = body
+	if rt.order != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 && isEventStream(ct) {
+		resp.Body = newSSEMarks(body, rt.order)
+	}
 	return resp, nil
 }
 

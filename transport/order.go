@@ -1,9 +1,12 @@
 package transport
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"io"
 	"runtime"
 	"strconv"
 	"sync"
@@ -33,9 +36,10 @@ import (
 // the marks handed out so far to have passed: every notification the server sent
 // before the answers read so far has then been handled.
 //
-// Over stdio, SSE and in-memory transports. Not over streamable HTTP: the SDK's
-// connection there cannot be wrapped (the client session updates it through an
-// unexported method, which a wrapper would hide), and Settle returns at once.
+// Over stdio, SSE and in-memory transports the session's connection hands out the
+// marks (orderConn); over streamable HTTP, whose SDK connection cannot be wrapped (the
+// client session updates it through an unexported method, which a wrapper would
+// hide), the SSE bodies do (sseMarks, below).
 
 // orderToken is the progress token of a session's marks: random, so that a server
 // cannot pass its own notifications off as marks (they never go to the server).
@@ -195,4 +199,177 @@ func markable(c *mcp.Client) {
 func isMarkable(c *mcp.Client) bool {
 	_, ok := marking.Load(weak.Make(c))
 	return ok
+}
+
+// Over streamable HTTP the SDK's connection cannot be wrapped, but its messages come
+// as the events of SSE response bodies, each body read in order by one goroutine of
+// the SDK's: sseMarks hands out the marks there. A stream that carried notifications
+// gets a mark just before the event of its next answer. Marks are per stream, as the
+// SDK queues each stream's messages in the order they came, whatever the other
+// streams do.
+
+// maxMarkedEvent bounds what sseMarks holds of one event while it waits for the
+// event's end: a longer event passes through unread (the SDK bounds events itself).
+const maxMarkedEvent = 1 << 20
+
+// sseMarks reads an SSE body and puts a mark before the event of an answer that
+// follows notifications on the same stream.
+type sseMarks struct {
+	io.ReadCloser
+	r       *bufio.Reader
+	o       *order
+	out     []byte // ready to be read
+	ev      []byte // the current event's lines, held until its end
+	data    []byte // the current event's data
+	pass    bool   // the current event is too long to hold: it passes through
+	start   int    // where the line being read begins in ev
+	partial bool   // the last read ended inside a line
+	notes   int    // notifications on this stream since its last mark
+	err     error
+}
+
+func newSSEMarks(body io.ReadCloser, o *order) *sseMarks {
+	return &sseMarks{ReadCloser: body, r: bufio.NewReaderSize(body, 1024), o: o}
+}
+
+// Read implements io.Reader.
+func (m *sseMarks) Read(p []byte) (int, error) {
+	for len(m.out) == 0 {
+		if m.err != nil {
+			return 0, m.err
+		}
+		m.line()
+	}
+	n := copy(p, m.out)
+	m.out = m.out[n:]
+	return n, nil
+}
+
+// line reads a line (or as much of a long one as the buffer holds) and decides what
+// to hand on.
+func (m *sseMarks) line() {
+	chunk, err := m.r.ReadSlice('\n')
+	if err != nil && err != bufio.ErrBufferFull {
+		m.err = err
+		m.out = append(append(m.out[:0], m.ev...), chunk...) // what is held, as it came
+		m.ev, m.data, m.partial = m.ev[:0], m.data[:0], false
+		return
+	}
+	whole := err == nil
+	if m.pass {
+		m.out = append(m.out[:0], chunk...)
+		if whole && !m.partial && isBlank(chunk) {
+			m.pass = false
+		}
+		m.partial = !whole
+		return
+	}
+	if !m.partial {
+		m.start = len(m.ev)
+	}
+	m.ev = append(m.ev, chunk...)
+	m.partial = !whole
+	if len(m.ev) > maxMarkedEvent {
+		m.out = append(m.out[:0], m.ev...)
+		m.ev, m.data, m.pass = m.ev[:0], m.data[:0], true
+		return
+	}
+	if !whole {
+		return
+	}
+	line := m.ev[m.start:]
+	if !isBlank(line) {
+		if v, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data:")); ok {
+			if len(m.data) > 0 {
+				m.data = append(m.data, '\n')
+			}
+			m.data = append(m.data, bytes.TrimSpace(v)...)
+		}
+		return
+	}
+	// The event's end.
+	m.out = m.out[:0]
+	switch kindOf(m.data) {
+	case kindNote:
+		m.notes++
+	case kindAnswer:
+		if m.notes > 0 {
+			m.notes = 0
+			m.out = append(m.out, "event: message\ndata: "...)
+			m.out = append(m.out, markMessage(m.o.sent.Add(1))...)
+			m.out = append(m.out, "\n\n"...)
+		}
+	}
+	m.out = append(m.out, m.ev...)
+	m.ev, m.data = m.ev[:0], m.data[:0]
+}
+
+func isBlank(line []byte) bool { return len(bytes.TrimRight(line, "\r\n")) == 0 }
+
+const (
+	kindOther = iota
+	kindNote
+	kindAnswer
+)
+
+// kindOf tells a JSON-RPC notification and answer apart from anything else, by the
+// keys of the top-level object ("method" without "id", or "id" without "method"),
+// scanned without decoding: it runs on every event of every answer.
+func kindOf(data []byte) int {
+	data = bytes.TrimSpace(data)
+	if len(data) < 2 || data[0] != '{' {
+		return kindOther
+	}
+	var hasID, hasMethod bool
+	depth, inString, escaped, keyStart := 0, false, false, -1
+	expectKey := false
+	for i, c := range data {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+				if keyStart >= 0 {
+					switch string(data[keyStart:i]) {
+					case "id":
+						hasID = true
+					case "method":
+						hasMethod = true
+					}
+					keyStart = -1
+				}
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			inString = true
+			if depth == 1 && expectKey {
+				keyStart = i + 1
+				expectKey = false
+			}
+		case '{', '[':
+			depth++
+			expectKey = depth == 1 && c == '{'
+		case '}', ']':
+			depth--
+		case ',':
+			expectKey = depth == 1
+		}
+	}
+	switch {
+	case hasMethod && !hasID:
+		return kindNote
+	case hasID && !hasMethod:
+		return kindAnswer
+	}
+	return kindOther
+}
+
+// markMessage is a mark as a JSON-RPC message.
+func markMessage(seq uint64) []byte {
+	return []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":` + string(markParams(seq)) + `}`)
 }

@@ -415,6 +415,10 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		}
 		hc, own := newHTTPClient(s.life, cfg.HTTP, az, s.red)
 		s.own = own
+		if isMarkable(client) {
+			hc.Transport.(*lifeRoundTripper).order = &s.order
+			ctx = context.WithValue(ctx, orderKey{}, s)
+		}
 		inner = &mcp.StreamableClientTransport{Endpoint: cfg.HTTP.URL, HTTPClient: hc, MaxRetries: cfg.HTTP.MaxRetries}
 	case KindSSE:
 		az, err := authorizerFor(cfg, s.log)
@@ -446,7 +450,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		// The SDK's streamable HTTP connection cannot be wrapped: the client
 		// session updates it through an unexported method, which a wrapper
 		// hides. Its end is seen another way (see watch), and its order is
-		// not kept (order.go).
+		// kept by its SSE bodies (order.go).
 		s.lt.ends = s
 		if isMarkable(client) {
 			s.lt.order = true
