@@ -199,26 +199,36 @@ func run() error {
 	return nil
 }
 
-// measureTarget starts a target, measures it at each number of clients, and stops it.
-func measureTarget(t target, mode string, ns []int, into map[int][]result, peak map[string]int64) error {
+// launch starts a target for a mode on a free port and waits until it answers HTTP.
+// proc is nil for a target without a process of its own; stop it (nil-safe) when done.
+func launch(t target, mode string) (proc *process, url string, err error) {
 	port, err := freePort()
 	if err != nil {
-		return err
+		return nil, "", err
 	}
 	cmd, url, err := t.start(mode, port)
 	if err != nil {
-		return err
+		return nil, "", err
 	}
-	var proc *process
 	if cmd != nil {
 		if proc, err = startProcess(cmd); err != nil {
-			return err
+			return nil, "", err
 		}
-		defer proc.stop()
 	}
 	if err := waitHTTP(url); err != nil {
+		proc.stop()
+		return nil, "", err
+	}
+	return proc, url, nil
+}
+
+// measureTarget starts a target, measures it at each number of clients, and stops it.
+func measureTarget(t target, mode string, ns []int, into map[int][]result, peak map[string]int64) error {
+	proc, url, err := launch(t, mode)
+	if err != nil {
 		return err
 	}
+	defer proc.stop()
 	for _, n := range ns {
 		res, err := measure(url, mode, n)
 		if err != nil {
@@ -235,22 +245,11 @@ func measureTarget(t target, mode string, ns []int, into map[int][]result, peak 
 // soakTarget makes calls calls to a target from 16 clients and prints the memory of
 // its processes after every tenth of them.
 func soakTarget(t target, mode string, calls int) error {
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	cmd, url, err := t.start(mode, port)
-	if err != nil {
-		return err
-	}
-	proc, err := startProcess(cmd)
+	proc, url, err := launch(t, mode)
 	if err != nil {
 		return err
 	}
 	defer proc.stop()
-	if err := waitHTTP(url); err != nil {
-		return err
-	}
 	ctx := context.Background()
 	tr := &http.Transport{MaxIdleConnsPerHost: 32}
 	defer tr.CloseIdleConnections()
@@ -310,22 +309,11 @@ func soakTarget(t target, mode string, calls int) error {
 // what the session's client saw: when calls answered again, and whether a new session
 // works at the end.
 func killBackend(t target, backend string) error {
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	cmd, url, err := t.start("2025-11-25", port)
-	if err != nil {
-		return err
-	}
-	proc, err := startProcess(cmd)
+	proc, url, err := launch(t, "2025-11-25")
 	if err != nil {
 		return err
 	}
 	defer proc.stop()
-	if err := waitHTTP(url); err != nil {
-		return err
-	}
 	ctx := context.Background()
 	tr := &http.Transport{}
 	defer tr.CloseIdleConnections()
@@ -551,6 +539,9 @@ func startProcess(cmd *exec.Cmd) (*process, error) {
 }
 
 func (p *process) stop() {
+	if p == nil {
+		return
+	}
 	close(p.done)
 	p.wg.Wait()
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL) // the group this program started
