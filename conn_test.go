@@ -32,7 +32,7 @@ func TestCallNotRetriedReportsFirstFailure(t *testing.T) {
 		_, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"ms": 3000}}) // annotated idempotent
 		done <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	c.waitServerCalls("slow", 1, 10*time.Second) // the call is in flight
 	if err := c.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

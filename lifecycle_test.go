@@ -290,12 +290,16 @@ func TestHealthySessionResetsFailures(t *testing.T) {
 func TestProbesSkippedWhileCallsAnswer(t *testing.T) {
 	h := testserver.StartHTTP(t, testserver.Options{})
 	pol := fastPolicies()
+	// A second between probes: a call answered less than 0.9 s (the interval less its
+	// jitter) before a probe is due skips it, and calls come every 100 ms, so a stall
+	// of up to some 800 ms on a loaded machine sends no ping.
+	pol.KeepaliveInterval = time.Second
 	c := open(t, httpConfig(h), pol, nil)
 	c.waitState(states.Ready, 20*time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	before := h.Count("ping")
-	for end := time.Now().Add(5 * pol.KeepaliveInterval); time.Now().Before(end); {
+	for end := time.Now().Add(3 * pol.KeepaliveInterval); time.Now().Before(end); {
 		if _, err := c.callText(ctx, "echo", map[string]any{"text": "x"}); err != nil {
 			t.Fatal(err)
 		}

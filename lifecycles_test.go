@@ -103,7 +103,9 @@ func TestLifecycleBreakBeforeMake(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var events []string
-	c := open(t, stdioConfig(t, testserver.Options{}), nil, func(o *Options) {
+	pol := fastPolicies()
+	pol.KeepaliveInterval = 0 // no probe that fails in between to add its own open and close
+	c := open(t, stdioConfig(t, testserver.Options{}), pol, func(o *Options) {
 		o.Spec = spec
 		o.onOpen = func(s *session) { mu.Lock(); events = append(events, fmt.Sprint("open ", s.id)); mu.Unlock() }
 		o.onClose = func(s *session) { mu.Lock(); events = append(events, fmt.Sprint("close ", s.id)); mu.Unlock() }
@@ -140,6 +142,7 @@ func TestIssue13Reproduction(t *testing.T) {
 		t.Fatal(err)
 	}
 	pol := *fastPolicies()
+	pol.KeepaliveInterval = 0 // no probe under way when Close comes: the path is ready's
 	c := open(t, stdioConfig(t, testserver.Options{}), &pol, func(o *Options) { o.Spec = spec })
 	c.waitState(states.Ready, 20*time.Second)
 	before := len(c.transitions())

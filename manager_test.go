@@ -351,7 +351,11 @@ func TestManagerReloadDuringConnect(t *testing.T) {
 	live := testserver.StartHTTP(t, testserver.Options{Name: "live"})
 	pol := "    policies: {connect_timeout: 1s, backoff_base: 1m}\n"
 	m := newManager(t, managerConfig(t, fmt.Sprintf("version: 1\nservers:\n  moves:\n    url: http://%s/mcp\n%s", ln.Addr(), pol)), &events{})
-	<-accepted // the connect to the hanging address is under way
+	select { // the connect to the hanging address is under way
+	case <-accepted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the connection never dialed the hanging address")
+	}
 	if st := m.Conn("moves").State(); st != states.Connecting {
 		t.Fatalf("state %v, want connecting", st)
 	}

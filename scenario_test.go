@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -346,16 +347,21 @@ func TestScenario_OwnerGoroutineOpensAndCloses(t *testing.T) {
 // call whose outcome is ambiguous is not run again.
 func TestScenario_SessionExpiredReinitAndRetry(t *testing.T) {
 	h := testserver.StartHTTP(t, testserver.Options{})
-	c := open(t, httpConfig(h), nil, nil)
+	// The test's own pool, so that the stale keep-alive connections of the server
+	// before the restart can be dropped: a POST sent onto one of them gets EOF, which
+	// cannot be told from a crash mid-request (such a call may have run, and counter
+	// is not retried). A client would see that too; this test is about the 404.
+	pool := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(pool.CloseIdleConnections)
+	cfg := httpConfig(h)
+	cfg.HTTP.Client = &http.Client{Transport: pool}
+	c := open(t, cfg, nil, nil)
 	c.waitState(states.Ready, 20*time.Second)
 	if text, _ := c.callText(context.Background(), "counter", nil); text != "1" {
 		t.Fatalf("counter = %q", text)
 	}
 	h.Restart(true)
-	// A restart takes time: the client's pool drops its stale keep-alive connection
-	// meanwhile. (A POST that races an instant restart onto that connection gets EOF,
-	// which cannot be told from a crash mid-request: such a call may have run.)
-	time.Sleep(100 * time.Millisecond)
+	pool.CloseIdleConnections()
 	// counter is not idempotent, but the server did not run a call it answered with 404.
 	text, err := c.callText(context.Background(), "counter", nil)
 	if err != nil || text != "1" {
@@ -481,9 +487,12 @@ func TestScenario_CloseDuringConnectIsPrompt(t *testing.T) {
 			if err := c.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
+			// The teardown timeout runs from the close applied, once the interrupted
+			// connect has returned; a second more is for that return (a child killed
+			// and reaped) on a loaded machine.
 			took := time.Since(start)
-			if took > pol.TeardownTimeout {
-				t.Errorf("Close took %v, more than the teardown timeout %v", took, pol.TeardownTimeout)
+			if limit := pol.TeardownTimeout + time.Second; took > limit {
+				t.Errorf("Close took %v, more than the teardown timeout %v and a second", took, pol.TeardownTimeout)
 			}
 			t.Logf("Close during connect took %v", took.Round(time.Millisecond))
 			if c.State() != states.Closed {

@@ -77,7 +77,9 @@ func TestClassifyRealErrors(t *testing.T) {
 		}},
 		{"stdio close that exits with a status", true, states.CauseArtifact, func(t *testing.T) error {
 			s := dial(t, stdioConfig(t, testserver.Options{ExitStatus: 3}), transport.Options{})
-			return s.Close(context.Background())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			return s.Close(ctx)
 		}},
 		{"stdio close forced at our teardown deadline", true, states.CauseArtifact, func(t *testing.T) error {
 			s := dial(t, stdioConfig(t, testserver.Options{HangClose: true}), transport.Options{})

@@ -362,7 +362,13 @@ func TestAcceptedCallNotRunTwice(t *testing.T) {
 		_, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{"id": "held"}})
 		held <- err
 	}()
-	<-started // the server is running it
+	select { // the server is running it
+	case <-started:
+	case err := <-held:
+		t.Fatalf("the held call ended before the server ran it: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the server never ran the held call")
+	}
 	flap.forget()
 	if _, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "read", Arguments: map[string]any{"id": "probe"}}); err != nil {
 		t.Logf("the read that met the 404: %v", err) // it may be retried on the next session, or not

@@ -109,7 +109,7 @@ const (
 	downFor      = 500 * time.Millisecond  // a killed HTTP server stays down
 	freezeFor    = 1200 * time.Millisecond // longer than detection plus a teardown
 	latencyFor   = 1500 * time.Millisecond // many calls, and several probes above the probe timeout
-	quietFor     = 1800 * time.Millisecond // several probes below it, with the load paused
+	quietFor     = 2500 * time.Millisecond // several probes below it, with the load paused (two need about 1.2 s; the rest is for a loaded machine)
 	latencyBelow = 300 * time.Millisecond  // under tolerantProbe
 	latencyAbove = 600 * time.Millisecond  // twice the probe timeout
 	// tolerantProbe is the probe timeout of the rows whose fault must be

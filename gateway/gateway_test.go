@@ -25,7 +25,9 @@ import (
 // again; the front session never breaks.
 func TestGateway_BackendCrashInvisible(t *testing.T) {
 	s := stdio(t, "files", testserver.Options{})
-	s.Policies.BackoffBase, s.Policies.BackoffMax = 300*time.Millisecond, 300*time.Millisecond
+	// A second's backoff: a call that waited for the respawn would take about that
+	// long, well apart from one that fails fast, even on a loaded machine.
+	s.Policies.BackoffBase, s.Policies.BackoffMax = time.Second, time.Second
 	g := start(t, config(s), gateway.Options{})
 	cs := front(t, g, nil, "2025-11-25")
 	waitTools(t, cs, has("files__counter"))
@@ -74,15 +76,19 @@ func TestGateway_BackendCrashInvisible(t *testing.T) {
 			if !strings.Contains(msg, `server "files"`) || !(strings.Contains(msg, "last failure") || strings.Contains(msg, "may have run")) {
 				t.Errorf("the gap's error does not name the server and the cause: %s", msg)
 			}
+			if gap > 0 {
+				// The first call of the gap may be the one in flight at the kill,
+				// which waits for the crash to be seen: it is not a fast failure's.
+				slowest = max(slowest, took)
+			}
 			gap++
-			slowest = max(slowest, took)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	if gap < 2 {
 		t.Fatalf("%d calls failed in the gap: the test did not see the crash", gap)
 	}
-	if slowest > 250*time.Millisecond {
+	if slowest > 600*time.Millisecond {
 		t.Errorf("a call in the gap took %v: it did not fail fast", slowest)
 	}
 	if second := pid(); second == first {
