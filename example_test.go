@@ -127,21 +127,19 @@ func ExampleConn_ReadResource() {
 		fmt.Println(err)
 		return
 	}
-	// The test server's touch tool changes the resource. On protocol 2026-07-28 the
-	// server does not acknowledge a subscription: a change made at once may come
-	// before it listens, so this touches until an update comes.
-	uri := ""
-	for try := 0; uri == "" && try < 50; try++ {
-		if _, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "touch", Arguments: map[string]any{"uri": "test://static/a"}}); err != nil {
-			fmt.Println(err)
-			return
-		}
-		select {
-		case uri = <-updates:
-		case <-time.After(100 * time.Millisecond):
-		}
+	// The test server's touch tool changes the resource. The subscription is in force
+	// once Subscribe has returned (on protocol 2026-07-28 too, where the server
+	// acknowledges it apart from the request), so the change is reported.
+	if _, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: "touch", Arguments: map[string]any{"uri": "test://static/a"}}); err != nil {
+		fmt.Println(err)
+		return
 	}
-	fmt.Println("updated:", uri)
+	select {
+	case uri := <-updates:
+		fmt.Println("updated:", uri)
+	case <-time.After(10 * time.Second):
+		fmt.Println("no update")
+	}
 	fmt.Println("subscribed:", conn.Subscriptions())
 	// Output:
 	// a v0

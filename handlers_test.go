@@ -103,6 +103,12 @@ func (f flakyReadStub) Request(ctx context.Context, _, name string, _ func(conte
 	return nil
 }
 
+// Subscribe counts as Request does: the restore's subscribe is the first request for
+// the resource.
+func (f flakyReadStub) Subscribe(ctx context.Context, uri string) error {
+	return f.Request(ctx, transport.OpRequest, uri, nil)
+}
+
 // TestResourceUpdatedMayReadTheResource: after a reconnect, ResourceUpdated is
 // called for each subscription on the owner, with a context that never ends. The
 // natural handler re-reads the resource through the connection. If that read finds

@@ -149,11 +149,13 @@ func (s stubClient) ListTools(context.Context) ([]*mcp.Tool, error) {
 func (s stubClient) Request(ctx context.Context, _, _ string, f func(context.Context, *mcp.ClientSession) error) error {
 	return f(ctx, nil)
 }
-func (s stubClient) InitializeResult() *mcp.InitializeResult { return &mcp.InitializeResult{} }
-func (s stubClient) ID() string                              { return "" }
-func (s stubClient) Probe(context.Context) error             { return nil }
-func (s stubClient) Close(context.Context) error             { return nil }
-func (s stubClient) Closing() bool                           { return false }
+func (s stubClient) Subscribe(context.Context, string) error   { return nil }
+func (s stubClient) Unsubscribe(context.Context, string) error { return nil }
+func (s stubClient) InitializeResult() *mcp.InitializeResult   { return &mcp.InitializeResult{} }
+func (s stubClient) ID() string                                { return "" }
+func (s stubClient) Probe(context.Context) error               { return nil }
+func (s stubClient) Close(context.Context) error               { return nil }
+func (s stubClient) Closing() bool                             { return false }
 
 // BenchmarkCallOverhead isolates what a call through a Conn costs beyond the session's
 // own call: the same call on a stub session that answers at once, made directly

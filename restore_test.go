@@ -35,6 +35,11 @@ func (r restoreStub) Request(ctx context.Context, _, name string, _ func(context
 	return nil
 }
 
+// Subscribe is Request's, for the subscription's URI.
+func (r restoreStub) Subscribe(ctx context.Context, uri string) error {
+	return r.Request(ctx, transport.OpRequest, uri, nil)
+}
+
 // TestSubscribeDuringRestoreKeepsItsDeadline: a restore holds stateMu while it
 // re-establishes the session state on a new session, for as long as connect_timeout.
 // A Subscribe (or SetLoggingLevel, Unsubscribe) made meanwhile is sent on the session

@@ -487,9 +487,9 @@ func TestScenario_CloseDuringConnectIsPrompt(t *testing.T) {
 			if err := c.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-			// The teardown timeout runs from the close applied, once the interrupted
-			// connect has returned; a second more is for that return (a child killed
-			// and reaped) on a loaded machine.
+			// The teardown timeout runs from Close; a second more is for Close's own
+			// return, and an interrupted connect's (a child killed and reaped), on a
+			// loaded machine.
 			took := time.Since(start)
 			if limit := pol.TeardownTimeout + time.Second; took > limit {
 				t.Errorf("Close took %v, more than the teardown timeout %v and a second", took, pol.TeardownTimeout)

@@ -381,9 +381,7 @@ func (c *Conn) restore(ctx context.Context, s *session, given, want sessionState
 	}
 	var mu sync.Mutex
 	if err := forEachLimit(ctx, added, restoreParallel, func(ctx context.Context, uri string) error {
-		err := s.s.Request(ctx, transport.OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
-			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
-		})
+		err := s.s.Subscribe(ctx, uri)
 		switch {
 		case refusal(err):
 			c.opts.Logger.Warn("mcpfsm: the new session refused a subscription; it is dropped", "server", c.name, "uri", uri, "error", err)
@@ -398,9 +396,7 @@ func (c *Conn) restore(ctx context.Context, s *session, given, want sessionState
 		return nil, err
 	}
 	return refused, forEachLimit(ctx, gone, restoreParallel, func(ctx context.Context, uri string) error {
-		err := s.s.Request(ctx, transport.OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
-			return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
-		})
+		err := s.s.Unsubscribe(ctx, uri)
 		if err != nil && !refusal(err) { // refused: it is not subscribed there either
 			return &restoreError{what: fmt.Sprintf("cancelled subscription to %q", uri), err: err}
 		}

@@ -19,8 +19,10 @@ import (
 // part of the connection: every later session is set to it before calls move there.
 func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams) error {
 	level := orEmpty(p).Level
-	return c.changeState(ctx, "logging/setLevel", string(level), false, func(ctx context.Context, cs *mcp.ClientSession) error {
-		return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+	return c.changeState(ctx, "logging/setLevel", string(level), false, func(ctx context.Context, s transport.Client) error {
+		return s.Request(ctx, transport.OpRequest, string(level), func(ctx context.Context, cs *mcp.ClientSession) error {
+			return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+		})
 	}, func() {
 		c.level = level
 		c.levelMeta.Store(&level)
@@ -35,10 +37,14 @@ func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams
 // rejects is an error and is not kept; so is one that a later session's server
 // rejects (the resource is gone from a restarted server): that session comes up
 // without it, and the resource is reported updated once, so that a read finds out.
+// On protocol 2026-07-28, where a subscription is a stream the server acknowledges
+// apart, Subscribe (and a restore) waits for that acknowledgment, so that no update
+// made once it returns is missed; a server that sends none costs a wait of 2 s (see
+// transport.Session.Subscribe).
 func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 	uri := orEmpty(p).URI
-	return c.changeState(ctx, "resources/subscribe", uri, false, func(ctx context.Context, cs *mcp.ClientSession) error {
-		return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+	return c.changeState(ctx, "resources/subscribe", uri, false, func(ctx context.Context, s transport.Client) error {
+		return s.Subscribe(ctx, uri)
 	}, func() {
 		if !slices.Contains(c.subs, uri) {
 			c.subs = append(c.subs, uri)
@@ -51,8 +57,8 @@ func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 // tell a server: the subscription is forgotten at once.
 func (c *Conn) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error {
 	uri := orEmpty(p).URI
-	return c.changeState(ctx, "resources/unsubscribe", uri, true, func(ctx context.Context, cs *mcp.ClientSession) error {
-		return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+	return c.changeState(ctx, "resources/unsubscribe", uri, true, func(ctx context.Context, s transport.Client) error {
+		return s.Unsubscribe(ctx, uri)
 	}, func() {
 		c.subs = slices.DeleteFunc(c.subs, func(s string) bool { return s == uri })
 	})
@@ -73,7 +79,7 @@ func (c *Conn) Subscriptions() []string {
 // restores it: restore and swap hold stateMu, as the record does.) A change that
 // only takes something away (offline) is recorded at once when no session is up: no
 // server holds it, and the next session's restore will not give it.
-func (c *Conn) changeState(ctx context.Context, method, name string, offline bool, f func(context.Context, *mcp.ClientSession) error, record func()) error {
+func (c *Conn) changeState(ctx context.Context, method, name string, offline bool, f func(context.Context, transport.Client) error, record func()) error {
 	if offline {
 		c.stateMu.Lock()
 		if c.current.Load() == nil {
@@ -88,7 +94,7 @@ func (c *Conn) changeState(ctx context.Context, method, name string, offline boo
 	send := func() error {
 		_, err := call(ctx, c, request{method: method, name: name, rule: effects.RetrySafe}, func(ctx context.Context, s *session) (struct{}, error) {
 			on = s
-			return struct{}{}, s.s.Request(ctx, transport.OpRequest, name, f)
+			return struct{}{}, f(ctx, s.s)
 		})
 		return err
 	}

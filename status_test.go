@@ -78,6 +78,20 @@ func (d *downable) Request(ctx context.Context, op, name string, f func(ctx cont
 	return d.Client.Request(ctx, op, name, f)
 }
 
+func (d *downable) Subscribe(ctx context.Context, uri string) error {
+	if d.down.Load() {
+		return refused()
+	}
+	return d.Client.Subscribe(ctx, uri)
+}
+
+func (d *downable) Unsubscribe(ctx context.Context, uri string) error {
+	if d.down.Load() {
+		return refused()
+	}
+	return d.Client.Unsubscribe(ctx, uri)
+}
+
 func (d *downable) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	if d.down.Load() {
 		return nil, refused()

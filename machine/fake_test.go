@@ -25,6 +25,7 @@ type fakeServer struct {
 	mu            sync.Mutex
 	up            bool           // connect succeeds
 	hang          string         // the effect that blocks until its context ends
+	unwind        time.Duration  // how long a hung effect takes to return once its context ends
 	probe         states.Trigger // the probe's outcome; probe_ok when zero
 	teardownCause states.Cause   // what closing a session returns (teardown and retire)
 	teardownErr   error
@@ -48,10 +49,11 @@ func (f *fakeServer) current() uint64 {
 func (f *fakeServer) Invoke(ctx context.Context, inv machine.Invocation) machine.Event {
 	f.mu.Lock()
 	f.effects = append(f.effects, inv.Effect)
-	hang := f.hang == inv.Effect
+	hang, unwind := f.hang == inv.Effect, f.unwind
 	f.mu.Unlock()
 	if hang {
 		<-ctx.Done()
+		time.Sleep(unwind)
 		cause := context.Cause(ctx)
 		f.set(func(f *fakeServer) { f.lastCtxCause = cause })
 		class := states.CauseTimeout

@@ -391,6 +391,29 @@ func TestCloseFromEveryState(t *testing.T) {
 	}
 }
 
+// TestCloseDeadlineRunsFromClose: the deadline closing shares runs from the moment
+// Close is asked for, not from when the owner gets to apply close: a probe that takes
+// 300 ms to return once Close interrupts it leaves the teardown after it (which hangs)
+// the rest of teardown_timeout, and Close returns teardown_timeout after it was called.
+func TestCloseDeadlineRunsFromClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const unwind = 300 * time.Millisecond
+		srv := &fakeServer{up: true, hang: "probe", unwind: unwind}
+		pol := loadDefault(t).Defaults()
+		m, rec := newMachine(t, srv, &pol)
+		m.Start()
+		waitState(t, m, states.Probing, time.Hour)
+		synctest.Wait()
+		srv.set(func(f *fakeServer) { f.hang, f.unwind = "teardown", 0 })
+		start := time.Now()
+		closeMachine(t, m)
+		if took := time.Since(start); took != pol.TeardownTimeout {
+			t.Errorf("Close took %v after an effect that took %v to return; want teardown_timeout, %v\n%s",
+				took, unwind, pol.TeardownTimeout, rec.timeline())
+		}
+	})
+}
+
 // TestCloseIsIdempotentAndBounded: Close may be called many times, from many
 // goroutines; a Close whose context ends first returns its error, and the machine
 // still closes.

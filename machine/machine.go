@@ -80,7 +80,7 @@ type Machine struct {
 	timerAt  time.Time   // what timer is set to; zero when stopped
 	entered  bool        // the initial state has been entered
 	closeSeq uint64      // core.seq when close was last applied; see closeDue
-	closeBy  time.Time   // when closing must be over: set as close is first applied
+	closeBy  time.Time   // when closing must be over: set as close is first applied, from closeAt
 	closeRun int         // close applications since Close; bounds a spec that loops
 
 	mbox    mailbox
@@ -98,6 +98,7 @@ type Machine struct {
 	asked, applied atomic.Uint64
 	changed        atomic.Pointer[chan struct{}]
 	closing        atomic.Bool
+	closeAt        atomic.Pointer[time.Time] // when Close was first asked for
 	done           chan struct{}
 
 	watchMu  sync.Mutex                 // serializes changes to watchers
@@ -208,13 +209,16 @@ func (m *Machine) Reconnecting() bool { return m.applied.Load() < m.asked.Load()
 // "closing" holds from then on; close is applied ahead of anything else queued, and
 // again in every state the machine enters, before that state's effect starts, until it
 // is final; and the effects that run meanwhile share one deadline, teardown_timeout
-// from the first close applied. LoadSpec proves that this reaches a final state from
-// every state; should a spec loop regardless, the machine is moved to its final state
-// by force. Close returns nil once the owner has exited for good, or ctx's error if
+// from the moment Close is first asked for (the return of the effect it interrupts
+// counts against it). LoadSpec proves that this reaches a final state from every
+// state; should a spec loop regardless, the machine is moved to its final state by
+// force. Close returns nil once the owner has exited for good, or ctx's error if
 // ctx ends first (the machine still closes). It is idempotent and safe from any
 // goroutine except the owner's (an Observer must not call it).
 func (m *Machine) Close(ctx context.Context) error {
 	if m.closing.CompareAndSwap(false, true) {
+		at := time.Now()
+		m.closeAt.Store(&at)
 		m.Post(Event{Trigger: states.Close})
 		m.eff.interrupt(ErrClosed)
 	}
@@ -576,7 +580,11 @@ func (m *Machine) closeDue() bool {
 // reports the invoked effect of the state it led to and whether it left the state.
 func (m *Machine) applyClose(now time.Time) (*invokeSpec, bool, time.Time) {
 	if m.closeBy.IsZero() {
-		m.closeBy = now.Add(m.pol.TeardownTimeout)
+		from := now
+		if at := m.closeAt.Load(); at != nil && at.Before(now) {
+			from = *at // the deadline runs from Close, not from the owner's getting to it
+		}
+		m.closeBy = from.Add(m.pol.TeardownTimeout)
 	}
 	m.core.vars.Closing = true // the engine sets what the guard "closing" reads
 	m.closeRun++

@@ -16,6 +16,10 @@ type Client interface {
 	Closing() bool
 	// Request runs f on the SDK session (see Session.Request).
 	Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error
+	// Subscribe and Unsubscribe change the session's resource subscriptions (see
+	// Session.Subscribe: on 2026-07-28 a subscription is in force when it returns).
+	Subscribe(ctx context.Context, uri string) error
+	Unsubscribe(ctx context.Context, uri string) error
 	// InitializeResult is the server's answer to initialize.
 	InitializeResult() *mcp.InitializeResult
 	// ID is the MCP session ID ("" where there is none).

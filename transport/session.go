@@ -109,6 +109,8 @@ type Session struct {
 	handled  atomic.Bool                 // the end is being handled: watched is closed once, by its handler
 	broken   atomic.Pointer[error]       // why our side brought the session down (see breakDown)
 	order    order                       // the order of the server's notifications and answers (order.go)
+	acks     acks                        // the acknowledgments of subscriptions on 2026-07-28 (subscribe.go)
+	ackable  bool                        // the client hands them to the session (see passAcks)
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -418,6 +420,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		if isMarkable(client) {
 			hc.Transport.(*lifeRoundTripper).order = &s.order
 			ctx = context.WithValue(ctx, orderKey{}, s)
+			s.ackable = true
 		}
 		inner = &mcp.StreamableClientTransport{Endpoint: cfg.HTTP.URL, HTTPClient: hc, MaxRetries: cfg.HTTP.MaxRetries}
 	case KindSSE:
@@ -455,6 +458,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		if isMarkable(client) {
 			s.lt.order = true
 			ctx = context.WithValue(ctx, orderKey{}, s)
+			s.ackable = true
 		}
 	}
 	cs, err := client.Connect(ctx, s.lt, sopts)
