@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -52,10 +54,21 @@ func newSubscribeServer(slow time.Duration, noHandler bool) (*mcp.Server, *subsc
 // after Subscribe is not lost). Before 2026-07-28 the request's answer says as much.
 func TestSubscribeWaitsForTheAcknowledgment(t *testing.T) {
 	const slow = 300 * time.Millisecond
-	for _, version := range []string{"", "2025-11-25"} {
-		t.Run("protocol "+version, func(t *testing.T) {
+	for _, tc := range []struct{ name, version string }{
+		{"in-memory", ""}, {"in-memory 2025-11-25", "2025-11-25"}, {"stateless http", "http"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			version := tc.version
 			srv, rec := newSubscribeServer(slow, false)
-			s := dial(t, Config{Name: "sub", InMemory: &InMemory{Server: srv}, ProtocolVersion: version}, Options{})
+			cfg := Config{Name: "sub", InMemory: &InMemory{Server: srv}, ProtocolVersion: version}
+			if version == "http" {
+				// Stateless streamable HTTP: the listen is a POST whose event stream
+				// carries the acknowledgment.
+				h := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true}))
+				t.Cleanup(h.Close)
+				cfg, version = Config{Name: "sub", HTTP: &HTTP{URL: h.URL}}, ""
+			}
+			s := dial(t, cfg, Options{})
 			if version == "" && !newProtocol(s.cs) {
 				t.Fatalf("the in-memory session speaks %s, want 2026-07-28 or later", s.InitializeResult().ProtocolVersion)
 			}
