@@ -68,7 +68,7 @@ func TestFactsStdio(t *testing.T) {
 	t.Run("frozen child", func(t *testing.T) {
 		s, _ := start(t, testserver.Options{})
 		pid := s.proc.cmd.Process.Pid
-		syscall.Kill(pid, syscall.SIGSTOP)
+		stopChild(t, pid)
 		_, err := echo(shortCtx(t), s, "x")
 		checkFact(t, "deadline", err, fact{
 			msg:  prefix(name, `call tool "echo"`) + `context deadline exceeded`,

@@ -103,9 +103,7 @@ func TestStoppedServerWedgesNothing(t *testing.T) {
 	e := newEnds()
 	s := dial(t, stdioConfig(t, testserver.Options{}), e.options())
 	pid := s.proc.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopChild(t, pid)
 	big := strings.Repeat("x", 1<<20)
 	const callLimit, probeLimit = time.Second, 300 * time.Millisecond
 	call := goTimed(withTimeout(callLimit, func(ctx context.Context) error {
@@ -154,9 +152,7 @@ func TestQueuedWriteGivesUp(t *testing.T) {
 	e := newEnds()
 	s := dial(t, stdioConfig(t, testserver.Options{}), e.options())
 	pid := s.proc.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
+	stopChild(t, pid)
 	big := strings.Repeat("y", 1<<20)
 	call := goTimed(withTimeout(callTimeout, func(ctx context.Context) error {
 		got, err := echo(ctx, s, big)

@@ -178,7 +178,7 @@ func TestNoZombies(t *testing.T) {
 	t.Run("forced close of a stopped server", func(t *testing.T) {
 		s := dial(t, stdioConfig(t, testserver.Options{}), Options{})
 		pid := s.proc.cmd.Process.Pid
-		syscall.Kill(pid, syscall.SIGSTOP)
+		stopChild(t, pid)
 		closeWithin(t, s)
 		reaped(t, pid)
 	})
