@@ -640,10 +640,15 @@ func TestFactsInMemory(t *testing.T) {
 			msg: prefix(name, "close") + forcedClose,
 			is:  []error{ErrForcedClose, context.DeadlineExceeded},
 		})
-		checkFact(t, "call in flight", recv(t, inflight), fact{
-			msg: prefix(name, `call tool "slow"`) + `calling "tools/call": EOF`,
-			is:  []error{io.EOF},
-		})
+		err := recv(t, inflight)
+		want := fact{msg: prefix(name, `call tool "slow"`) + `calling "tools/call": EOF`, is: []error{io.EOF}}
+		if errors.Is(err, io.ErrClosedPipe) {
+			// The in-memory pipe's two ends close in either order: the call's read
+			// sees EOF, or the closed pipe when its own end closed first (about one
+			// run in a hundred under load).
+			want = fact{msg: prefix(name, `call tool "slow"`) + `calling "tools/call": io: read/write on closed pipe`, is: []error{io.ErrClosedPipe}}
+		}
+		checkFact(t, "call in flight", err, want)
 	})
 }
 
