@@ -657,50 +657,66 @@ func TestCancelSendsCancelledAndDoesNotCount(t *testing.T) {
 // reported updated once (so that the handler's read finds out), and Subscriptions no
 // longer lists it.
 func TestRestoreRefusedSubscriptionDropped(t *testing.T) {
+	// Over streamable HTTP (2025-11-25: resources/subscribe answered with an error),
+	// and over stdio (2026-07-28: subscriptions/listen answered with an error, which
+	// the SDK drops unread and the session's connection sees).
 	h := testserver.StartHTTP(t, testserver.Options{})
-	updates := make(chan string, 16)
-	c := open(t, httpConfig(h), nil, func(o *Options) {
-		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updates <- p.URI }
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if text, err := c.callText(ctx, "change_resources", nil); err != nil || text != "added "+testserver.ResourceExtra {
-		t.Fatalf("change_resources = %q, %v", text, err)
-	}
-	for _, uri := range []string{testserver.ResourceA, testserver.ResourceExtra} {
-		if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first := c.current.Load()
-	h.Restart(true) // a new server, without the extra resource
-	c.waitFor(func(states.State) bool { s := c.current.Load(); return s != nil && s != first }, 20*time.Second)
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff([]string{testserver.ResourceA}, c.Subscriptions()); diff != "" {
-		t.Errorf("Subscriptions after the restart (-want +got):\n%s", diff)
-	}
-	got := map[string]int{}
-	for len(got) < 2 {
-		select {
-		case uri := <-updates:
-			got[uri]++
-		case <-ctx.Done():
-			t.Fatalf("updates after the restart: %v", got)
-		}
-	}
-	if got[testserver.ResourceA] != 1 || got[testserver.ResourceExtra] != 1 {
-		t.Errorf("updates after the restart: %v, want one each", got)
-	}
-	if _, err := c.ReadResource(ctx, &mcp.ReadResourceParams{URI: testserver.ResourceExtra}); err == nil {
-		t.Error("the dropped resource reads without error")
-	}
-	if st := c.sessionState(ctx); !slices.Equal(st.Subscriptions, []string{testserver.ResourceA}) {
-		t.Errorf("the new session is subscribed to %v", st.Subscriptions)
-	}
-	if st := c.Status(); st.Failures != 1 {
-		t.Errorf("%d failures counted, want 1 (the restart's)", st.Failures)
+	for _, tc := range []struct {
+		name    string
+		cfg     transport.Config
+		restart func(c *conn)
+	}{
+		{"http", httpConfig(h), func(*conn) { h.Restart(true) }}, // a new server, without the extra resource
+		{"stdio", stdioConfig(t, testserver.Options{}), func(c *conn) { // a new child, without it
+			_, _ = c.CallTool(context.Background(), &mcp.CallToolParams{Name: "crash"})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			updates := make(chan string, 16)
+			c := open(t, tc.cfg, nil, func(o *Options) {
+				o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updates <- p.URI }
+			})
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if text, err := c.callText(ctx, "change_resources", nil); err != nil || text != "added "+testserver.ResourceExtra {
+				t.Fatalf("change_resources = %q, %v", text, err)
+			}
+			for _, uri := range []string{testserver.ResourceA, testserver.ResourceExtra} {
+				if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first := c.current.Load()
+			tc.restart(c)
+			c.waitFor(func(states.State) bool { s := c.current.Load(); return s != nil && s != first }, 20*time.Second)
+			if err := c.WaitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]string{testserver.ResourceA}, c.Subscriptions()); diff != "" {
+				t.Errorf("Subscriptions after the restart (-want +got):\n%s", diff)
+			}
+			got := map[string]int{}
+			for len(got) < 2 {
+				select {
+				case uri := <-updates:
+					got[uri]++
+				case <-ctx.Done():
+					t.Fatalf("updates after the restart: %v", got)
+				}
+			}
+			if got[testserver.ResourceA] != 1 || got[testserver.ResourceExtra] != 1 {
+				t.Errorf("updates after the restart: %v, want one each", got)
+			}
+			if _, err := c.ReadResource(ctx, &mcp.ReadResourceParams{URI: testserver.ResourceExtra}); err == nil {
+				t.Error("the dropped resource reads without error")
+			}
+			if st := c.sessionState(ctx); !slices.Equal(st.Subscriptions, []string{testserver.ResourceA}) {
+				t.Errorf("the new session is subscribed to %v", st.Subscriptions)
+			}
+			if st := c.Status(); st.Failures != 1 {
+				t.Errorf("%d failures counted, want 1 (the restart's)", st.Failures)
+			}
+		})
 	}
 }
 

@@ -37,9 +37,10 @@ func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams
 // rejects is an error and is not kept; so is one that a later session's server
 // rejects (the resource is gone from a restarted server): that session comes up
 // without it, and the resource is reported updated once, so that a read finds out.
-// On protocol 2026-07-28, where a subscription is a stream the server acknowledges
-// apart, Subscribe (and a restore) waits for that acknowledgment, so that no update
-// made once it returns is missed; a server that sends none costs a wait of 2 s (see
+// On protocol 2026-07-28, where a subscription is a stream the server acknowledges or
+// refuses apart from the request, Subscribe (and a restore) waits for that word, so
+// that no update made once it returns is missed; a server that says nothing costs a
+// wait of 2 s, and over streamable HTTP a refusal is not seen (see
 // transport.Session.Subscribe).
 func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 	uri := orEmpty(p).URI

@@ -580,8 +580,8 @@ func (m *Machine) closeDue() bool {
 // reports the invoked effect of the state it led to and whether it left the state.
 func (m *Machine) applyClose(now time.Time) (*invokeSpec, bool, time.Time) {
 	if m.closeBy.IsZero() {
-		from := now
-		if at := m.closeAt.Load(); at != nil && at.Before(now) {
+		from := now // Close has set closing but not yet closeAt: the same moment
+		if at := m.closeAt.Load(); at != nil {
 			from = *at // the deadline runs from Close, not from the owner's getting to it
 		}
 		m.closeBy = from.Add(m.pol.TeardownTimeout)

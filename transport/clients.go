@@ -115,7 +115,7 @@ func NewClient(impl *mcp.Implementation, opts *mcp.ClientOptions) *mcp.Client {
 	}
 	c := mcp.NewClient(impl, &o)
 	c.AddSendingMiddleware(uncachedToolLists)
-	c.AddReceivingMiddleware(passMarks, passAcks)
+	c.AddReceivingMiddleware(passMarks)
 	markable(c)
 	return c
 }

@@ -74,6 +74,7 @@ func (c *orderConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		return m, nil
 	}
 	msg, err := c.Connection.Read(ctx)
+	c.s.listens.read(msg)
 	o := &c.s.order
 	switch m := msg.(type) {
 	case *jsonrpc.Request:
@@ -89,6 +90,12 @@ func (c *orderConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		}
 	}
 	return msg, err
+}
+
+// Write implements mcp.Connection.
+func (c *orderConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	c.s.listens.wrote(msg)
+	return c.Connection.Write(ctx, msg)
 }
 
 func markParams(seq uint64) json.RawMessage {

@@ -109,8 +109,7 @@ type Session struct {
 	handled  atomic.Bool                 // the end is being handled: watched is closed once, by its handler
 	broken   atomic.Pointer[error]       // why our side brought the session down (see breakDown)
 	order    order                       // the order of the server's notifications and answers (order.go)
-	acks     acks                        // the acknowledgments of subscriptions on 2026-07-28 (subscribe.go)
-	ackable  bool                        // the client hands them to the session (see passAcks)
+	listens  listens                     // subscriptions on 2026-07-28, as orderConn sees them (subscribe.go)
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -420,7 +419,6 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		if isMarkable(client) {
 			hc.Transport.(*lifeRoundTripper).order = &s.order
 			ctx = context.WithValue(ctx, orderKey{}, s)
-			s.ackable = true
 		}
 		inner = &mcp.StreamableClientTransport{Endpoint: cfg.HTTP.URL, HTTPClient: hc, MaxRetries: cfg.HTTP.MaxRetries}
 	case KindSSE:
@@ -458,7 +456,6 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		if isMarkable(client) {
 			s.lt.order = true
 			ctx = context.WithValue(ctx, orderKey{}, s)
-			s.ackable = true
 		}
 	}
 	cs, err := client.Connect(ctx, s.lt, sopts)

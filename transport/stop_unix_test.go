@@ -20,10 +20,13 @@ func stopChild(t *testing.T, pid int) {
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		return // no /proc here: the signal has to do
+	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
 		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
-			return // no /proc here: the signal has to do
+			t.Fatalf("process %d is gone before it stopped: %v", pid, err)
 		}
 		// The state follows the command, which is in parentheses.
 		if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'T' || b[i+2] == 't') {

@@ -2,9 +2,11 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -12,109 +14,192 @@ import (
 )
 
 // This file makes a subscription on protocol 2026-07-28 mean what it means before it:
-// in force once Subscribe returns.
+// in force once Subscribe returns, or refused with the server's error.
 //
 // Before 2026-07-28 a subscription is a request (resources/subscribe) whose answer
-// says the server has it. On 2026-07-28 it is a subscriptions/listen stream, which
-// the go-sdk's client sends without waiting for anything (the stream's answer comes
-// only when it ends); the server registers the subscription and then says so with
-// notifications/subscriptions/acknowledged, listing what it agreed to honor. An update
-// of the resource between the two is not sent. So Session.Subscribe waits for that
-// acknowledgment: a restore (a new session given the connection's subscriptions) is
-// then complete before calls move to the session, and a user's Subscribe has the
-// server's word. An acknowledgment that leaves the resource out is the server's
-// refusal. A server that acknowledges nothing (or answers the listen with an error,
-// which the SDK drops unread) costs a wait of ackWait, after which the subscription
-// is taken as made, as the SDK takes it.
+// says the server has it. On 2026-07-28 it is a subscriptions/listen stream: the
+// server registers the subscription, then sends notifications/subscriptions/
+// acknowledged (naming the listen by its request ID, and listing what it agreed to
+// honor), and answers the listen only when the stream ends, or at once with an error
+// when it refuses. An update of the resource before the registration is not sent.
+//
+//   - Over streamable HTTP the SDK's send of the listen returns once the response to
+//     its POST has begun, which the server starts after the registration (or with its
+//     refusal): nothing more is needed.
+//   - Over stdio and in memory the SDK sends the listen and returns at once, and drops
+//     the answer unread. The session's connection wrapper (orderConn) sees the listen
+//     go out, and its acknowledgment or its error come in; Subscribe waits for one of
+//     them (at most ackWait, for a server that sends neither).
+//
+// A refused subscription is also taken off the SDK session's own list, which would
+// otherwise keep a later Subscribe of the resource from sending anything.
 
-// ackWait bounds how long Subscribe waits for a subscription's acknowledgment.
+// ackWait bounds how long Subscribe waits for a server to acknowledge or refuse a
+// subscription.
 const ackWait = 2 * time.Second
 
-// acks are the acknowledgments of a session's subscriptions on 2026-07-28.
-type acks struct {
+// listens are a session's subscriptions/listen requests, from their sending to the
+// first word of the server about them, and the Subscribe calls waiting for that word.
+type listens struct {
+	n       atomic.Int32 // len(sent): answers are looked up only while a listen is in flight
 	mu      sync.Mutex
-	held    map[string]bool // acknowledged, and not unsubscribed since
-	waiting []*ackWaiter
+	sent    map[jsonrpc.ID][]string // the resources each listen in flight asked for
+	waiting []*listenWait
+	// refused are the resources refused since their Subscribe took them off the SDK
+	// session's list: a Subscribe meanwhile, for which the SDK sends nothing, is
+	// refused too.
+	refused map[string]error
 }
 
-// An ackWaiter waits for the acknowledgment of one subscription: got receives true
-// when the server lists the resource, false when it refused it.
-type ackWaiter struct {
-	uri string
-	got chan bool
+// A listenWait is a Subscribe waiting for the server's word on its resource.
+type listenWait struct {
+	uri  string
+	id   jsonrpc.ID // the listen that asked for it, once sent
+	sent bool
+	got  chan error // nil: in force; else the refusal
 }
 
-// expect registers a wait for uri's acknowledgment; nil if the session already holds
-// it (the SDK then sends nothing). Call done with what it returns.
-func (a *acks) expect(uri string) *ackWaiter {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.held[uri] {
-		return nil
+// expect registers a wait for the server's word on uri, on the listen in flight for
+// it if there is one (the SDK sends no second one). Call done with it.
+func (l *listens) expect(uri string) *listenWait {
+	w := &listenWait{uri: uri, got: make(chan error, 1)}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for id, uris := range l.sent {
+		if slices.Contains(uris, uri) {
+			w.id, w.sent = id, true
+		}
 	}
-	w := &ackWaiter{uri: uri, got: make(chan bool, 1)}
-	a.waiting = append(a.waiting, w)
+	l.waiting = append(l.waiting, w)
 	return w
 }
 
-// done removes w, acknowledged or not.
-func (a *acks) done(w *ackWaiter) {
-	if w == nil {
-		return
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	a.waiting = slices.DeleteFunc(a.waiting, func(x *ackWaiter) bool { return x == w })
+// unsent returns what a Subscribe for which no listen went out gets: the refusal
+// of the resource if it is still being taken off the SDK session's list; otherwise
+// nil (the SDK holds the subscription).
+func (l *listens) unsent(uri string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refused[uri]
 }
 
-// forget records that uri is no longer subscribed.
-func (a *acks) forget(uri string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.held, uri)
+// cleared records that a refused uri is off the SDK session's list.
+func (l *listens) cleared(uri string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.refused, uri)
 }
 
-// acked settles the waits an acknowledgment answers: every resource it lists is
-// held. One that lists no resource and no list-changed stream refused the one
-// subscription it was for, which is known only when a single one is waiting (the
-// acknowledgment names its listen by a request ID that the SDK keeps to itself).
-func (a *acks) acked(n *mcp.NotificationSubscriptions) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(n.ResourceSubscriptions) == 0 {
-		if !n.ToolsListChanged && !n.PromptsListChanged && !n.ResourcesListChanged && len(a.waiting) == 1 {
-			a.waiting[0].got <- false
-			a.waiting = nil
-		}
+// done forgets w.
+func (l *listens) done(w *listenWait) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.waiting = slices.DeleteFunc(l.waiting, func(x *listenWait) bool { return x == w })
+}
+
+// wasSent reports whether a listen for w has gone out.
+func (l *listens) wasSent(w *listenWait) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return w.sent
+}
+
+// settle gives every wait on listen id its answer, as answer says for each resource
+// the listen asked for; the listen is then forgotten (its first word is all a wait
+// needs).
+func (l *listens) settle(id jsonrpc.ID, answer func(uri string) error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	uris, ok := l.sent[id]
+	if !ok {
 		return
 	}
-	if a.held == nil {
-		a.held = map[string]bool{}
-	}
-	for _, uri := range n.ResourceSubscriptions {
-		a.held[uri] = true
-	}
-	a.waiting = slices.DeleteFunc(a.waiting, func(w *ackWaiter) bool {
-		if slices.Contains(n.ResourceSubscriptions, w.uri) {
-			w.got <- true
-			return true
+	delete(l.sent, id)
+	l.n.Store(int32(len(l.sent)))
+	for _, uri := range uris {
+		if err := answer(uri); err != nil {
+			if l.refused == nil {
+				l.refused = map[string]error{}
+			}
+			l.refused[uri] = err
 		}
-		return false
+	}
+	l.waiting = slices.DeleteFunc(l.waiting, func(w *listenWait) bool {
+		if !w.sent || w.id != id {
+			return false
+		}
+		w.got <- answer(w.uri)
+		return true
 	})
 }
 
-// passAcks is a receiving middleware of the clients NewClient makes: it hands the
-// acknowledgments of subscriptions to the session they are for.
-func passAcks(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if method == "notifications/subscriptions/acknowledged" {
-			if p, ok := req.GetParams().(*mcp.SubscriptionsAcknowledgedParams); ok && p != nil {
-				if s, _ := ctx.Value(orderKey{}).(*Session); s != nil {
-					s.acks.acked(&p.Notifications)
-				}
-			}
+// wrote notes a message the session sends: a subscriptions/listen request.
+func (l *listens) wrote(msg jsonrpc.Message) {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || req.Method != "subscriptions/listen" || !req.IsCall() {
+		return
+	}
+	var p struct {
+		Notifications struct {
+			ResourceSubscriptions []string `json:"resourceSubscriptions"`
+		} `json:"notifications"`
+	}
+	if json.Unmarshal(req.Params, &p) != nil || len(p.Notifications.ResourceSubscriptions) == 0 {
+		return
+	}
+	uris := p.Notifications.ResourceSubscriptions
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.sent == nil {
+		l.sent = map[jsonrpc.ID][]string{}
+	}
+	l.sent[req.ID] = uris
+	l.n.Store(int32(len(l.sent)))
+	for _, w := range l.waiting {
+		if !w.sent && slices.Contains(uris, w.uri) {
+			w.id, w.sent = req.ID, true
 		}
-		return next(ctx, method, req)
+	}
+}
+
+// read notes a message the session receives: the acknowledgment of a listen, or the
+// answer to one.
+func (l *listens) read(msg jsonrpc.Message) {
+	switch m := msg.(type) {
+	case *jsonrpc.Response:
+		if l.n.Load() == 0 {
+			return
+		}
+		l.settle(m.ID, func(string) error {
+			if m.Error != nil {
+				return m.Error // the server's refusal
+			}
+			return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the server ended subscriptions/listen without acknowledging it"}
+		})
+	case *jsonrpc.Request:
+		if m.Method != "notifications/subscriptions/acknowledged" {
+			return
+		}
+		var p struct {
+			Meta          map[string]any `json:"_meta"`
+			Notifications struct {
+				ResourceSubscriptions []string `json:"resourceSubscriptions"`
+			} `json:"notifications"`
+		}
+		if json.Unmarshal(m.Params, &p) != nil {
+			return
+		}
+		id, err := jsonrpc.MakeID(p.Meta[mcp.MetaKeySubscriptionID])
+		if err != nil || !id.IsValid() {
+			return
+		}
+		honored := p.Notifications.ResourceSubscriptions
+		l.settle(id, func(uri string) error {
+			if slices.Contains(honored, uri) {
+				return nil
+			}
+			return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("the server's acknowledgment of subscriptions/listen left out %q: the subscription is refused", uri)}
+		})
 	}
 }
 
@@ -125,41 +210,51 @@ func newProtocol(cs *mcp.ClientSession) bool {
 }
 
 // Subscribe subscribes the session to the resource uri. On protocol 2026-07-28 it
-// returns once the server has acknowledged the subscription, or ackWait after it was
-// sent if the server does not say (see the top of this file); an acknowledgment that
-// leaves the resource out is returned as the server's error. Errors are wrapped as
-// Request's are.
+// returns once the server has the subscription, or with the server's refusal, or
+// ackWait after it was sent from a server that says neither (see the top of this
+// file). Errors are wrapped as Request's are.
 func (s *Session) Subscribe(ctx context.Context, uri string) error {
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
-		if !s.ackable || !newProtocol(cs) {
+		if !s.lt.order || !newProtocol(cs) {
 			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 		}
-		w := s.acks.expect(uri)
-		defer s.acks.done(w)
-		if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil || w == nil {
-			return err
+		w := s.listens.expect(uri)
+		err := s.awaitListen(ctx, cs, w)
+		s.listens.done(w)
+		if err != nil {
+			// Off the SDK session's list too, or a later Subscribe sends nothing.
+			_ = cs.Unsubscribe(context.WithoutCancel(ctx), &mcp.UnsubscribeParams{URI: uri})
+			s.listens.cleared(uri)
 		}
-		t := time.NewTimer(ackWait)
-		defer t.Stop()
-		select {
-		case ok := <-w.got:
-			if !ok {
-				return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("the server's acknowledgment of subscriptions/listen left out %q: the subscription is refused", uri)}
-			}
-			return nil
-		case <-t.C:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-s.life.Done():
-			return mcp.ErrConnectionClosed
-		}
+		return err
 	})
+}
+
+// awaitListen subscribes cs to w's resource and waits for the server's word on the
+// listen, if one was sent (the SDK sends none for a resource it is subscribed to).
+func (s *Session) awaitListen(ctx context.Context, cs *mcp.ClientSession, w *listenWait) error {
+	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: w.uri}); err != nil {
+		return err
+	}
+	if !s.listens.wasSent(w) {
+		return s.listens.unsent(w.uri)
+	}
+	t := time.NewTimer(ackWait)
+	defer t.Stop()
+	select {
+	case err := <-w.got:
+		return err
+	case <-t.C:
+		return nil // taken as made, as the SDK takes it
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.life.Done():
+		return mcp.ErrConnectionClosed
+	}
 }
 
 // Unsubscribe cancels the session's subscription to uri.
 func (s *Session) Unsubscribe(ctx context.Context, uri string) error {
-	s.acks.forget(uri)
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
 		return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
 	})

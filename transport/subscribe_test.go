@@ -13,9 +13,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// subscribeServer is a server with one resource. With slow set, its subscribe handler
-// takes that long before the subscription is in force; without a handler (noHandler),
-// it cannot take subscriptions, and says so in its acknowledgment.
+// subscribeServer is a server with one resource, test://a. With slow set, its
+// subscribe handler takes that long before the subscription is in force, and it
+// refuses any other resource with an error; without a handler (noHandler), it cannot
+// take subscriptions, and says so in its acknowledgment.
 type subscribeServer struct {
 	mu   sync.Mutex
 	subs map[string]bool
@@ -32,6 +33,9 @@ func newSubscribeServer(slow time.Duration, noHandler bool) (*mcp.Server, *subsc
 	opts := &mcp.ServerOptions{}
 	if !noHandler {
 		opts.SubscribeHandler = func(_ context.Context, req *mcp.SubscribeRequest) error {
+			if req.Params.URI != "test://a" {
+				return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no such resource"}
+			}
 			time.Sleep(slow)
 			rec.mu.Lock()
 			rec.subs[req.Params.URI] = true
@@ -62,8 +66,9 @@ func TestSubscribeWaitsForTheAcknowledgment(t *testing.T) {
 			srv, rec := newSubscribeServer(slow, false)
 			cfg := Config{Name: "sub", InMemory: &InMemory{Server: srv}, ProtocolVersion: version}
 			if version == "http" {
-				// Stateless streamable HTTP: the listen is a POST whose event stream
-				// carries the acknowledgment.
+				// Stateless streamable HTTP: the SDK's send of the listen returns once
+				// the response to its POST has begun, after the registration; nothing
+				// is waited for beyond it.
 				h := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true}))
 				t.Cleanup(h.Close)
 				cfg, version = Config{Name: "sub", HTTP: &HTTP{URL: h.URL}}, ""
@@ -97,19 +102,40 @@ func TestSubscribeWaitsForTheAcknowledgment(t *testing.T) {
 	}
 }
 
-// TestSubscribeRefusedInTheAcknowledgment: a server on 2026-07-28 that cannot take
-// subscriptions acknowledges the listen without the resource; Subscribe returns that
-// refusal as the server's error, at once.
-func TestSubscribeRefusedInTheAcknowledgment(t *testing.T) {
-	srv, _ := newSubscribeServer(0, true)
-	s := dial(t, Config{Name: "sub", InMemory: &InMemory{Server: srv}}, Options{})
-	start := time.Now()
-	err := s.Subscribe(callCtx(t), "test://a")
-	var rpc *jsonrpc.Error
-	if !errors.As(err, &rpc) {
-		t.Fatalf("Subscribe = %v, want the server's refusal (a *jsonrpc.Error)", err)
-	}
-	if took := time.Since(start); took >= ackWait {
-		t.Errorf("the refusal took %v: it was not read from the acknowledgment", took)
+// TestSubscribeRefused: on 2026-07-28 a server refuses a subscription in its
+// acknowledgment (it cannot take subscriptions) or by answering the listen with an
+// error (the resource is unknown); the SDK drops both unread. Subscribe returns the
+// refusal at once as the server's error, for several subscriptions in flight at once,
+// and again for a second try (the SDK session does not keep a refused one).
+func TestSubscribeRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		noHandler bool
+		uri       string
+	}{
+		{"in the acknowledgment", true, "test://a"},
+		{"by an error", false, "test://unknown"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv, _ := newSubscribeServer(0, tc.noHandler)
+			s := dial(t, Config{Name: "sub", InMemory: &InMemory{Server: srv}}, Options{})
+			for try := range 2 {
+				start := time.Now()
+				errs := make(chan error, 3)
+				for range 3 {
+					go func() { errs <- s.Subscribe(callCtx(t), tc.uri) }()
+				}
+				for range 3 {
+					err := <-errs
+					var rpc *jsonrpc.Error
+					if !errors.As(err, &rpc) {
+						t.Errorf("try %d: Subscribe = %v, want the server's refusal (a *jsonrpc.Error)", try, err)
+					}
+				}
+				if took := time.Since(start); took >= ackWait {
+					t.Errorf("try %d: the refusals took %v: they were not read from the server's answer", try, took)
+				}
+			}
+		})
 	}
 }
