@@ -32,7 +32,9 @@ import (
 //     them (at most ackWait, for a server that sends neither).
 //
 // A refused subscription is also taken off the SDK session's own list, which would
-// otherwise keep a later Subscribe of the resource from sending anything.
+// otherwise keep a later Subscribe of the resource from sending anything; and one
+// Subscribe (or Unsubscribe) at a time per resource finds that list as the last one
+// left it.
 
 // ackWait bounds how long Subscribe waits for a server to acknowledge or refuse a
 // subscription.
@@ -45,10 +47,10 @@ type listens struct {
 	mu      sync.Mutex
 	sent    map[jsonrpc.ID][]string // the resources each listen in flight asked for
 	waiting []*listenWait
-	// refused are the resources refused since their Subscribe took them off the SDK
-	// session's list: a Subscribe meanwhile, for which the SDK sends nothing, is
-	// refused too.
-	refused map[string]error
+	// busy are the resources a Subscribe is under way for: one at a time per
+	// resource, so that each finds the SDK session's list as the last one left it
+	// (holding the resource, or not after a refusal).
+	busy map[string]chan struct{}
 }
 
 // A listenWait is a Subscribe waiting for the server's word on its resource.
@@ -59,35 +61,44 @@ type listenWait struct {
 	got  chan error // nil: in force; else the refusal
 }
 
-// expect registers a wait for the server's word on uri, on the listen in flight for
-// it if there is one (the SDK sends no second one). Call done with it.
+// acquire waits until no other Subscribe is under way for uri, or ctx ends, and
+// returns the release of its turn.
+func (l *listens) acquire(ctx context.Context, uri string) (release func(), err error) {
+	l.mu.Lock()
+	for {
+		ch, ok := l.busy[uri]
+		if !ok {
+			break
+		}
+		l.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		l.mu.Lock()
+	}
+	if l.busy == nil {
+		l.busy = map[string]chan struct{}{}
+	}
+	ch := make(chan struct{})
+	l.busy[uri] = ch
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		delete(l.busy, uri)
+		l.mu.Unlock()
+		close(ch)
+	}, nil
+}
+
+// expect registers a wait for the server's word on uri. Call done with it.
 func (l *listens) expect(uri string) *listenWait {
 	w := &listenWait{uri: uri, got: make(chan error, 1)}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for id, uris := range l.sent {
-		if slices.Contains(uris, uri) {
-			w.id, w.sent = id, true
-		}
-	}
 	l.waiting = append(l.waiting, w)
 	return w
-}
-
-// unsent returns what a Subscribe for which no listen went out gets: the refusal
-// of the resource if it is still being taken off the SDK session's list; otherwise
-// nil (the SDK holds the subscription).
-func (l *listens) unsent(uri string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.refused[uri]
-}
-
-// cleared records that a refused uri is off the SDK session's list.
-func (l *listens) cleared(uri string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	delete(l.refused, uri)
 }
 
 // done forgets w.
@@ -110,20 +121,11 @@ func (l *listens) wasSent(w *listenWait) bool {
 func (l *listens) settle(id jsonrpc.ID, answer func(uri string) error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	uris, ok := l.sent[id]
-	if !ok {
+	if _, ok := l.sent[id]; !ok {
 		return
 	}
 	delete(l.sent, id)
 	l.n.Store(int32(len(l.sent)))
-	for _, uri := range uris {
-		if err := answer(uri); err != nil {
-			if l.refused == nil {
-				l.refused = map[string]error{}
-			}
-			l.refused[uri] = err
-		}
-	}
 	l.waiting = slices.DeleteFunc(l.waiting, func(w *listenWait) bool {
 		if !w.sent || w.id != id {
 			return false
@@ -218,13 +220,17 @@ func (s *Session) Subscribe(ctx context.Context, uri string) error {
 		if !s.lt.order || !newProtocol(cs) {
 			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 		}
+		release, err := s.listens.acquire(ctx, uri)
+		if err != nil {
+			return err
+		}
+		defer release()
 		w := s.listens.expect(uri)
-		err := s.awaitListen(ctx, cs, w)
+		err = s.awaitListen(ctx, cs, w)
 		s.listens.done(w)
 		if err != nil {
 			// Off the SDK session's list too, or a later Subscribe sends nothing.
 			_ = cs.Unsubscribe(context.WithoutCancel(ctx), &mcp.UnsubscribeParams{URI: uri})
-			s.listens.cleared(uri)
 		}
 		return err
 	})
@@ -237,7 +243,7 @@ func (s *Session) awaitListen(ctx context.Context, cs *mcp.ClientSession, w *lis
 		return err
 	}
 	if !s.listens.wasSent(w) {
-		return s.listens.unsent(w.uri)
+		return nil // the SDK holds the subscription already
 	}
 	t := time.NewTimer(ackWait)
 	defer t.Stop()
@@ -253,9 +259,15 @@ func (s *Session) awaitListen(ctx context.Context, cs *mcp.ClientSession, w *lis
 	}
 }
 
-// Unsubscribe cancels the session's subscription to uri.
+// Unsubscribe cancels the session's subscription to uri, once no Subscribe for it is
+// under way.
 func (s *Session) Unsubscribe(ctx context.Context, uri string) error {
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
+		release, err := s.listens.acquire(ctx, uri)
+		if err != nil {
+			return err
+		}
+		defer release()
 		return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
 	})
 }
