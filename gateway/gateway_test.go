@@ -359,13 +359,27 @@ func TestGateway_ProgressLoggingCancel(t *testing.T) {
 	}
 
 	before := backendStats(t, cs)["notifications/cancelled"]
+	slowCalls := func() int { // the slow calls the backend has received, as its state tool says
+		st, err := testserver.State(call(t, cs, "a__state", nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Tools["slow"]
+	}
+	slowBefore := slowCalls()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__slow", Arguments: map[string]any{"ms": 60000}})
 		done <- err
 	}()
-	waitStats(t, cs, func(s map[string]int) bool { return s["tools/call slow"] > 0 || s["tools/call"] > 0 })
+	// Until the backend has the call: cancelled before the gateway sent it, it would
+	// never reach the backend, and nor would a cancellation.
+	for deadline := time.Now().Add(waitFor); slowCalls() == slowBefore; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the slow call never reached the backend")
+		}
+	}
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("the cancelled call: %v", err)
