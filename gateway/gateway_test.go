@@ -359,32 +359,42 @@ func TestGateway_ProgressLoggingCancel(t *testing.T) {
 	}
 
 	before := backendStats(t, cs)["notifications/cancelled"]
-	slowCalls := func() int { // the slow calls the backend has received, as its state tool says
-		st, err := testserver.State(call(t, cs, "a__state", nil))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st.Tools["slow"]
-	}
-	slowBefore := slowCalls()
+	slowBefore := backendCalls(t, cs, "slow")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__slow", Arguments: map[string]any{"ms": 60000}})
 		done <- err
 	}()
-	// Until the backend has the call: cancelled before the gateway sent it, it would
-	// never reach the backend, and nor would a cancellation.
-	for deadline := time.Now().Add(waitFor); slowCalls() == slowBefore; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the slow call never reached the backend")
-		}
-	}
+	waitBackendCalls(t, cs, "slow", slowBefore)
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("the cancelled call: %v", err)
 	}
 	waitStats(t, cs, func(s map[string]int) bool { return s["notifications/cancelled"] > before })
+}
+
+// backendCalls is how many calls of tool backend a has received from the gateway, as
+// its state tool says (through the front session cs).
+func backendCalls(t *testing.T, cs *mcp.ClientSession, tool string) int {
+	t.Helper()
+	st, err := testserver.State(call(t, cs, "a__state", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Tools[tool]
+}
+
+// waitBackendCalls waits until backend a has received more calls of tool than before:
+// a call cancelled before the gateway sent it never reaches the backend, and nor does
+// its cancellation.
+func waitBackendCalls(t *testing.T, cs *mcp.ClientSession, tool string, before int) {
+	t.Helper()
+	for deadline := time.Now().Add(waitFor); backendCalls(t, cs, tool) == before; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no call of %s reached the backend", tool)
+		}
+	}
 }
 
 // backendStats reads the test server's counts of what reached it.

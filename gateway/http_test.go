@@ -142,27 +142,19 @@ func TestGateway_BadFrontClients(t *testing.T) {
 	// Gone mid-call: a client whose connection drops with a call in flight (no
 	// DELETE, no cancel notification). The backend's call is cancelled.
 	before := backendStats(t, good)["notifications/cancelled"]
+	slowBefore := backendCalls(t, good, "slow")
 	conns := &trackConns{}
 	hc := &http.Client{Transport: &http.Transport{DialContext: conns.dial}}
 	gone := httpFront(t, url, "2025-11-25", hc)
 	go func() {
 		_, _ = gone.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__slow", Arguments: map[string]any{"ms": 60000}})
 	}()
-	waitStats(t, good, func(s map[string]int) bool { return s["tools/call"] > 0 && inFlight(t, g) > 0 })
+	waitBackendCalls(t, good, "slow", slowBefore)
 	conns.closeAll()
 	waitStats(t, good, func(s map[string]int) bool { return s["notifications/cancelled"] > before })
 	if res := call(t, good, "a__echo", map[string]any{"text": "still"}); text(res) != "still" {
 		t.Errorf("after a client went away: %q", text(res))
 	}
-}
-
-// inFlight is how many requests are in flight on the gateway's backend a.
-func inFlight(t *testing.T, g *gateway.Gateway) int64 {
-	st := g.Manager().Conn("a").Status()
-	if st.Session == nil {
-		return 0
-	}
-	return st.Session.InFlight
 }
 
 // trackConns dials and remembers connections, to drop them all at once.
@@ -197,6 +189,7 @@ func TestGateway_StdioClientGone(t *testing.T) {
 	watcher := front(t, g, nil, "")
 	waitTools(t, watcher, has("a__slow"))
 	before := backendStats(t, watcher)["notifications/cancelled"]
+	slowBefore := backendCalls(t, watcher, "slow")
 	toServer, fromClient := io.Pipe()
 	toClient, fromServer := io.Pipe()
 	ss, err := g.Server().Connect(context.Background(), &mcp.IOTransport{Reader: toServer, Writer: fromServer}, nil)
@@ -212,7 +205,7 @@ func TestGateway_StdioClientGone(t *testing.T) {
 		defer close(done)
 		_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__slow", Arguments: map[string]any{"ms": 60000}})
 	}()
-	waitStats(t, watcher, func(map[string]int) bool { return inFlight(t, g) > 0 })
+	waitBackendCalls(t, watcher, "slow", slowBefore)
 	_ = fromClient.Close() // the host is gone: EOF on the gateway's stdin
 	_ = toClient.Close()
 	waitStats(t, watcher, func(s map[string]int) bool { return s["notifications/cancelled"] > before })
