@@ -328,12 +328,7 @@ func (o *leakOutputs) manager(t *testing.T) {
 	quoting := quotingServer(t)
 	j := newJournalServer()
 	good := startFlapping(t, j, false)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refused := l.Addr().String()
-	l.Close()
+	refused := refusedAddr(t)
 	env := map[string]string{
 		"BASIC": basicAuth, "BEARER": "Bearer " + secretHeader, "TOKEN": secretToken, "KEY": secretEnv, "ARG": secretArg,
 		"USER": secretUser, "PASS": secretPass, "Q": secretQuery,

@@ -138,7 +138,9 @@ func TestListToolsIsNeverCached(t *testing.T) {
 	if _, err := s.ClientSession().ListTools(callCtx(t), &mcp.ListToolsParams{}); err != nil {
 		t.Fatal(err)
 	}
-	if got := h.Count("tools/list") - before; got != 4 {
-		t.Errorf("4 lists made %d tools/list requests, want 4", got)
+	// At least one request a list: none answered from a cache. (One more may come:
+	// once in many runs under load, one did, from outside these four.)
+	if got := h.Count("tools/list") - before; got < 4 {
+		t.Errorf("4 lists made %d tools/list requests, want one each", got)
 	}
 }
