@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -125,12 +124,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 	})
 
 	t.Run("http refused, then the breaker", func(t *testing.T) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close() // nothing listens there now
+		addr := refusedAddr(t) // nothing listens there
 		c := out.open(t, "refused", secretHTTPConfig("http://"+addr+"/mcp", false), nil)
 		c.waitFor(t, func(st states.State) bool { return st == states.BreakerOpen })
 		c.call(t, 300*time.Millisecond)
@@ -210,12 +204,7 @@ func TestSecretsNeverLeak(t *testing.T) {
 		old := slog.Default()
 		slog.SetDefault(slog.New(out.handler()))
 		defer slog.SetDefault(old)
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
+		addr := refusedAddr(t)
 		c := out.openWith(t, "default-logger", secretHTTPConfig("http://"+addr+"/mcp", false), nil, false)
 		c.waitAttempts(t, 2)
 		c.close(t)

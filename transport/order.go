@@ -59,8 +59,10 @@ type order struct {
 	wake   chan struct{} // closed when a mark passes; replaced under mu
 }
 
-// orderConn hands out the marks of s's order (see above). Only the SDK's reading
-// goroutine calls Read.
+// orderConn is a session's own view of its connection (stdio, SSE, in memory): it
+// hands out the marks of s's order (see above), and shows s's listens the
+// subscriptions/listen requests written and what answers them (subscribe.go). Only
+// the SDK's reading goroutine calls Read.
 type orderConn struct {
 	mcp.Connection
 	s    *Session
