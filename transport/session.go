@@ -408,7 +408,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 			return nil, err
 		}
 		s.proc = p
-		inner = &mcp.IOTransport{Reader: procReader{p}, Writer: procWriter{p}}
+		inner = &lineTransport{r: procReader{p}, w: procWriter{p}}
 	case KindHTTP:
 		az, err := authorizerFor(cfg, s.log)
 		if err != nil {

@@ -234,7 +234,7 @@ func (p *process) ended(err error) error {
 	return err
 }
 
-// procReader is the child's stdout for mcp.IOTransport. Its Close does
+// procReader is the child's stdout for the session's lineConn. Its Close does
 // nothing: closing the pipe before the child exits could kill it with SIGPIPE;
 // stdout is closed once the child has exited (see closeStdout).
 type procReader struct{ p *process }
@@ -245,7 +245,7 @@ func (r procReader) Read(b []byte) (int, error) { return r.p.stdout.Read(b) }
 // Close does nothing (see procReader).
 func (r procReader) Close() error { return nil }
 
-// procWriter is the child's stdin for mcp.IOTransport. Its Close only closes
+// procWriter is the child's stdin for the session's lineConn. Its Close only closes
 // stdin: the SDK calls it with its connection's lock held, so it must never
 // wait for the child (waiting is Close's business, or the end's: see
 // process.stop and process.ended).

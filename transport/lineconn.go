@@ -1,0 +1,316 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	segjson "github.com/segmentio/encoding/json"
+)
+
+// maxLineLength bounds one message read from a stdio server, as the go-sdk's
+// own stdio connection does (mcp.DefaultMaxLineLength).
+const maxLineLength = mcp.DefaultMaxLineLength
+
+// maxDepth bounds the nesting of a message read from a stdio server, as the
+// go-sdk bounds every value it decodes.
+const maxDepth = 1000
+
+// errLineTooLong is the read error of a stdio server that wrote a message
+// longer than maxLineLength.
+var errLineTooLong = fmt.Errorf("a message from the server exceeded the maximum line length (%d bytes)", maxLineLength)
+
+// lineTransport is a stdio server's transport: its connection is a lineConn
+// over the child's stdout and stdin.
+type lineTransport struct {
+	r io.ReadCloser
+	w io.WriteCloser
+}
+
+// Connect implements mcp.Transport.
+func (t *lineTransport) Connect(context.Context) (mcp.Connection, error) {
+	return newLineConn(t.r, t.w), nil
+}
+
+// lineConn is the connection to a stdio server: newline-delimited JSON-RPC
+// messages. It does what the go-sdk's own stdio connection (mcp.IOTransport)
+// does, message for message (TestLineConnDecodesAsTheSDK and FuzzLineDecode
+// hold it to that), but decodes each message once, from the bytes read, where
+// the SDK decodes it twice through a streaming decoder whose first buffer is
+// 32 KB: two of those per message read were a fifth of all a gateway
+// allocated per call (docs/performance.md).
+//
+// Its reader goroutine belongs to the connection: it ends when the child's
+// stdout ends (closed once the child has exited; see process.closeStdout) or,
+// once Close has been called, at the next message it reads.
+type lineConn struct {
+	r io.ReadCloser
+	w io.WriteCloser
+
+	incoming <-chan lineOrErr
+	closed   chan struct{}
+
+	queue []jsonrpc.Message // the rest of a batch; reads are serialized
+
+	writeMu sync.Mutex
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// lineOrErr is one message read, or the read's error.
+type lineOrErr struct {
+	raw []byte
+	err error
+}
+
+func newLineConn(r io.ReadCloser, w io.WriteCloser) *lineConn {
+	incoming := make(chan lineOrErr)
+	c := &lineConn{r: r, w: w, incoming: incoming, closed: make(chan struct{})}
+	go c.readLoop(incoming)
+	return c
+}
+
+// readLoop reads the stream's JSON values one by one, as the go-sdk's stdio
+// connection does: through one streaming decoder, so a value may span lines,
+// but a value must be followed by a line's end, not by more on its line.
+func (c *lineConn) readLoop(incoming chan<- lineOrErr) {
+	limiter := &lineLimitReader{r: c.r}
+	dec := json.NewDecoder(limiter)
+	for {
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if err == nil {
+			var tr [1]byte
+			if n, readErr := dec.Buffered().Read(tr[:]); n > 0 {
+				if tr[0] != '\n' && tr[0] != '\r' {
+					err = errors.New("invalid trailing data at the end of a message")
+				}
+			} else if readErr != nil && readErr != io.EOF {
+				err = readErr
+			}
+		}
+		select {
+		case incoming <- lineOrErr{raw: raw, err: err}:
+		case <-c.closed:
+			return
+		}
+		if err != nil {
+			return
+		}
+		limiter.n = 0
+	}
+}
+
+// lineLimitReader fails a read once one message has taken maxLineLength bytes.
+type lineLimitReader struct {
+	r io.Reader
+	n int
+}
+
+func (r *lineLimitReader) Read(p []byte) (int, error) {
+	if r.n >= maxLineLength {
+		return 0, errLineTooLong
+	}
+	if len(p) > maxLineLength-r.n {
+		p = p[:maxLineLength-r.n]
+	}
+	n, err := r.r.Read(p)
+	r.n += n
+	return n, err
+}
+
+// SessionID implements mcp.Connection: a stdio connection has none.
+func (c *lineConn) SessionID() string { return "" }
+
+// Read implements mcp.Connection.
+func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if len(c.queue) > 0 {
+		next := c.queue[0]
+		c.queue = c.queue[1:]
+		return next, nil
+	}
+	var raw []byte
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case v := <-c.incoming:
+		if v.err != nil {
+			return nil, v.err
+		}
+		raw = v.raw
+	case <-c.closed:
+		return nil, io.EOF
+	}
+	msgs, err := decodeLine(raw)
+	if err != nil {
+		return nil, err
+	}
+	c.queue = msgs[1:]
+	return msgs[0], nil
+}
+
+// Write implements mcp.Connection: one message, on one line.
+func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	data, err := jsonrpc.EncodeMessage(msg)
+	if err != nil {
+		return fmt.Errorf("marshaling message: %v", err)
+	}
+	data = append(data, '\n')
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	_, err = c.w.Write(data)
+	return err
+}
+
+// Close implements mcp.Connection: it closes both ends (see procReader and
+// procWriter for what that does to a child) and ends pending reads.
+func (c *lineConn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closeErr = errors.Join(c.r.Close(), c.w.Close())
+		close(c.closed)
+	})
+	return c.closeErr
+}
+
+// decodeLine decodes one value read from a stdio server: a message, or a
+// batch of them (which the go-sdk's stdio connection accepts from a server at
+// every protocol version, since its session never tells it the version).
+func decodeLine(data []byte) ([]jsonrpc.Message, error) {
+	if err := checkDepth(data); err != nil {
+		return nil, err
+	}
+	if i := firstNonSpace(data); i < len(data) && data[i] == '[' {
+		var batch []json.RawMessage
+		if err := unmarshal(data, &batch); err == nil {
+			if len(batch) == 0 {
+				return nil, errors.New("empty batch")
+			}
+			msgs := make([]jsonrpc.Message, 0, len(batch))
+			for _, raw := range batch {
+				msg, err := decodeMessage(raw)
+				if err != nil {
+					return nil, err
+				}
+				msgs = append(msgs, msg)
+			}
+			return msgs, nil
+		}
+	}
+	msg, err := decodeMessage(data)
+	if err != nil {
+		return nil, err
+	}
+	return []jsonrpc.Message{msg}, nil
+}
+
+// wireMessage is a JSON-RPC message as it is read (the go-sdk's own).
+type wireMessage struct {
+	VersionTag string          `json:"jsonrpc"`
+	ID         any             `json:"id,omitempty"`
+	Method     json.RawMessage `json:"method"`
+	Params     json.RawMessage `json:"params,omitempty"`
+	Result     json.RawMessage `json:"result,omitempty"`
+	Error      *jsonrpc.Error  `json:"error,omitempty"`
+}
+
+// decodeMessage decodes one JSON-RPC message as jsonrpc.DecodeMessage does.
+func decodeMessage(data []byte) (jsonrpc.Message, error) {
+	var msg wireMessage
+	if err := unmarshal(data, &msg); err != nil {
+		return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
+	}
+	if msg.VersionTag != "2.0" {
+		return nil, fmt.Errorf("invalid message version tag %q; expected %q", msg.VersionTag, "2.0")
+	}
+	id, err := jsonrpc.MakeID(msg.ID)
+	if err != nil {
+		return nil, err
+	}
+	if len(msg.Method) > 0 {
+		var method string
+		if err := unmarshal(msg.Method, &method); err != nil {
+			return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
+		}
+		return &jsonrpc.Request{Method: method, ID: id, Params: msg.Params}, nil
+	}
+	if !id.IsValid() {
+		return nil, errInvalidRequest
+	}
+	resp := &jsonrpc.Response{ID: id, Result: msg.Result}
+	if msg.Error != nil {
+		resp.Error = msg.Error
+	}
+	return resp, nil
+}
+
+// errInvalidRequest is the error of a message that is neither a request nor
+// a response (the go-sdk's jsonrpc2.ErrInvalidRequest, which is not exported).
+var errInvalidRequest = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "JSON RPC invalid request"}
+
+// unmarshal decodes data into v as the go-sdk does (field names matched
+// exactly), from the bytes themselves.
+func unmarshal(data []byte, v any) error {
+	rest, err := segjson.Parse(data, v, segjson.DontMatchCaseInsensitiveStructFields)
+	if err != nil {
+		return err
+	}
+	if i := firstNonSpace(rest); i < len(rest) {
+		return fmt.Errorf("invalid character %q after top-level value", rest[i])
+	}
+	return nil
+}
+
+func firstNonSpace(b []byte) int {
+	return len(b) - len(bytes.TrimLeft(b, " \t\r\n"))
+}
+
+// errTooDeep is the error of a message nested deeper than maxDepth.
+var errTooDeep = fmt.Errorf("json: exceeded maximum nesting depth of %d", maxDepth)
+
+// checkDepth reports errTooDeep if data nests objects and arrays deeper than
+// maxDepth, in one pass that skips the contents of strings (as the go-sdk's
+// own check does).
+func checkDepth(data []byte) error {
+	depth := 0
+	inString, escaped := false, false
+	for _, b := range data {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case b == '\\':
+				escaped = true
+			case b == '"':
+				inString = false
+			}
+			continue
+		}
+		switch b {
+		case '"':
+			inString = true
+		case '{', '[':
+			depth++
+			if depth > maxDepth {
+				return errTooDeep
+			}
+		case '}', ']':
+			if depth > 0 {
+				depth--
+			}
+		}
+	}
+	return nil
+}
