@@ -27,8 +27,10 @@ type Invocation struct {
 	// sooner, once Close has been asked for: see Machine.Close).
 	Timeout       time.Duration
 	TimeoutPolicy string
-	Vars          Vars      // the machine's extended state, a copy
-	Policies      *Policies // the machine's policies; read only
+	// Vars is the machine's extended state: read only, and only until the effect
+	// returns (the owner changes it afterwards).
+	Vars     *Vars
+	Policies *Policies // the machine's policies; read only
 }
 
 // Options configure a Machine. Only Effects is required.
@@ -639,7 +641,7 @@ func (m *Machine) invoke(inv *invokeSpec, now time.Time) (Event, time.Time) {
 	ctx := m.eff.begin(now, due, !closing)
 	out := inv.run(ctx, m.fx, Invocation{
 		Effect: inv.name, State: m.spec.name(m.core.state), Now: now, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
-		Vars: m.core.vars, Policies: &m.pol,
+		Vars: &m.core.vars, Policies: &m.pol,
 	})
 	m.eff.end()
 	if out.Trigger != 0 {

@@ -154,7 +154,7 @@ func (s *Sim) follow(inv *invokeSpec) {
 		timeout := s.core.durs[inv.timeout.field]
 		out := inv.run(context.Background(), s.world, Invocation{
 			Effect: inv.name, State: s.State(), Now: s.now, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,
-			Vars: s.core.vars, Policies: s.core.pol,
+			Vars: &s.core.vars, Policies: s.core.pol,
 		})
 		s.now = s.now.Add(min(max(out.Took, 0), timeout))
 		if out.Trigger == 0 {
