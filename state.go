@@ -39,8 +39,8 @@ func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams
 // without it, and the resource is reported updated once, so that a read finds out.
 // On protocol 2026-07-28, where a subscription is a stream the server acknowledges or
 // refuses apart from the request, Subscribe (and a restore) waits for that word, so
-// that no update made once it returns is missed; a server that says nothing costs a
-// wait of 2 s, and over streamable HTTP a refusal is not seen (see
+// that no update made once it returns is missed, and a refusal is the server's error
+// (the go-sdk drops it unread); a server that says nothing costs a wait of 2 s (see
 // transport.Session.Subscribe).
 func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 	uri := orEmpty(p).URI

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -100,6 +101,7 @@ type lifeRoundTripper struct {
 	auth    authorizer
 	red     *redactor // learns the bearer tokens sent, which errors must not quote
 	order   *order    // the session's, whose marks its SSE bodies hand out (order.go); nil: none
+	listens *listens  // the session's, shown its listens and their first words (subscribe.go); nil: none
 }
 
 // RoundTrip implements http.RoundTripper. With an authorizer, a request to the
@@ -186,6 +188,7 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 	} else {
 		r = req.WithContext(ctx)
 	}
+	listen := rt.listens != nil && req.Method == http.MethodPost && req.Header.Get("Mcp-Method") == "subscriptions/listen" && rt.listens.wroteBody(req)
 	rec, _ := req.Context().Value(statusKey{}).(*answers)
 	post := rec != nil && req.Method == http.MethodPost
 	if post {
@@ -223,11 +226,45 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 		}
 	}
 	resp.Body = body
-	if rt.order != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 && isEventStream(ct) {
-		resp.Body = newSSEMarks(body, rt.order)
+	switch {
+	case rt.order != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 && isEventStream(ct):
+		m := newSSEMarks(body, rt.order)
+		if listen {
+			m.listens = rt.listens
+		}
+		resp.Body = m
+	case listen && !isEventStream(ct):
+		// One JSON message, such as the error of a refusal (with status 400 from
+		// the go-sdk's server): read whole here, within the body's limit, and
+		// handed on as it came.
+		data, err := io.ReadAll(body)
+		body.Close()
+		if msg, derr := decodeMessage(data); derr == nil {
+			rt.listens.read(msg)
+		}
+		resp.Body = &heldBody{r: bytes.NewReader(data), err: err}
 	}
 	return resp, nil
 }
+
+// heldBody is a response body read ahead: its bytes, then the error that ended the
+// read (io.EOF if none).
+type heldBody struct {
+	r   *bytes.Reader
+	err error
+}
+
+// Read implements io.Reader.
+func (b *heldBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF && b.err != nil {
+		err = b.err
+	}
+	return n, err
+}
+
+// Close implements io.Closer.
+func (b *heldBody) Close() error { return nil }
 
 // isEventStream reports whether a Content-Type is text/event-stream.
 func isEventStream(contentType string) bool {

@@ -235,6 +235,7 @@ type sseMarks struct {
 	partial bool   // the last read ended inside a line
 	notes   int    // notifications on this stream since its last mark
 	err     error
+	listens *listens // on the stream of a subscriptions/listen: shown each message
 }
 
 func newSSEMarks(body io.ReadCloser, o *order) *sseMarks {
@@ -298,6 +299,11 @@ func (m *sseMarks) line() {
 	}
 	// The event's end.
 	m.out = m.out[:0]
+	if m.listens != nil {
+		if msg, err := decodeMessage(m.data); err == nil {
+			m.listens.read(msg)
+		}
+	}
 	switch kindOf(m.data) {
 	case kindNote:
 		m.notes++

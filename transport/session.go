@@ -418,6 +418,8 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		s.own = own
 		if isMarkable(client) {
 			hc.Transport.(*lifeRoundTripper).order = &s.order
+			hc.Transport.(*lifeRoundTripper).listens = &s.listens
+			s.listens.on = true
 			ctx = context.WithValue(ctx, orderKey{}, s)
 		}
 		inner = &mcp.StreamableClientTransport{Endpoint: cfg.HTTP.URL, HTTPClient: hc, MaxRetries: cfg.HTTP.MaxRetries}
@@ -455,6 +457,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		s.lt.ends = s
 		if isMarkable(client) {
 			s.lt.order = true
+			s.listens.on = true
 			ctx = context.WithValue(ctx, orderKey{}, s)
 		}
 	}

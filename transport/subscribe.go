@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -23,13 +25,16 @@ import (
 // honor), and answers the listen only when the stream ends, or at once with an error
 // when it refuses. An update of the resource before the registration is not sent.
 //
-//   - Over streamable HTTP the SDK's send of the listen returns once the response to
-//     its POST has begun, which the server starts after the registration (or with its
-//     refusal): nothing more is needed.
-//   - Over stdio and in memory the SDK sends the listen and returns at once, and drops
-//     the answer unread. The session's connection wrapper (orderConn) sees the listen
-//     go out, and its acknowledgment or its error come in; Subscribe waits for one of
-//     them (at most ackWait, for a server that sends neither).
+//   - The SDK drops the listen's answer unread, and so a refusal.
+//   - Over stdio and in memory it sends the listen and returns at once. The session's
+//     connection wrapper (orderConn) sees the listen go out, and its acknowledgment or
+//     its error come in; Subscribe waits for one of them (at most ackWait, for a
+//     server that sends neither).
+//   - Over streamable HTTP its send returns once the response to the listen's POST has
+//     begun, which the server starts after the registration, or with its refusal. The
+//     session's round tripper sees the POST (by its Mcp-Method header) and the
+//     messages of its response (sseMarks, or read ahead if it is one JSON message), and
+//     Subscribe waits for the first of them in the same way.
 //
 // A refused subscription is also taken off the SDK session's own list, which would
 // otherwise keep a later Subscribe of the resource from sending anything; and one
@@ -43,6 +48,7 @@ const ackWait = 2 * time.Second
 // listens are a session's subscriptions/listen requests, from their sending to the
 // first word of the server about them, and the Subscribe calls waiting for that word.
 type listens struct {
+	on      bool         // the session's connection shows them its messages; set before it connects
 	n       atomic.Int32 // len(sent): answers are looked up only while a listen is in flight
 	mu      sync.Mutex
 	sent    map[jsonrpc.ID][]string // the resources each listen in flight asked for
@@ -164,6 +170,29 @@ func (l *listens) wrote(msg jsonrpc.Message) {
 	}
 }
 
+// wroteBody notes the subscriptions/listen request of an HTTP POST, from a copy of its
+// body, and reports whether it did.
+func (l *listens) wroteBody(req *http.Request) bool {
+	if req.GetBody == nil {
+		return false // the SDK's requests have one; without it, the listen goes unwatched
+	}
+	body, err := req.GetBody()
+	if err != nil {
+		return false
+	}
+	defer body.Close()
+	data, err := io.ReadAll(io.LimitReader(body, maxMarkedEvent))
+	if err != nil {
+		return false
+	}
+	msg, err := decodeMessage(data)
+	if err != nil {
+		return false
+	}
+	l.wrote(msg)
+	return true
+}
+
 // read notes a message the session receives: the acknowledgment of a listen, or the
 // answer to one.
 func (l *listens) read(msg jsonrpc.Message) {
@@ -217,7 +246,7 @@ func newProtocol(cs *mcp.ClientSession) bool {
 // file). Errors are wrapped as Request's are.
 func (s *Session) Subscribe(ctx context.Context, uri string) error {
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
-		if !s.lt.order || !newProtocol(cs) {
+		if !s.listens.on || !newProtocol(cs) {
 			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 		}
 		release, err := s.listens.acquire(ctx, uri)

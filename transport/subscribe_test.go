@@ -104,7 +104,8 @@ func TestSubscribeWaitsForTheAcknowledgment(t *testing.T) {
 
 // TestSubscribeRefused: on 2026-07-28 a server refuses a subscription in its
 // acknowledgment (it cannot take subscriptions) or by answering the listen with an
-// error (the resource is unknown); the SDK drops both unread. Subscribe returns the
+// error (the resource is unknown; over HTTP, status 400 with the error); the SDK
+// drops both unread, in memory and over HTTP. Subscribe returns the
 // refusal at once as the server's error, for several subscriptions in flight at once,
 // and again for a second try (the SDK session does not keep a refused one).
 func TestSubscribeRefused(t *testing.T) {
@@ -116,26 +117,50 @@ func TestSubscribeRefused(t *testing.T) {
 		{"in the acknowledgment", true, "test://a"},
 		{"by an error", false, "test://unknown"},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			srv, _ := newSubscribeServer(0, tc.noHandler)
-			s := dial(t, Config{Name: "sub", InMemory: &InMemory{Server: srv}}, Options{})
-			for try := range 2 {
-				start := time.Now()
-				errs := make(chan error, 3)
-				for range 3 {
-					go func() { errs <- s.Subscribe(callCtx(t), tc.uri) }()
+		for _, link := range []string{"in-memory", "stateless http"} {
+			t.Run(tc.name+"/"+link, func(t *testing.T) {
+				srv, _ := newSubscribeServer(0, tc.noHandler)
+				cfg := Config{Name: "sub", InMemory: &InMemory{Server: srv}}
+				if link == "stateless http" {
+					// The go-sdk's server refuses with status 400 and the error, or in
+					// the acknowledgment on the listen's SSE stream.
+					h := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true}))
+					t.Cleanup(h.Close)
+					cfg = Config{Name: "sub", HTTP: &HTTP{URL: h.URL}}
 				}
-				for range 3 {
-					err := <-errs
-					var rpc *jsonrpc.Error
-					if !errors.As(err, &rpc) {
-						t.Errorf("try %d: Subscribe = %v, want the server's refusal (a *jsonrpc.Error)", try, err)
-					}
+				s := dial(t, cfg, Options{})
+				if !newProtocol(s.cs) {
+					t.Fatalf("the session speaks %s, want 2026-07-28 or later", s.InitializeResult().ProtocolVersion)
 				}
-				if took := time.Since(start); took >= ackWait {
-					t.Errorf("try %d: the refusals took %v: they were not read from the server's answer", try, took)
+				subscribeRefused(t, s, tc.uri)
+				// The session still serves.
+				if _, err := s.ClientSession().ReadResource(callCtx(t), &mcp.ReadResourceParams{URI: "test://a"}); err != nil {
+					t.Errorf("ReadResource after the refusals: %v", err)
 				}
+			})
+		}
+	}
+}
+
+// subscribeRefused subscribes s to uri three times at once, twice over, and
+// expects the server's refusal each time, without waiting out ackWait.
+func subscribeRefused(t *testing.T, s *Session, uri string) {
+	t.Helper()
+	for try := range 2 {
+		start := time.Now()
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() { errs <- s.Subscribe(callCtx(t), uri) }()
+		}
+		for range 3 {
+			err := <-errs
+			var rpc *jsonrpc.Error
+			if !errors.As(err, &rpc) {
+				t.Errorf("try %d: Subscribe = %v, want the server's refusal (a *jsonrpc.Error)", try, err)
 			}
-		})
+		}
+		if took := time.Since(start); took >= ackWait {
+			t.Errorf("try %d: the refusals took %v: they were not read from the server's answer", try, took)
+		}
 	}
 }
