@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"sync"
@@ -76,6 +77,9 @@ func (c *orderConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		return m, nil
 	}
 	msg, err := c.Connection.Read(ctx)
+	for err == nil && ownAnswer(msg) {
+		msg, err = c.Connection.Read(ctx) // a relisten's answer: the session's own
+	}
 	c.s.listens.read(msg)
 	o := &c.s.order
 	switch m := msg.(type) {
@@ -98,6 +102,25 @@ func (c *orderConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 func (c *orderConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	c.s.listens.wrote(msg)
 	return c.Connection.Write(ctx, msg)
+}
+
+// relisten sends the list-changed listen again (see relistenRule in subscribe.go),
+// from a goroutine of its own: it is called on the SDK's reading goroutine, which
+// must not wait on a write. The goroutine ends with the write, which the session's
+// life bounds; a session that is closing sends nothing.
+func (c *orderConn) relisten(id jsonrpc.ID, params json.RawMessage) {
+	s := c.s
+	if s.closing.Load() || s.life.Err() != nil {
+		return
+	}
+	req := &jsonrpc.Request{ID: id, Method: "subscriptions/listen", Params: params}
+	s.relistening.Add(1)
+	go func() {
+		defer s.relistening.Done()
+		if err := c.Connection.Write(s.life, req); err != nil {
+			s.logAt(slog.LevelDebug, "sending the list-changed listen again", "error", err)
+		}
+	}()
 }
 
 func markParams(seq uint64) json.RawMessage {

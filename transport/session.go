@@ -105,11 +105,14 @@ type Session struct {
 	pingless atomic.Bool                 // latched: the server refused ping (method-not-found or invalid-params)
 	listed   atomic.Pointer[[]*mcp.Tool] // the first page of tools, as ListTools last listed it
 	closing  atomic.Bool                 // Close was called
-	watched  chan struct{}               // closed once the connection's end has been handled (see endConn, watch)
-	handled  atomic.Bool                 // the end is being handled: watched is closed once, by its handler
-	broken   atomic.Pointer[error]       // why our side brought the session down (see breakDown)
-	order    order                       // the order of the server's notifications and answers (order.go)
-	listens  listens                     // subscriptions on 2026-07-28, as orderConn sees them (subscribe.go)
+	// relistening counts the writes of list-changed listens sent again (order.go),
+	// which teardown waits for once the session's life has ended.
+	relistening sync.WaitGroup
+	watched     chan struct{}         // closed once the connection's end has been handled (see endConn, watch)
+	handled     atomic.Bool           // the end is being handled: watched is closed once, by its handler
+	broken      atomic.Pointer[error] // why our side brought the session down (see breakDown)
+	order       order                 // the order of the server's notifications and answers (order.go)
+	listens     listens               // subscriptions on 2026-07-28, as orderConn sees them (subscribe.go)
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -164,7 +167,9 @@ func (t *lifeTransport) Connect(context.Context) (mcp.Connection, error) {
 		c = t.end
 	}
 	if err == nil && t.ends != nil && t.order {
-		c = &orderConn{Connection: c, s: t.ends}
+		oc := &orderConn{Connection: c, s: t.ends}
+		t.ends.listens.relisten = oc.relisten
+		c = oc
 	}
 	t.conn = c
 	return c, err
@@ -733,6 +738,7 @@ func (s *Session) teardown(termAt time.Time) {
 		}
 	}
 	s.kill(errClosed)
+	s.relistening.Wait() // bounded: each write ends with the session's life
 	if s.own != nil {
 		s.own.CloseIdleConnections()
 	}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,16 +50,41 @@ const ackWait = 2 * time.Second
 // listens are a session's subscriptions/listen requests, from their sending to the
 // first word of the server about them, and the Subscribe calls waiting for that word.
 type listens struct {
-	on      bool         // the session's connection shows them its messages; set before it connects
-	n       atomic.Int32 // len(sent): answers are looked up only while a listen is in flight
-	mu      sync.Mutex
-	sent    map[jsonrpc.ID][]string // the resources each listen in flight asked for
-	waiting []*listenWait
+	on bool // the session's connection shows them its messages; set before it connects
+	// relisten, set by the session's orderConn, sends the list-changed listen again
+	// (see relistenRule); nil where no orderConn is (streamable HTTP).
+	relisten func(id jsonrpc.ID, params json.RawMessage)
+	n        atomic.Int32 // len(sent): answers are looked up only while a listen is in flight
+	mu       sync.Mutex
+	sent     map[jsonrpc.ID][]string // the resources each listen in flight asked for
+	waiting  []*listenWait
 	// busy are the resources a Subscribe is under way for: one at a time per
 	// resource, so that each finds the SDK session's list as the last one left it
 	// (holding the resource, or not after a refusal).
 	busy map[string]chan struct{}
+	// changes are the params of the list-changed listen the SDK opened at connect;
+	// nil if it opened none. open are the resource listens sent and not yet
+	// answered; relistens counts the list-changed listens sent again.
+	changes   json.RawMessage
+	open      map[jsonrpc.ID]bool
+	relistens int
 }
+
+// relistenRule: a go-sdk server (v1.8.0) forgets every list-changed registration of
+// a session whenever any subscriptions/listen of that session ends, whatever that
+// listen asked for: an Unsubscribe, a refused subscription, or one a server without
+// subscriptions answers at once. Its tools/prompts/resources list_changed
+// notifications then stop for good on 2026-07-28 over stdio and in memory (a
+// stateless HTTP listen has a session of its own). So once the answer that ends a
+// resource listen of the session comes (the server has run its cleanup by then),
+// the list-changed listen the SDK opened at connect is sent again, with the SDK's
+// own params, up to maxRelistens times a session (each stays open on the server
+// until the session ends: ending one would forget the registrations again). Its
+// answers are the session's own, not the SDK's (ownAnswer).
+const maxRelistens = 64
+
+// relistenPrefix begins the request IDs of the listens relisten sends.
+const relistenPrefix = "mcpfsm-relisten-"
 
 // A listenWait is a Subscribe waiting for the server's word on its resource.
 type listenWait struct {
@@ -131,7 +158,7 @@ func (l *listens) settle(id jsonrpc.ID, answer func(uri string) error) {
 		return
 	}
 	delete(l.sent, id)
-	l.n.Store(int32(len(l.sent)))
+	l.n.Store(int32(len(l.sent) + len(l.open)))
 	l.waiting = slices.DeleteFunc(l.waiting, func(w *listenWait) bool {
 		if !w.sent || w.id != id {
 			return false
@@ -150,19 +177,35 @@ func (l *listens) wrote(msg jsonrpc.Message) {
 	var p struct {
 		Notifications struct {
 			ResourceSubscriptions []string `json:"resourceSubscriptions"`
+			ToolsListChanged      bool     `json:"toolsListChanged"`
+			PromptsListChanged    bool     `json:"promptsListChanged"`
+			ResourcesListChanged  bool     `json:"resourcesListChanged"`
 		} `json:"notifications"`
 	}
-	if json.Unmarshal(req.Params, &p) != nil || len(p.Notifications.ResourceSubscriptions) == 0 {
+	if json.Unmarshal(req.Params, &p) != nil {
 		return
 	}
-	uris := p.Notifications.ResourceSubscriptions
+	n := p.Notifications
+	if len(n.ResourceSubscriptions) == 0 {
+		if n.ToolsListChanged || n.PromptsListChanged || n.ResourcesListChanged {
+			l.mu.Lock()
+			if l.changes == nil {
+				l.changes = slices.Clone(req.Params)
+			}
+			l.mu.Unlock()
+		}
+		return
+	}
+	uris := n.ResourceSubscriptions
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.sent == nil {
 		l.sent = map[jsonrpc.ID][]string{}
+		l.open = map[jsonrpc.ID]bool{}
 	}
 	l.sent[req.ID] = uris
-	l.n.Store(int32(len(l.sent)))
+	l.open[req.ID] = true
+	l.n.Store(int32(len(l.sent) + len(l.open)))
 	for _, w := range l.waiting {
 		if !w.sent && slices.Contains(uris, w.uri) {
 			w.id, w.sent = req.ID, true
@@ -201,6 +244,7 @@ func (l *listens) read(msg jsonrpc.Message) {
 		if l.n.Load() == 0 {
 			return
 		}
+		defer l.ended(m.ID)
 		l.settle(m.ID, func(string) error {
 			if m.Error != nil {
 				return m.Error // the server's refusal
@@ -232,6 +276,46 @@ func (l *listens) read(msg jsonrpc.Message) {
 			return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("the server's acknowledgment of subscriptions/listen left out %q: the subscription is refused", uri)}
 		})
 	}
+}
+
+// ended notes the answer to request id: if it ends a resource listen, the
+// list-changed listen is sent again (relistenRule).
+func (l *listens) ended(id jsonrpc.ID) {
+	l.mu.Lock()
+	if !l.open[id] {
+		l.mu.Unlock()
+		return
+	}
+	delete(l.open, id)
+	l.n.Store(int32(len(l.sent) + len(l.open)))
+	params, send := l.changes, l.changes != nil && l.relisten != nil && l.relistens < maxRelistens
+	next := relistenID(l.relistens)
+	if send {
+		l.relistens++
+	}
+	l.mu.Unlock()
+	if send {
+		l.relisten(next, params)
+	}
+}
+
+// relistenID is the request ID of the n-th listen relisten sends.
+func relistenID(n int) jsonrpc.ID {
+	id, _ := jsonrpc.MakeID(relistenPrefix + strconv.Itoa(n))
+	return id
+}
+
+// isRelisten reports whether id is that of a listen relisten sent.
+func isRelisten(id jsonrpc.ID) bool {
+	s, ok := id.Raw().(string)
+	return ok && strings.HasPrefix(s, relistenPrefix)
+}
+
+// ownAnswer reports whether msg answers a listen relisten sent: the session's own,
+// which the SDK, never having sent it, must not see.
+func ownAnswer(msg jsonrpc.Message) bool {
+	r, ok := msg.(*jsonrpc.Response)
+	return ok && isRelisten(r.ID)
 }
 
 // newProtocol reports whether cs speaks protocol 2026-07-28 or later.

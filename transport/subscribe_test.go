@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -162,5 +163,41 @@ func subscribeRefused(t *testing.T, s *Session, uri string) {
 		if took := time.Since(start); took >= ackWait {
 			t.Errorf("try %d: the refusals took %v: they were not read from the server's answer", try, took)
 		}
+	}
+}
+
+// TestToolsChangedAfterListensEnd: a go-sdk server forgets a session's list-changed
+// registrations whenever any of its subscriptions/listen ends (relistenRule). After
+// an Unsubscribe, a refused Subscribe and a Subscribe to a server that cannot take
+// subscriptions, a change of the server's tools is still reported, on every
+// transport.
+func TestToolsChangedAfterListensEnd(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			changed := make(chan struct{}, 16)
+			s := dial(t, k.start(t, testserver.Options{}), Options{OnToolsChanged: func() { changed <- struct{}{} }})
+			if err := s.Subscribe(callCtx(t), "test://static/a"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Unsubscribe(callCtx(t), "test://static/a"); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Subscribe(callCtx(t), "test://nothing/here"); err == nil {
+				t.Error("Subscribe to an unknown resource succeeded")
+			}
+			// The server ends each listen, and forgets, on its own time: a change
+			// made before that would be reported anyway.
+			time.Sleep(200 * time.Millisecond)
+			for range 2 {
+				if _, err := s.CallTool(callCtx(t), &mcp.CallToolParams{Name: "change_tools"}); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case <-changed:
+				case <-time.After(5 * time.Second):
+					t.Fatalf("a change of the tools after the listens ended was not reported (protocol %s)", s.ProtocolVersion())
+				}
+			}
+		})
 	}
 }
