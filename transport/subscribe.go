@@ -66,8 +66,14 @@ type listens struct {
 	// nil if it opened none. open are the resource listens sent and not yet
 	// answered; relistens counts the list-changed listens sent again.
 	changes   json.RawMessage
-	open      map[jsonrpc.ID]bool
+	open      map[jsonrpc.ID]*openListen
 	relistens int
+}
+
+// openListen is a resource listen sent whose answer, which ends it, has not come.
+type openListen struct {
+	uris  []string
+	ended chan struct{} // closed when the answer comes
 }
 
 // relistenRule: a go-sdk server (v1.8.0) forgets every list-changed registration of
@@ -201,10 +207,10 @@ func (l *listens) wrote(msg jsonrpc.Message) {
 	defer l.mu.Unlock()
 	if l.sent == nil {
 		l.sent = map[jsonrpc.ID][]string{}
-		l.open = map[jsonrpc.ID]bool{}
+		l.open = map[jsonrpc.ID]*openListen{}
 	}
 	l.sent[req.ID] = uris
-	l.open[req.ID] = true
+	l.open[req.ID] = &openListen{uris: uris, ended: make(chan struct{})}
 	l.n.Store(int32(len(l.sent) + len(l.open)))
 	for _, w := range l.waiting {
 		if !w.sent && slices.Contains(uris, w.uri) {
@@ -282,11 +288,13 @@ func (l *listens) read(msg jsonrpc.Message) {
 // list-changed listen is sent again (relistenRule).
 func (l *listens) ended(id jsonrpc.ID) {
 	l.mu.Lock()
-	if !l.open[id] {
+	ol := l.open[id]
+	if ol == nil {
 		l.mu.Unlock()
 		return
 	}
 	delete(l.open, id)
+	close(ol.ended)
 	l.n.Store(int32(len(l.sent) + len(l.open)))
 	params, send := l.changes, l.changes != nil && l.relisten != nil && l.relistens < maxRelistens
 	next := relistenID(l.relistens)
@@ -373,7 +381,10 @@ func (s *Session) awaitListen(ctx context.Context, cs *mcp.ClientSession, w *lis
 }
 
 // Unsubscribe cancels the session's subscription to uri, once no Subscribe for it is
-// under way.
+// under way. On protocol 2026-07-28 over stdio and in memory it returns once the
+// server has ended the listen (at most ackWait): a go-sdk server unsubscribes an ended
+// listen's resources by session and resource, and would take away a subscription to
+// the same resource made in the meantime.
 func (s *Session) Unsubscribe(ctx context.Context, uri string) error {
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
 		release, err := s.listens.acquire(ctx, uri)
@@ -381,6 +392,39 @@ func (s *Session) Unsubscribe(ctx context.Context, uri string) error {
 			return err
 		}
 		defer release()
-		return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
+		var ends []<-chan struct{}
+		if s.listens.relisten != nil && newProtocol(cs) {
+			ends = s.listens.endsOf(uri)
+		}
+		if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
+			return err
+		}
+		t := time.NewTimer(ackWait)
+		defer t.Stop()
+		for _, end := range ends {
+			select {
+			case <-end:
+			case <-t.C:
+				return nil // the server is slow to end it: not an error of the unsubscribe
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-s.life.Done():
+				return nil
+			}
+		}
+		return nil
 	})
+}
+
+// endsOf returns the channels that close when the open listens for uri end.
+func (l *listens) endsOf(uri string) []<-chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var ends []<-chan struct{}
+	for _, ol := range l.open {
+		if slices.Contains(ol.uris, uri) {
+			ends = append(ends, ol.ended)
+		}
+	}
+	return ends
 }

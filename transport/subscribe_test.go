@@ -201,3 +201,40 @@ func TestToolsChangedAfterListensEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestResubscribeAfterUnsubscribe: Unsubscribe then Subscribe of one resource leaves
+// the resource subscribed. (A go-sdk server runs the unsubscribe of an ended listen
+// keyed by session and resource: run after the new listen registered, it took the
+// new subscription away.)
+func TestResubscribeAfterUnsubscribe(t *testing.T) {
+	for _, k := range kinds {
+		t.Run(k.name, func(t *testing.T) {
+			s := dial(t, k.start(t, testserver.Options{}), Options{})
+			const uri = "test://static/a"
+			lost := 0
+			for range 30 {
+				for _, step := range []func(context.Context, string) error{s.Subscribe, s.Unsubscribe, s.Subscribe} {
+					if err := step(callCtx(t), uri); err != nil {
+						t.Fatal(err)
+					}
+				}
+				res, err := s.CallTool(callCtx(t), &mcp.CallToolParams{Name: "touch", Arguments: map[string]any{"uri": uri}})
+				if err != nil || res.IsError {
+					t.Fatalf("touch: %v %+v", err, res)
+				}
+				// The number of sessions subscribed: 0 if the subscription was taken
+				// away (over stateless HTTP each listen is a session of its own, and
+				// the old one may still count until the server sees it cancelled).
+				if got := res.Content[0].(*mcp.TextContent).Text; got == "0" {
+					lost++
+				}
+				if err := s.Unsubscribe(callCtx(t), uri); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if lost > 0 {
+				t.Errorf("after Unsubscribe and Subscribe, the server had no subscription in %d of 30 rounds (protocol %s)", lost, s.ProtocolVersion())
+			}
+		})
+	}
+}
