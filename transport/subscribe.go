@@ -42,6 +42,15 @@ import (
 // otherwise keep a later Subscribe of the resource from sending anything; and one
 // Subscribe (or Unsubscribe) at a time per resource finds that list as the last one
 // left it.
+//
+// Two faults of the go-sdk's server (v1.8.0) are worked around where the session
+// sees its answers (stdio and in memory; a stateless HTTP listen is a session of its
+// own, which they do not touch). When a listen ends, the server's cleanup
+//   - unsubscribes its resources by session and resource: Unsubscribe therefore
+//     returns only once the answer ending the listen has come (the cleanup has run),
+//     so that a Subscribe of the resource that follows is not undone;
+//   - forgets every list-changed registration of the session: the list-changed
+//     listen is then sent again (relistenRule).
 
 // ackWait bounds how long Subscribe waits for a server to acknowledge or refuse a
 // subscription.
