@@ -272,6 +272,11 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	if !ok {
 		return mcp.ResourceNotFoundError(uri)
 	}
+	release, err := g.subTurns.Acquire(ctx, uri)
+	if err != nil {
+		return err
+	}
+	defer release()
 	g.sessMu.Lock()
 	if g.subs[req.Session][uri] {
 		g.sessMu.Unlock()
@@ -302,11 +307,24 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 }
 
 func (g *Gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	return g.dropSub(ctx, req.Session, req.Params.URI)
+}
+
+// dropSub forgets a front subscription and, if it was the last to the URI,
+// unsubscribes the backend. The count and the backend's subscription change in the
+// URI's turn (subTurns), as in subscribe and restore: a subscribe racing the last
+// unsubscribe would otherwise reach the backend first and be undone.
+func (g *Gateway) dropSub(ctx context.Context, ss *mcp.ServerSession, uri string) error {
+	release, err := g.subTurns.Acquire(ctx, uri)
+	if err != nil {
+		return err
+	}
+	defer release()
 	g.sessMu.Lock()
-	last := g.dropSubLocked(req.Session, req.Params.URI)
+	last := g.dropSubLocked(ss, uri)
 	g.sessMu.Unlock()
 	if last != nil {
-		g.unsubscribeBackend(ctx, *last, req.Params.URI)
+		g.unsubscribeBackend(ctx, *last, uri)
 	}
 	return nil
 }
@@ -445,6 +463,17 @@ func (g *Gateway) restore(servers []string) {
 		g.spawn(func() {
 			ctx, cancel := context.WithTimeout(g.ctx, 5*time.Minute)
 			defer cancel()
+			release, err := g.subTurns.Acquire(ctx, uri)
+			if err != nil {
+				return
+			}
+			defer release()
+			g.sessMu.Lock()
+			still := g.subCount[uri] > 0 && g.subConn[uri] == r
+			g.sessMu.Unlock()
+			if !still {
+				return // unsubscribed meanwhile
+			}
 			if err := g.m.Subscribe(ctx, r.server, &mcp.SubscribeParams{URI: uri}); err != nil {
 				g.log.Debug("mcpfsm gateway: restoring a subscription", "server", r.server, "err", err)
 			}
@@ -529,16 +558,17 @@ func (g *Gateway) sweep() {
 			rootsGone = true
 		}
 	}
-	var drops []route
-	var dropURIs []string
+	type sub struct {
+		ss  *mcp.ServerSession
+		uri string
+	}
+	var gone []sub
 	for ss, uris := range g.subs {
 		if live[ss] {
 			continue
 		}
 		for uri := range uris {
-			if r := g.dropSubLocked(ss, uri); r != nil {
-				drops, dropURIs = append(drops, *r), append(dropURIs, uri)
-			}
+			gone = append(gone, sub{ss, uri})
 		}
 	}
 	levelChanged := levelGone && g.recomputeLevelLocked()
@@ -549,7 +579,7 @@ func (g *Gateway) sweep() {
 	if rootsGone {
 		g.pushRoots()
 	}
-	for i, r := range drops {
-		g.unsubscribeBackend(g.ctx, r, dropURIs[i])
+	for _, sub := range gone {
+		_ = g.dropSub(g.ctx, sub.ss, sub.uri) // an error is the gateway's end
 	}
 }

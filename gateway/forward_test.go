@@ -114,3 +114,39 @@ func TestGateway_SubscriptionsOfGoneSessions(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestGateway_SubscribeRacesUnsubscribe: one front session subscribes to a URI just
+// as the last other one unsubscribes from it; the backend stays subscribed, as the
+// gateway's count says it must.
+func TestGateway_SubscribeRacesUnsubscribe(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	one, two := front(t, g, nil, "2025-11-25"), front(t, g, nil, "2025-11-25")
+	waitTools(t, one, has("a__echo"))
+	const uri = "test://static/a"
+	wrong := 0
+	for range 40 {
+		if err := one.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 2)
+		go func() { errs <- one.Unsubscribe(callCtx(t), &mcp.UnsubscribeParams{URI: uri}) }()
+		go func() { errs <- two.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: uri}) }()
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := g.Manager().Conn("a").Subscriptions(); len(got) != 1 {
+			wrong++
+		}
+		if err := two.Unsubscribe(callCtx(t), &mcp.UnsubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+		if got := g.Manager().Conn("a").Subscriptions(); len(got) != 0 {
+			t.Fatalf("the backend is subscribed to %v with no front session subscribed", got)
+		}
+	}
+	if wrong > 0 {
+		t.Errorf("in %d of 40 rounds the backend was not subscribed while a front session was", wrong)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/internal/turn"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -91,6 +92,9 @@ type Gateway struct {
 	subs     map[*mcp.ServerSession]map[string]bool // front subscriptions, by session
 	subCount map[string]int                         // front subscriptions, by URI
 	subConn  map[string]route                       // the backend each subscribed URI went to
+	// subTurns holds, per URI, the change of its front subscriptions and the
+	// backend subscribe or unsubscribe it leads to (see dropSub).
+	subTurns turn.Turns
 
 	broadcast *outbox // notifications not tied to a call
 

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/internal/turn"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -67,10 +68,10 @@ type listens struct {
 	mu       sync.Mutex
 	sent     map[jsonrpc.ID][]string // the resources each listen in flight asked for
 	waiting  []*listenWait
-	// busy are the resources a Subscribe is under way for: one at a time per
-	// resource, so that each finds the SDK session's list as the last one left it
-	// (holding the resource, or not after a refusal).
-	busy map[string]chan struct{}
+	// turns are the resources a Subscribe or Unsubscribe is under way for: one at a
+	// time per resource, so that each finds the SDK session's list as the last one
+	// left it (holding the resource, or not after a refusal).
+	turns turn.Turns
 	// changes are the params of the list-changed listen the SDK opened at connect;
 	// nil if it opened none. open are the resource listens sent and not yet
 	// answered; relistens counts the list-changed listens sent again.
@@ -107,37 +108,6 @@ type listenWait struct {
 	id   jsonrpc.ID // the listen that asked for it, once sent
 	sent bool
 	got  chan error // nil: in force; else the refusal
-}
-
-// acquire waits until no other Subscribe is under way for uri, or ctx ends, and
-// returns the release of its turn.
-func (l *listens) acquire(ctx context.Context, uri string) (release func(), err error) {
-	l.mu.Lock()
-	for {
-		ch, ok := l.busy[uri]
-		if !ok {
-			break
-		}
-		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-		l.mu.Lock()
-	}
-	if l.busy == nil {
-		l.busy = map[string]chan struct{}{}
-	}
-	ch := make(chan struct{})
-	l.busy[uri] = ch
-	l.mu.Unlock()
-	return func() {
-		l.mu.Lock()
-		delete(l.busy, uri)
-		l.mu.Unlock()
-		close(ch)
-	}, nil
 }
 
 // expect registers a wait for the server's word on uri. Call done with it.
@@ -350,7 +320,7 @@ func (s *Session) Subscribe(ctx context.Context, uri string) error {
 		if !s.listens.on || !newProtocol(cs) {
 			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 		}
-		release, err := s.listens.acquire(ctx, uri)
+		release, err := s.listens.turns.Acquire(ctx, uri)
 		if err != nil {
 			return err
 		}
@@ -396,7 +366,7 @@ func (s *Session) awaitListen(ctx context.Context, cs *mcp.ClientSession, w *lis
 // the same resource made in the meantime.
 func (s *Session) Unsubscribe(ctx context.Context, uri string) error {
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
-		release, err := s.listens.acquire(ctx, uri)
+		release, err := s.listens.turns.Acquire(ctx, uri)
 		if err != nil {
 			return err
 		}
