@@ -64,7 +64,7 @@ type listens struct {
 	// relisten, set by the session's orderConn, sends the list-changed listen again
 	// (see relistenRule); nil where no orderConn is (streamable HTTP).
 	relisten func(id jsonrpc.ID, params json.RawMessage)
-	n        atomic.Int32 // len(sent): answers are looked up only while a listen is in flight
+	n        atomic.Int32 // len(sent) + len(open): answers are looked up only while there are any
 	mu       sync.Mutex
 	sent     map[jsonrpc.ID][]string // the resources each listen in flight asked for
 	waiting  []*listenWait
@@ -74,7 +74,8 @@ type listens struct {
 	turns turn.Turns
 	// changes are the params of the list-changed listen the SDK opened at connect;
 	// nil if it opened none. open are the resource listens sent and not yet
-	// answered; relistens counts the list-changed listens sent again.
+	// answered, where relisten is set; relistens counts the list-changed listens
+	// sent again.
 	changes   json.RawMessage
 	open      map[jsonrpc.ID]*openListen
 	relistens int
@@ -189,7 +190,11 @@ func (l *listens) wrote(msg jsonrpc.Message) {
 		l.open = map[jsonrpc.ID]*openListen{}
 	}
 	l.sent[req.ID] = uris
-	l.open[req.ID] = &openListen{uris: uris, ended: make(chan struct{})}
+	if l.relisten != nil {
+		// Only where the answers that end listens are seen (orderConn): over
+		// streamable HTTP a listen's stream may end without one.
+		l.open[req.ID] = &openListen{uris: uris, ended: make(chan struct{})}
+	}
 	l.n.Store(int32(len(l.sent) + len(l.open)))
 	for _, w := range l.waiting {
 		if !w.sent && slices.Contains(uris, w.uri) {
