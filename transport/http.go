@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -13,6 +14,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
 
 // MaxResponseBody is the most bytes a session reads of one HTTP response body
@@ -188,7 +191,11 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 	} else {
 		r = req.WithContext(ctx)
 	}
-	listen := rt.listens != nil && req.Method == http.MethodPost && req.Header.Get("Mcp-Method") == "subscriptions/listen" && rt.listens.wroteBody(req)
+	var listen bool
+	var listenID jsonrpc.ID
+	if rt.listens != nil && req.Method == http.MethodPost && req.Header.Get("Mcp-Method") == "subscriptions/listen" {
+		listenID, listen = rt.listens.wroteBody(req)
+	}
 	rec, _ := req.Context().Value(statusKey{}).(*answers)
 	post := rec != nil && req.Method == http.MethodPost
 	if post {
@@ -198,6 +205,9 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 	if err != nil {
 		if post && errors.Is(err, syscall.ECONNREFUSED) {
 			rec.sent.Store(false)
+		}
+		if listen {
+			rt.listens.failed(listenID, err)
 		}
 		release()
 		return nil, err
@@ -233,18 +243,53 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 			m.listens = rt.listens
 		}
 		resp.Body = m
-	case listen && !isEventStream(ct):
-		// One JSON message, such as the error of a refusal (with status 400 from
-		// the go-sdk's server): read whole here, within the body's limit, and
-		// handed on as it came.
+	case listen && (resp.StatusCode < 200 || resp.StatusCode > 299):
+		// A refusal (status 400 and the error, from the go-sdk's server): read
+		// whole here, within MaxErrorBody, and handed on as it came. One that
+		// is not a JSON-RPC message fails the listen with its status.
 		data, err := io.ReadAll(body)
 		body.Close()
 		if msg, derr := decodeMessage(data); derr == nil {
 			rt.listens.read(msg)
+		} else {
+			rt.listens.failed(listenID, fmt.Errorf("the server answered subscriptions/listen with HTTP status %d", resp.StatusCode))
 		}
 		resp.Body = &heldBody{r: bytes.NewReader(data), err: err}
+	case listen && !isEventStream(ct):
+		// One JSON message, which a server may send only when the listen ends:
+		// shown to the listens when the SDK's reader has read it whole.
+		resp.Body = &listenAnswer{ReadCloser: body, l: rt.listens}
 	}
 	return resp, nil
+}
+
+// listenAnswer is the body of a JSON (not SSE) 2xx answer to a subscriptions/listen
+// POST: its one message, once read whole by the SDK, is shown to the listens.
+type listenAnswer struct {
+	io.ReadCloser
+	l    *listens
+	data []byte
+	done bool
+}
+
+// Read implements io.Reader.
+func (a *listenAnswer) Read(p []byte) (int, error) {
+	n, err := a.ReadCloser.Read(p)
+	if !a.done {
+		if len(a.data)+n > maxMarkedEvent {
+			a.done, a.data = true, nil // too long to be an answer worth reading
+		} else {
+			a.data = append(a.data, p[:n]...)
+		}
+	}
+	if err == io.EOF && !a.done {
+		a.done = true
+		if msg, derr := decodeMessage(a.data); derr == nil {
+			a.l.read(msg)
+		}
+		a.data = nil
+	}
+	return n, err
 }
 
 // heldBody is a response body read ahead: its bytes, then the error that ended the

@@ -204,26 +204,33 @@ func (l *listens) wrote(msg jsonrpc.Message) {
 }
 
 // wroteBody notes the subscriptions/listen request of an HTTP POST, from a copy of its
-// body, and reports whether it did.
-func (l *listens) wroteBody(req *http.Request) bool {
+// body, and returns its ID, if it did.
+func (l *listens) wroteBody(req *http.Request) (jsonrpc.ID, bool) {
 	if req.GetBody == nil {
-		return false // the SDK's requests have one; without it, the listen goes unwatched
+		return jsonrpc.ID{}, false // the SDK's requests have one; without it, the listen goes unwatched
 	}
 	body, err := req.GetBody()
 	if err != nil {
-		return false
+		return jsonrpc.ID{}, false
 	}
 	defer body.Close()
 	data, err := io.ReadAll(io.LimitReader(body, maxMarkedEvent))
 	if err != nil {
-		return false
+		return jsonrpc.ID{}, false
 	}
 	msg, err := decodeMessage(data)
-	if err != nil {
-		return false
+	req2, ok := msg.(*jsonrpc.Request)
+	if err != nil || !ok {
+		return jsonrpc.ID{}, false
 	}
 	l.wrote(msg)
-	return true
+	return req2.ID, true
+}
+
+// failed settles the waits on listen id with err: the listen never reached the
+// server, or its answer was no JSON-RPC message.
+func (l *listens) failed(id jsonrpc.ID, err error) {
+	l.settle(id, func(string) error { return err })
 }
 
 // read notes a message the session receives: the acknowledgment of a listen, or the
