@@ -242,58 +242,53 @@ func TestResubscribeAfterUnsubscribe(t *testing.T) {
 // TestSubscribeHTTPListenAnswers: over streamable HTTP, a listen whose answer is
 // not an SSE stream: a JSON answer held until the listen ends does not hold
 // Subscribe beyond ackWait (nor past its context), and a refusal that is no
-// JSON-RPC message (503, plain text) is an error at once.
+// JSON-RPC message (503, plain text) is an error at once. (Each ends the go-sdk's
+// connection, the first when the listen is cancelled: each has a session of its own.)
 func TestSubscribeHTTPListenAnswers(t *testing.T) {
-	srv, _ := newSubscribeServer(0, false)
-	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
-	var mode sync.Mutex
-	answer := "held"
-	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Mcp-Method") != "subscriptions/listen" {
-			sdk.ServeHTTP(w, r)
-			return
-		}
-		mode.Lock()
-		a := answer
-		mode.Unlock()
-		switch a {
-		case "held":
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusOK)
-			w.(http.Flusher).Flush()
-			<-r.Context().Done()
-		case "plain":
-			http.Error(w, "busy", http.StatusServiceUnavailable)
-		}
-	}))
-	t.Cleanup(h.Close)
-	s := dial(t, Config{Name: "sub", HTTP: &HTTP{URL: h.URL}}, Options{})
-	if !newProtocol(s.cs) {
-		t.Fatalf("the session speaks %s, want 2026-07-28 or later", s.InitializeResult().ProtocolVersion)
-	}
-
-	start := time.Now()
-	err := s.Subscribe(callCtx(t), "test://a")
-	if took := time.Since(start); took > ackWait+time.Second {
-		t.Errorf("Subscribe with its listen's JSON answer held took %v, want at most about ackWait (%v)", took, ackWait)
-	}
-	if err != nil {
-		t.Errorf("Subscribe with its listen's JSON answer held = %v, want it taken as made", err)
-	}
-	if err := s.Unsubscribe(callCtx(t), "test://a"); err != nil {
-		t.Fatal(err)
-	}
-
-	// A 503 answer ends the go-sdk's whole connection; Subscribe says so at once,
-	// rather than take the subscription as made.
-	mode.Lock()
-	answer = "plain"
-	mode.Unlock()
-	start = time.Now()
-	if err := s.Subscribe(callCtx(t), "test://a"); err == nil {
-		t.Error("Subscribe answered 503 = nil, want an error")
-	}
-	if took := time.Since(start); took >= ackWait {
-		t.Errorf("the 503 took %v to be seen", took)
+	for _, answer := range []string{"held", "plain"} {
+		t.Run(answer, func(t *testing.T) {
+			srv, _ := newSubscribeServer(0, false)
+			sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
+			h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Header.Get("Mcp-Method") != "subscriptions/listen" {
+					sdk.ServeHTTP(w, r)
+					return
+				}
+				switch answer {
+				case "held":
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusOK)
+					w.(http.Flusher).Flush()
+					<-r.Context().Done()
+				case "plain":
+					http.Error(w, "busy", http.StatusServiceUnavailable)
+				}
+			}))
+			t.Cleanup(h.Close)
+			s := dial(t, Config{Name: "sub", HTTP: &HTTP{URL: h.URL}}, Options{})
+			if !newProtocol(s.cs) {
+				t.Fatalf("the session speaks %s, want 2026-07-28 or later", s.InitializeResult().ProtocolVersion)
+			}
+			start := time.Now()
+			err := s.Subscribe(callCtx(t), "test://a")
+			took := time.Since(start)
+			switch answer {
+			case "held":
+				if took > ackWait+time.Second {
+					t.Errorf("Subscribe with its listen's JSON answer held took %v, want at most about ackWait (%v)", took, ackWait)
+				}
+				if err != nil {
+					t.Errorf("Subscribe with its listen's JSON answer held = %v, want it taken as made", err)
+				}
+			case "plain":
+				// (A 503 answer ends the go-sdk's whole connection.)
+				if err == nil {
+					t.Error("Subscribe answered 503 = nil, want an error")
+				}
+				if took >= ackWait {
+					t.Errorf("the 503 took %v to be seen", took)
+				}
+			}
+		})
 	}
 }
