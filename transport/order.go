@@ -78,7 +78,11 @@ func (c *orderConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	}
 	msg, err := c.Connection.Read(ctx)
 	for err == nil && ownAnswer(msg) {
-		msg, err = c.Connection.Read(ctx) // a relisten's answer: the session's own
+		// A relisten's answer: the session's own (relistenRule).
+		if next := c.s.listens.relistenEnded(msg.(*jsonrpc.Response).ID); next != nil {
+			c.send(next)
+		}
+		msg, err = c.Connection.Read(ctx)
 	}
 	c.s.listens.read(msg)
 	o := &c.s.order
@@ -104,20 +108,21 @@ func (c *orderConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	return c.Connection.Write(ctx, msg)
 }
 
-// relisten sends the list-changed listen again (see relistenRule in subscribe.go),
+// send writes a message of the session's own (see relistenRule in subscribe.go),
 // from a goroutine of its own: it is called on the SDK's reading goroutine, which
 // must not wait on a write. The goroutine ends with the write, which the session's
-// life bounds; a session that is closing sends nothing.
-func (c *orderConn) relisten(id jsonrpc.ID, params json.RawMessage) {
+// life bounds; once the session is closing nothing is sent.
+func (c *orderConn) send(msg jsonrpc.Message) {
 	s := c.s
-	if s.closing.Load() || s.life.Err() != nil {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.sendDone || s.closing.Load() || s.life.Err() != nil {
 		return
 	}
-	req := &jsonrpc.Request{ID: id, Method: "subscriptions/listen", Params: params}
-	s.relistening.Add(1)
+	s.sending.Add(1)
 	go func() {
-		defer s.relistening.Done()
-		if err := c.Connection.Write(s.life, req); err != nil {
+		defer s.sending.Done()
+		if err := c.Connection.Write(s.life, msg); err != nil {
 			s.logAt(slog.LevelDebug, "sending the list-changed listen again", "error", err)
 		}
 	}()

@@ -105,14 +105,17 @@ type Session struct {
 	pingless atomic.Bool                 // latched: the server refused ping (method-not-found or invalid-params)
 	listed   atomic.Pointer[[]*mcp.Tool] // the first page of tools, as ListTools last listed it
 	closing  atomic.Bool                 // Close was called
-	// relistening counts the writes of list-changed listens sent again (order.go),
-	// which teardown waits for once the session's life has ended.
-	relistening sync.WaitGroup
-	watched     chan struct{}         // closed once the connection's end has been handled (see endConn, watch)
-	handled     atomic.Bool           // the end is being handled: watched is closed once, by its handler
-	broken      atomic.Pointer[error] // why our side brought the session down (see breakDown)
-	order       order                 // the order of the server's notifications and answers (order.go)
-	listens     listens               // subscriptions on 2026-07-28, as orderConn sees them (subscribe.go)
+	// sending counts the writes of the session's own messages (orderConn.send),
+	// which teardown waits for once the session's life has ended; sendDone, under
+	// sendMu, stops new ones.
+	sending  sync.WaitGroup
+	sendMu   sync.Mutex
+	sendDone bool
+	watched  chan struct{}         // closed once the connection's end has been handled (see endConn, watch)
+	handled  atomic.Bool           // the end is being handled: watched is closed once, by its handler
+	broken   atomic.Pointer[error] // why our side brought the session down (see breakDown)
+	order    order                 // the order of the server's notifications and answers (order.go)
+	listens  listens               // subscriptions on 2026-07-28, as orderConn sees them (subscribe.go)
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -168,7 +171,7 @@ func (t *lifeTransport) Connect(context.Context) (mcp.Connection, error) {
 	}
 	if err == nil && t.ends != nil && t.order {
 		oc := &orderConn{Connection: c, s: t.ends}
-		t.ends.listens.relisten = oc.relisten
+		t.ends.listens.send = oc.send
 		c = oc
 	}
 	t.conn = c
@@ -738,7 +741,10 @@ func (s *Session) teardown(termAt time.Time) {
 		}
 	}
 	s.kill(errClosed)
-	s.relistening.Wait() // bounded: each write ends with the session's life
+	s.sendMu.Lock()
+	s.sendDone = true
+	s.sendMu.Unlock()
+	s.sending.Wait() // bounded: each write ends with the session's life
 	if s.own != nil {
 		s.own.CloseIdleConnections()
 	}

@@ -47,9 +47,10 @@ import (
 // Two faults of the go-sdk's server (v1.8.0) are worked around where the session
 // sees its answers (stdio and in memory; a stateless HTTP listen is a session of its
 // own, which they do not touch). When a listen ends, the server's cleanup
-//   - unsubscribes its resources by session and resource: Unsubscribe therefore
-//     returns only once the answer ending the listen has come (the cleanup has run),
-//     so that a Subscribe of the resource that follows is not undone;
+//   - unsubscribes its resources by session and resource: a Subscribe of a
+//     resource whose listen is being cancelled (by Unsubscribe, or by a Subscribe
+//     that failed) therefore waits until the answer ending it has come (the cleanup
+//     has run), at most ackWait, so that the new subscription is not undone;
 //   - forgets every list-changed registration of the session: the list-changed
 //     listen is then sent again (relistenRule).
 
@@ -61,30 +62,41 @@ const ackWait = 2 * time.Second
 // first word of the server about them, and the Subscribe calls waiting for that word.
 type listens struct {
 	on bool // the session's connection shows them its messages; set before it connects
-	// relisten, set by the session's orderConn, sends the list-changed listen again
+	// send, set by the session's orderConn, sends a message of the session's own
 	// (see relistenRule); nil where no orderConn is (streamable HTTP).
-	relisten func(id jsonrpc.ID, params json.RawMessage)
-	n        atomic.Int32 // len(sent) + len(open): answers are looked up only while there are any
-	mu       sync.Mutex
-	sent     map[jsonrpc.ID][]string // the resources each listen in flight asked for
-	waiting  []*listenWait
+	send    func(msg jsonrpc.Message)
+	n       atomic.Int32 // len(sent) + len(open): answers are looked up only while there are any
+	mu      sync.Mutex
+	sent    map[jsonrpc.ID][]string // the resources each listen in flight asked for
+	waiting []*listenWait
 	// turns are the resources a Subscribe or Unsubscribe is under way for: one at a
 	// time per resource, so that each finds the SDK session's list as the last one
 	// left it (holding the resource, or not after a refusal).
 	turns turn.Turns
 	// changes are the params of the list-changed listen the SDK opened at connect;
 	// nil if it opened none. open are the resource listens sent and not yet
-	// answered, where relisten is set; relistens counts the list-changed listens
-	// sent again.
-	changes   json.RawMessage
-	open      map[jsonrpc.ID]*openListen
-	relistens int
+	// answered, where send is set. relisten is the list-changed listen sent again.
+	changes  json.RawMessage
+	open     map[jsonrpc.ID]*openListen
+	relisten relisten
 }
 
 // openListen is a resource listen sent whose answer, which ends it, has not come.
 type openListen struct {
-	uris  []string
-	ended chan struct{} // closed when the answer comes
+	uris      []string
+	ended     chan struct{} // closed when the answer comes
+	cancelled time.Time     // when Unsubscribe (or a failed Subscribe) cancelled it; zero: not
+}
+
+// relisten is the state of the list-changed listen the session sends again
+// (relistenRule): at most one is open on the server at a time.
+type relisten struct {
+	n          int        // listens sent so far; the next one's ID is relistenID(n)
+	open       bool       // one is open on the server
+	id         jsonrpc.ID // its ID
+	acked      bool       // the server has acknowledged it
+	cancelling bool       // its cancellation has been sent
+	again      bool       // another is to be sent once its answer comes
 }
 
 // relistenRule: a go-sdk server (v1.8.0) forgets every list-changed registration of
@@ -95,10 +107,10 @@ type openListen struct {
 // stateless HTTP listen has a session of its own). So once the answer that ends a
 // resource listen of the session comes (the server has run its cleanup by then),
 // the list-changed listen the SDK opened at connect is sent again, with the SDK's
-// own params, up to maxRelistens times a session (each stays open on the server
-// until the session ends: ending one would forget the registrations again). Its
-// answers are the session's own, not the SDK's (ownAnswer).
-const maxRelistens = 64
+// own params. One is kept open at a time: if one is open, it is cancelled first
+// (once the server has acknowledged it), and the next is sent once its answer comes
+// (its end, too, made the server forget).
+// Their answers are the session's own, not the SDK's (ownAnswer).
 
 // relistenPrefix begins the request IDs of the listens relisten sends.
 const relistenPrefix = "mcpfsm-relisten-"
@@ -190,9 +202,16 @@ func (l *listens) wrote(msg jsonrpc.Message) {
 		l.open = map[jsonrpc.ID]*openListen{}
 	}
 	l.sent[req.ID] = uris
-	if l.relisten != nil {
+	if l.send != nil {
 		// Only where the answers that end listens are seen (orderConn): over
-		// streamable HTTP a listen's stream may end without one.
+		// streamable HTTP a listen's stream may end without one. A listen
+		// cancelled longer than ackWait ago is forgotten: its server does not
+		// answer cancelled requests.
+		for id, ol := range l.open {
+			if !ol.cancelled.IsZero() && time.Since(ol.cancelled) > ackWait {
+				delete(l.open, id)
+			}
+		}
 		l.open[req.ID] = &openListen{uris: uris, ended: make(chan struct{})}
 	}
 	l.n.Store(int32(len(l.sent) + len(l.open)))
@@ -265,6 +284,12 @@ func (l *listens) read(msg jsonrpc.Message) {
 		if err != nil || !id.IsValid() {
 			return
 		}
+		if isRelisten(id) {
+			if out := l.relistenAcked(id); out != nil {
+				l.send(out)
+			}
+			return
+		}
 		honored := p.Notifications.ResourceSubscriptions
 		l.settle(id, func(uri string) error {
 			if slices.Contains(honored, uri) {
@@ -285,17 +310,73 @@ func (l *listens) ended(id jsonrpc.ID) {
 		return
 	}
 	delete(l.open, id)
-	close(ol.ended)
 	l.n.Store(int32(len(l.sent) + len(l.open)))
-	params, send := l.changes, l.changes != nil && l.relisten != nil && l.relistens < maxRelistens
-	next := relistenID(l.relistens)
-	if send {
-		l.relistens++
+	close(ol.ended)
+	var out jsonrpc.Message
+	if l.changes != nil && l.send != nil {
+		r := &l.relisten
+		switch {
+		case !r.open:
+			out = l.relistenLocked()
+		case r.acked && !r.cancelling:
+			r.cancelling, r.again = true, true
+			out = &jsonrpc.Request{Method: "notifications/cancelled", Params: cancelParams(r.id)}
+		default:
+			r.again = true // sent once its acknowledgment, or its answer, comes
+		}
 	}
 	l.mu.Unlock()
-	if send {
-		l.relisten(next, params)
+	if out != nil {
+		l.send(out)
 	}
+}
+
+// relistenLocked returns the next list-changed listen to send, and notes it open.
+// l.mu is held.
+func (l *listens) relistenLocked() jsonrpc.Message {
+	r := &l.relisten
+	r.id, r.open, r.acked, r.cancelling, r.again = relistenID(r.n), true, false, false, false
+	r.n++
+	return &jsonrpc.Request{ID: r.id, Method: "subscriptions/listen", Params: l.changes}
+}
+
+// relistenAcked notes the acknowledgment of the list-changed listen the session
+// sent again, and returns its cancellation if another is due: a cancellation sent
+// before the server had the listen would be lost, and the listen would stay open.
+func (l *listens) relistenAcked(id jsonrpc.ID) jsonrpc.Message {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := &l.relisten
+	if !r.open || r.id != id || l.send == nil {
+		return nil
+	}
+	r.acked = true
+	if r.again && !r.cancelling {
+		r.cancelling = true
+		return &jsonrpc.Request{Method: "notifications/cancelled", Params: cancelParams(r.id)}
+	}
+	return nil
+}
+
+// relistenEnded notes the answer to a list-changed listen the session sent again,
+// and returns the next one to send, if one is due.
+func (l *listens) relistenEnded(id jsonrpc.ID) jsonrpc.Message {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := &l.relisten
+	if !r.open || r.id != id {
+		return nil
+	}
+	r.open = false
+	if r.again && l.send != nil {
+		return l.relistenLocked()
+	}
+	return nil
+}
+
+func cancelParams(id jsonrpc.ID) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"requestId": id.Raw(), "reason": "sent again"})
+	return b
 }
 
 // relistenID is the request ID of the n-th listen relisten sends.
@@ -337,11 +418,17 @@ func (s *Session) Subscribe(ctx context.Context, uri string) error {
 			return err
 		}
 		defer release()
+		if s.listens.send != nil {
+			if err := s.awaitCancelled(ctx, uri); err != nil {
+				return err
+			}
+		}
 		w := s.listens.expect(uri)
 		err = s.awaitListen(ctx, cs, w)
 		s.listens.done(w)
 		if err != nil {
 			// Off the SDK session's list too, or a later Subscribe sends nothing.
+			s.listens.cancelled(uri)
 			_ = cs.Unsubscribe(context.WithoutCancel(ctx), &mcp.UnsubscribeParams{URI: uri})
 		}
 		return err
@@ -372,10 +459,7 @@ func (s *Session) awaitListen(ctx context.Context, cs *mcp.ClientSession, w *lis
 }
 
 // Unsubscribe cancels the session's subscription to uri, once no Subscribe for it is
-// under way. On protocol 2026-07-28 over stdio and in memory it returns once the
-// server has ended the listen (at most ackWait): a go-sdk server unsubscribes an ended
-// listen's resources by session and resource, and would take away a subscription to
-// the same resource made in the meantime.
+// under way.
 func (s *Session) Unsubscribe(ctx context.Context, uri string) error {
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
 		release, err := s.listens.turns.Acquire(ctx, uri)
@@ -383,39 +467,59 @@ func (s *Session) Unsubscribe(ctx context.Context, uri string) error {
 			return err
 		}
 		defer release()
-		var ends []<-chan struct{}
-		if s.listens.relisten != nil && newProtocol(cs) {
-			ends = s.listens.endsOf(uri)
-		}
-		if err := cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri}); err != nil {
-			return err
-		}
-		t := time.NewTimer(ackWait)
-		defer t.Stop()
-		for _, end := range ends {
-			select {
-			case <-end:
-			case <-t.C:
-				return nil // the server is slow to end it: not an error of the unsubscribe
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-s.life.Done():
-				return nil
-			}
-		}
-		return nil
+		s.listens.cancelled(uri)
+		return cs.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: uri})
 	})
 }
 
-// endsOf returns the channels that close when the open listens for uri end.
-func (l *listens) endsOf(uri string) []<-chan struct{} {
+// cancelled notes that the open listens for uri are being cancelled.
+func (l *listens) cancelled(uri string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	for _, ol := range l.open {
+		if ol.cancelled.IsZero() && slices.Contains(ol.uris, uri) {
+			ol.cancelled = time.Now()
+		}
+	}
+}
+
+// awaitCancelled waits until the cancelled listens for uri have ended, at most
+// ackWait (a go-sdk server unsubscribes an ended listen's resources by session and
+// resource: a subscription made before that would be taken away). Those that do
+// not end by then are forgotten.
+func (s *Session) awaitCancelled(ctx context.Context, uri string) error {
+	l := &s.listens
+	l.mu.Lock()
 	var ends []<-chan struct{}
 	for _, ol := range l.open {
-		if slices.Contains(ol.uris, uri) {
+		if !ol.cancelled.IsZero() && slices.Contains(ol.uris, uri) {
 			ends = append(ends, ol.ended)
 		}
 	}
-	return ends
+	l.mu.Unlock()
+	if len(ends) == 0 {
+		return nil
+	}
+	t := time.NewTimer(ackWait)
+	defer t.Stop()
+	for _, end := range ends {
+		select {
+		case <-end:
+		case <-t.C:
+			l.mu.Lock()
+			for id, ol := range l.open {
+				if !ol.cancelled.IsZero() && slices.Contains(ol.uris, uri) {
+					delete(l.open, id)
+				}
+			}
+			l.n.Store(int32(len(l.sent) + len(l.open)))
+			l.mu.Unlock()
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.life.Done():
+			return mcp.ErrConnectionClosed
+		}
+	}
+	return nil
 }

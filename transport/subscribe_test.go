@@ -168,19 +168,21 @@ func subscribeRefused(t *testing.T, s *Session, uri string) {
 
 // TestToolsChangedAfterListensEnd: a go-sdk server forgets a session's list-changed
 // registrations whenever any of its subscriptions/listen ends (relistenRule). After
-// an Unsubscribe, a refused Subscribe and a Subscribe to a server that cannot take
-// subscriptions, a change of the server's tools is still reported, on every
-// transport.
+// 70 Unsubscribes and a refused Subscribe, a change of the server's tools is still
+// reported, on every transport.
 func TestToolsChangedAfterListensEnd(t *testing.T) {
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
 			changed := make(chan struct{}, 16)
 			s := dial(t, k.start(t, testserver.Options{}), Options{OnToolsChanged: func() { changed <- struct{}{} }})
-			if err := s.Subscribe(callCtx(t), "test://static/a"); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Unsubscribe(callCtx(t), "test://static/a"); err != nil {
-				t.Fatal(err)
+			// More rounds than a session could keep listens open for, one per end.
+			for range 70 {
+				if err := s.Subscribe(callCtx(t), "test://static/a"); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Unsubscribe(callCtx(t), "test://static/a"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := s.Subscribe(callCtx(t), "test://nothing/here"); err == nil {
 				t.Error("Subscribe to an unknown resource succeeded")
