@@ -122,9 +122,9 @@ func TestGateway_SubscribeRacesUnsubscribe(t *testing.T) {
 	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
 	one, two := front(t, g, nil, "2025-11-25"), front(t, g, nil, "2025-11-25")
 	waitTools(t, one, has("a__echo"))
-	const uri = "test://static/a"
+	const uri, rounds = "test://static/a", 150
 	wrong := 0
-	for range 40 {
+	for range rounds {
 		if err := one.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: uri}); err != nil {
 			t.Fatal(err)
 		}
@@ -147,6 +147,6 @@ func TestGateway_SubscribeRacesUnsubscribe(t *testing.T) {
 		}
 	}
 	if wrong > 0 {
-		t.Errorf("in %d of 40 rounds the backend was not subscribed while a front session was", wrong)
+		t.Errorf("in %d of %d rounds the backend was not subscribed while a front session was", wrong, rounds)
 	}
 }

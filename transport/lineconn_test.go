@@ -53,8 +53,9 @@ func readAll(t *testing.T, c mcp.Connection) []string {
 	for len(got) < 100 {
 		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		msg, err := c.Read(ctx)
+		stalled := err != nil && ctx.Err() != nil // before cancel, which sets ctx.Err
 		cancel()
-		if err != nil && ctx.Err() != nil {
+		if stalled {
 			got = append(got, "stalled")
 			break
 		}

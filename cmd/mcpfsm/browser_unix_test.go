@@ -100,9 +100,12 @@ servers:
 		}
 	}
 	failing := []string{"connecting", "tearing-down", "backing-off", "breaker-open", "half-open"}
+	// The page writes a server's state and then marks its picture: it is read once
+	// both show one state (the assertions below say what must hold then).
 	page := wait("one server ready and one failing", func(p map[string]pageServer) bool {
 		h, d := p["healthy"], p["dead"]
-		return h.State == "ready" && slices.Contains(failing, d.State) && d.State != "connecting"
+		return h.State == "ready" && slices.Contains(failing, d.State) && d.State != "connecting" &&
+			h.Current == h.State && d.Current == d.State
 	})
 	for _, s := range page {
 		if s.Current != s.State || s.Badge != s.State || !strings.Contains(s.Text, s.Name) || s.Taken == 0 {
