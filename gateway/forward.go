@@ -307,15 +307,17 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 }
 
 func (g *Gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
-	return g.dropSub(ctx, req.Session, req.Params.URI)
+	return g.dropSub(ctx, ctx, req.Session, req.Params.URI)
 }
 
 // dropSub forgets a front subscription and, if it was the last to the URI,
 // unsubscribes the backend. The count and the backend's subscription change in the
 // URI's turn (subTurns), as in subscribe and restore: a subscribe racing the last
 // unsubscribe would otherwise reach the backend first and be undone.
-func (g *Gateway) dropSub(ctx context.Context, ss *mcp.ServerSession, uri string) error {
-	release, err := g.subTurns.Acquire(ctx, uri)
+// The turn is waited for until turnCtx ends; the backend's unsubscribe is bounded by
+// ctx.
+func (g *Gateway) dropSub(turnCtx, ctx context.Context, ss *mcp.ServerSession, uri string) error {
+	release, err := g.subTurns.Acquire(turnCtx, uri)
 	if err != nil {
 		return err
 	}
@@ -580,6 +582,10 @@ func (g *Gateway) sweep() {
 		g.pushRoots()
 	}
 	for _, sub := range gone {
-		_ = g.dropSub(g.ctx, sub.ss, sub.uri) // an error is the gateway's end
+		// A URI whose turn is held (a front subscribe waiting on its backend)
+		// waits for the next sweep rather than hold up this one.
+		turnCtx, cancel := context.WithTimeout(g.ctx, g.opts.SweepInterval)
+		_ = g.dropSub(turnCtx, g.ctx, sub.ss, sub.uri)
+		cancel()
 	}
 }
