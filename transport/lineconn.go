@@ -60,6 +60,9 @@ type lineConn struct {
 
 	writeMu sync.Mutex
 
+	batchMu sync.Mutex
+	batches map[jsonrpc.ID]*batch // the batch each request not yet answered came in
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -151,12 +154,80 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	case <-c.closed:
 		return nil, io.EOF
 	}
-	msgs, err := decodeLine(raw)
+	msgs, batch, err := decodeLine(raw)
 	if err != nil {
 		return nil, err
 	}
-	c.queue = msgs[1:]
+	c.queue = msgs[1:] // kept even if the batch is refused below, as the SDK keeps them
+	if batch {
+		if err := c.addBatch(msgs); err != nil {
+			return nil, err
+		}
+	}
 	return msgs[0], nil
+}
+
+// A batch of requests from the server (protocols before 2025-06-18) is answered
+// with one array of the responses, once all are written, as the go-sdk's stdio
+// connection answers it.
+type batch struct {
+	unresolved map[jsonrpc.ID]int // a request's place in responses
+	responses  []*jsonrpc.Response
+}
+
+// addBatch notes the requests of a batch read; a request ID seen twice in it, or
+// in a batch not yet answered, is an error.
+func (c *lineConn) addBatch(msgs []jsonrpc.Message) error {
+	var b *batch
+	for _, msg := range msgs {
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || !req.IsCall() {
+			continue
+		}
+		if b == nil {
+			b = &batch{unresolved: map[jsonrpc.ID]int{}}
+		}
+		if _, ok := b.unresolved[req.ID]; ok {
+			return fmt.Errorf("duplicate message ID %q", req.ID)
+		}
+		b.unresolved[req.ID] = len(b.responses)
+		b.responses = append(b.responses, nil)
+	}
+	if b == nil {
+		return nil
+	}
+	c.batchMu.Lock()
+	defer c.batchMu.Unlock()
+	for id := range b.unresolved {
+		if _, ok := c.batches[id]; ok {
+			return fmt.Errorf("invalid request: batch contains previously seen request %v", id.Raw())
+		}
+	}
+	if c.batches == nil {
+		c.batches = map[jsonrpc.ID]*batch{}
+	}
+	for id := range b.unresolved {
+		c.batches[id] = b
+	}
+	return nil
+}
+
+// updateBatch records resp if it answers a request of a batch, and reports whether
+// it did; the batch's responses are returned once all have been recorded.
+func (c *lineConn) updateBatch(resp *jsonrpc.Response) ([]*jsonrpc.Response, bool) {
+	c.batchMu.Lock()
+	defer c.batchMu.Unlock()
+	b, ok := c.batches[resp.ID]
+	if !ok {
+		return nil, false
+	}
+	b.responses[b.unresolved[resp.ID]] = resp
+	delete(b.unresolved, resp.ID)
+	delete(c.batches, resp.ID)
+	if len(b.unresolved) == 0 {
+		return b.responses, true
+	}
+	return nil, true
 }
 
 // Write implements mcp.Connection: one message, on one line.
@@ -164,13 +235,34 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	data, err := jsonrpc.EncodeMessage(msg)
-	if err != nil {
-		return fmt.Errorf("marshaling message: %v", err)
-	}
-	data = append(data, '\n')
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()
+	var data []byte
+	var err error
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		if all, ok := c.updateBatch(resp); ok {
+			if all == nil {
+				return nil // the batch's other responses are still to come
+			}
+			raws := make([]json.RawMessage, 0, len(all))
+			for _, r := range all {
+				raw, err := jsonrpc.EncodeMessage(r)
+				if err != nil {
+					return fmt.Errorf("encoding batch message: %w", err)
+				}
+				raws = append(raws, raw)
+			}
+			if data, err = json.Marshal(raws); err != nil {
+				return err
+			}
+		}
+	}
+	if data == nil {
+		if data, err = jsonrpc.EncodeMessage(msg); err != nil {
+			return fmt.Errorf("marshaling message: %v", err)
+		}
+	}
+	data = append(data, '\n')
 	_, err = c.w.Write(data)
 	return err
 }
@@ -188,32 +280,32 @@ func (c *lineConn) Close() error {
 // decodeLine decodes one value read from a stdio server: a message, or a
 // batch of them (which the go-sdk's stdio connection accepts from a server at
 // every protocol version, since its session never tells it the version).
-func decodeLine(data []byte) ([]jsonrpc.Message, error) {
+func decodeLine(data []byte) (msgs []jsonrpc.Message, isBatch bool, _ error) {
 	if err := checkDepth(data); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if i := firstNonSpace(data); i < len(data) && data[i] == '[' {
 		var batch []json.RawMessage
 		if err := unmarshal(data, &batch); err == nil {
 			if len(batch) == 0 {
-				return nil, errors.New("empty batch")
+				return nil, true, errors.New("empty batch")
 			}
 			msgs := make([]jsonrpc.Message, 0, len(batch))
 			for _, raw := range batch {
 				msg, err := decodeMessage(raw)
 				if err != nil {
-					return nil, err
+					return nil, true, err
 				}
 				msgs = append(msgs, msg)
 			}
-			return msgs, nil
+			return msgs, true, nil
 		}
 	}
 	msg, err := decodeMessage(data)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return []jsonrpc.Message{msg}, nil
+	return []jsonrpc.Message{msg}, false, nil
 }
 
 // wireMessage is a JSON-RPC message as it is read (the go-sdk's own).

@@ -84,6 +84,8 @@ func TestLineConnDecodesAsTheSDK(t *testing.T) {
 		{"blank lines, CRLF, a value over lines", "\n\r\n" + `{"jsonrpc":"2.0",` + "\n" + `"id":1,"result":{}}` + "\r\n" + `  {"jsonrpc":"2.0","id":3,"result":null}` + "\n"},
 		{"a batch", `[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":7,"method":"b","params":[1]}]` + "\n" + `{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"},
 		{"an empty batch", "[]\n" + `{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"},
+		{"a batch with an ID twice", `[{"jsonrpc":"2.0","id":1,"method":"a"},{"jsonrpc":"2.0","id":1,"method":"b"}]` + "\n" + `{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"},
+		{"a batch with an ID still unanswered", `[{"jsonrpc":"2.0","id":1,"method":"a"}]` + "\n" + `[{"jsonrpc":"2.0","id":1,"method":"b"}]` + "\n" + `{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"},
 		{"a batch with a bad message", `[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"1.0","id":1,"result":{}}]` + "\n" + `{"jsonrpc":"2.0","id":1,"result":{}}` + "\n"},
 		{"bad messages then a good one", `{"jsonrpc":"1.0","id":1,"result":{}}` + "\n" + `{"jsonrpc":"2.0","result":{}}` + "\n" +
 			`{"jsonrpc":"2.0","id":{},"result":{}}` + "\n" + `{"jsonrpc":"2.0","id":1,"method":5}` + "\n" + `{"JSONRPC":"2.0","ID":1,"Result":{}}` + "\n" +
@@ -174,7 +176,8 @@ func FuzzLineDecode(f *testing.F) {
 			return // the stream's decoder hands on only valid values
 		}
 		want := describeAll(sdkDecodeLine(data))
-		got := describeAll(decodeLine(data))
+		msgs, _, err := decodeLine(data)
+		got := describeAll(msgs, err)
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("%q decodes differently (-sdk +lineConn):\n%s", data, diff)
 		}
@@ -275,5 +278,51 @@ func BenchmarkStdioRead(b *testing.B) {
 			b.StopTimer()
 			c.Close()
 		})
+	}
+}
+
+// TestLineConnAnswersBatchesAsTheSDK: the responses to a batch of requests from the
+// server are written as the go-sdk's stdio connection writes them: one array, once
+// all are written, in the batch's order; other messages one per line.
+func TestLineConnAnswersBatchesAsTheSDK(t *testing.T) {
+	// (A notification in the batch would make the SDK's connection wait for its
+	// answer too, and never write the batch's; lineConn answers the requests.)
+	stream := `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":"b","method":"ping"}]` + "\n"
+	written := func(c mcp.Connection, buf *bytes.Buffer) string {
+		t.Helper()
+		ctx := context.Background()
+		for range 2 {
+			if _, err := c.Read(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		one, _ := jsonrpc.MakeID(float64(1))
+		b, _ := jsonrpc.MakeID("b")
+		other, _ := jsonrpc.MakeID(float64(99))
+		for _, resp := range []*jsonrpc.Response{
+			{ID: b, Result: json.RawMessage(`{}`)},
+			{ID: other, Result: json.RawMessage(`{"x":1}`)},
+			{ID: one, Error: &jsonrpc.Error{Code: -1, Message: "no"}},
+		} {
+			if err := c.Write(ctx, resp); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return buf.String()
+	}
+	var sdkOut, ourOut bytes.Buffer
+	sdk, err := (&mcp.IOTransport{Reader: io.NopCloser(strings.NewReader(stream)), Writer: &bufCloser{&sdkOut}}).Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sdk.Close()
+	ours := newLineConn(io.NopCloser(strings.NewReader(stream)), &bufCloser{&ourOut})
+	defer ours.Close()
+	want, got := written(sdk, &sdkOut), written(ours, &ourOut)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("written (-sdk +lineConn):\n%s", diff)
+	}
+	if !strings.Contains(got, "[") {
+		t.Errorf("no array written:\n%s", got)
 	}
 }
