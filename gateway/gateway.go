@@ -109,6 +109,8 @@ type Gateway struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	// spawnMu orders spawn's look at closed and its wg.Add before Close's wg.Wait.
+	spawnMu sync.Mutex
 }
 
 // New opens a connection to every server of cfg (an mcpfsm.Manager) and returns a
@@ -260,6 +262,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 	if !g.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	// A spawn that saw the gateway open has added to wg once this returns, so
+	// wg.Wait below never races an Add.
+	g.spawnMu.Lock()
+	g.spawnMu.Unlock()
 	g.cancel()
 	g.parked.closeAll()
 	err := g.m.Close(ctx)
@@ -275,10 +281,13 @@ func (g *Gateway) Close(ctx context.Context) error {
 
 // spawn runs f on a goroutine of the gateway's, unless the gateway is closed.
 func (g *Gateway) spawn(f func()) bool {
+	g.spawnMu.Lock()
 	if g.closed.Load() {
+		g.spawnMu.Unlock()
 		return false
 	}
 	g.wg.Add(1)
+	g.spawnMu.Unlock()
 	go func() {
 		defer g.wg.Done()
 		f()
