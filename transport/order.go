@@ -116,14 +116,14 @@ func (c *orderConn) send(msg jsonrpc.Message) {
 	s := c.s
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	if s.sendDone || s.closing.Load() || s.life.Err() != nil {
+	if s.closing.Load() || s.life.Err() != nil {
 		return
 	}
 	s.sending.Add(1)
 	go func() {
 		defer s.sending.Done()
 		if err := c.Connection.Write(s.life, msg); err != nil {
-			s.logAt(slog.LevelDebug, "sending the list-changed listen again", "error", err)
+			s.logAt(slog.LevelDebug, "sending a message of the session's own", "error", err)
 		}
 	}()
 }

@@ -106,16 +106,15 @@ type Session struct {
 	listed   atomic.Pointer[[]*mcp.Tool] // the first page of tools, as ListTools last listed it
 	closing  atomic.Bool                 // Close was called
 	// sending counts the writes of the session's own messages (orderConn.send),
-	// which teardown waits for once the session's life has ended; sendDone, under
-	// sendMu, stops new ones.
-	sending  sync.WaitGroup
-	sendMu   sync.Mutex
-	sendDone bool
-	watched  chan struct{}         // closed once the connection's end has been handled (see endConn, watch)
-	handled  atomic.Bool           // the end is being handled: watched is closed once, by its handler
-	broken   atomic.Pointer[error] // why our side brought the session down (see breakDown)
-	order    order                 // the order of the server's notifications and answers (order.go)
-	listens  listens               // subscriptions on 2026-07-28, as orderConn sees them (subscribe.go)
+	// which teardown waits for once the session's life has ended; sendMu orders a
+	// send's look at the life and its Add before that Wait.
+	sending sync.WaitGroup
+	sendMu  sync.Mutex
+	watched chan struct{}         // closed once the connection's end has been handled (see endConn, watch)
+	handled atomic.Bool           // the end is being handled: watched is closed once, by its handler
+	broken  atomic.Pointer[error] // why our side brought the session down (see breakDown)
+	order   order                 // the order of the server's notifications and answers (order.go)
+	listens listens               // subscriptions on 2026-07-28, as orderConn sees them (subscribe.go)
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -741,8 +740,9 @@ func (s *Session) teardown(termAt time.Time) {
 		}
 	}
 	s.kill(errClosed)
+	// The life has ended: a send that saw it alive has added to sending once
+	// this barrier passes; later ones see it ended.
 	s.sendMu.Lock()
-	s.sendDone = true
 	s.sendMu.Unlock()
 	s.sending.Wait() // bounded: each write ends with the session's life
 	if s.own != nil {

@@ -88,6 +88,14 @@ type openListen struct {
 	cancelled time.Time     // when Unsubscribe (or a failed Subscribe) cancelled it; zero: not
 }
 
+// cancelledFor reports whether ol, cancelled, asked for uri.
+func (ol *openListen) cancelledFor(uri string) bool {
+	return !ol.cancelled.IsZero() && slices.Contains(ol.uris, uri)
+}
+
+// counted brings n up to date after sent or open changed. l.mu is held.
+func (l *listens) counted() { l.n.Store(int32(len(l.sent) + len(l.open))) }
+
 // relisten is the state of the list-changed listen the session sends again
 // (relistenRule): at most one is open on the server at a time.
 type relisten struct {
@@ -156,7 +164,7 @@ func (l *listens) settle(id jsonrpc.ID, answer func(uri string) error) {
 		return
 	}
 	delete(l.sent, id)
-	l.n.Store(int32(len(l.sent) + len(l.open)))
+	l.counted()
 	l.waiting = slices.DeleteFunc(l.waiting, func(w *listenWait) bool {
 		if !w.sent || w.id != id {
 			return false
@@ -214,7 +222,7 @@ func (l *listens) wrote(msg jsonrpc.Message) {
 		}
 		l.open[req.ID] = &openListen{uris: uris, ended: make(chan struct{})}
 	}
-	l.n.Store(int32(len(l.sent) + len(l.open)))
+	l.counted()
 	for _, w := range l.waiting {
 		if !w.sent && slices.Contains(uris, w.uri) {
 			w.id, w.sent = req.ID, true
@@ -310,7 +318,7 @@ func (l *listens) ended(id jsonrpc.ID) {
 		return
 	}
 	delete(l.open, id)
-	l.n.Store(int32(len(l.sent) + len(l.open)))
+	l.counted()
 	close(ol.ended)
 	var out jsonrpc.Message
 	if l.changes != nil && l.send != nil {
@@ -492,7 +500,7 @@ func (s *Session) awaitCancelled(ctx context.Context, uri string) error {
 	l.mu.Lock()
 	var ends []<-chan struct{}
 	for _, ol := range l.open {
-		if !ol.cancelled.IsZero() && slices.Contains(ol.uris, uri) {
+		if ol.cancelledFor(uri) {
 			ends = append(ends, ol.ended)
 		}
 	}
@@ -508,11 +516,11 @@ func (s *Session) awaitCancelled(ctx context.Context, uri string) error {
 		case <-t.C:
 			l.mu.Lock()
 			for id, ol := range l.open {
-				if !ol.cancelled.IsZero() && slices.Contains(ol.uris, uri) {
+				if ol.cancelledFor(uri) {
 					delete(l.open, id)
 				}
 			}
-			l.n.Store(int32(len(l.sent) + len(l.open)))
+			l.counted()
 			l.mu.Unlock()
 			return nil
 		case <-ctx.Done():
