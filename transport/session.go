@@ -367,7 +367,15 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			// ctx ended and took the session's life with it: the transport
 			// may have failed from that before the SDK saw ctx end.
-			err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+			if endedByLife(err) {
+				// The connection closed under the call because the life
+				// ended (the SDK falls back from server/discover to
+				// initialize on the same ended ctx, which then races the
+				// connection's close): that is ctx's end, reported bare.
+				err = context.Cause(ctx)
+			} else {
+				err = fmt.Errorf("%w: %w", context.Cause(ctx), err)
+			}
 		}
 		if ec := s.lt.endOrNil(); ec != nil {
 			// What broke the stream (a line that is not JSON, say) the SDK keeps
@@ -887,6 +895,12 @@ func (s *Session) wrap(op, tool string, err error, status *answers) error {
 // withCause is an error that also wraps the cause it quotes only as text (the SDK's
 // "connection closed" errors do): errors.Is and As, and the classifier, see the cause;
 // the message is the error's alone, which quotes it already.
+// endedByLife reports whether a failed connect only says that the
+// connection closed, which the end of the session's life causes.
+func endedByLife(err error) bool {
+	return errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)
+}
+
 type withCause struct {
 	err, cause error
 }
