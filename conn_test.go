@@ -3,7 +3,8 @@ package mcpfsm
 import (
 	"context"
 	"errors"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"io"
+	"math"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestCallNotRetriedReportsFirstFailure: an idempotent call caught by Close is to be
@@ -52,6 +54,79 @@ func TestCallNotRetriedReportsFirstFailure(t *testing.T) {
 		t.Errorf("want the first attempt's cause (artifact) and why no retry (closed); got cause %s: %v", ce.Cause, err)
 	}
 }
+
+// TestCallParamsJSONCannotEncode: a request whose parameters JSON cannot encode (a NaN,
+// a channel, a func, a MarshalJSON that fails) is the caller's mistake, found before
+// anything is sent. It fails with cause request, is not retried, does not say it may
+// have run, and costs the connection nothing: three of them once tore the session down
+// each (cause lost, twice for a read-only tool, which was retried) and opened the
+// breaker for every other caller.
+func TestCallParamsJSONCannotEncode(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	for _, cfg := range []transport.Config{
+		{Name: "mem", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}},
+		stdioConfig(t, testserver.Options{}),
+		httpConfig(h),
+	} {
+		t.Run(cfg.Kind(), func(t *testing.T) {
+			c := open(t, cfg, nil, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := c.WaitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+			calls := map[string]func() error{
+				"NaN": func() error {
+					return errOf(c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": math.NaN()}}))
+				},
+				"chan": func() error {
+					return errOf(c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": make(chan int)}}))
+				},
+				"func": func() error { return errOf(c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: func() {}})) },
+				"MarshalJSON": func() error {
+					return errOf(c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: failingJSON{}}))
+				},
+				"read, +Inf": func() error {
+					return errOf(c.ReadResource(ctx, &mcp.ReadResourceParams{URI: "test://static/a", Meta: mcp.Meta{"x": math.Inf(1)}}))
+				},
+				"readOnlyHint": func() error {
+					return errOf(c.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"ms": math.NaN()}}))
+				},
+			}
+			for name, call := range calls {
+				err := call()
+				var ce *CallError
+				if !errors.As(err, &ce) {
+					t.Fatalf("%s: err = %v, want a *CallError", name, err)
+				}
+				if !strings.Contains(err.Error(), "cannot be sent as given (request): ") {
+					t.Errorf("%s: %v", name, err)
+				}
+				if ce.Cause != states.CauseRequest || ce.Retried || errors.Is(err, ErrMayHaveRun) {
+					t.Errorf("%s: cause %s, retried %v, may have run %v, want request, neither: %v",
+						name, ce.Cause, ce.Retried, errors.Is(err, ErrMayHaveRun), err)
+				}
+			}
+			if _, err := c.Conn.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "hi"}}); err != nil {
+				t.Errorf("a good call after them: %v (state %s)", err, c.State())
+			}
+			for _, tr := range c.transitions() {
+				if tr.From == states.Ready {
+					t.Errorf("the connection left ready: %v\n%s", tr, c.timeline())
+				}
+			}
+		})
+	}
+}
+
+// failingJSON is a value whose encoding fails with an error that, alone, would say
+// the transport broke.
+type failingJSON struct{}
+
+func (failingJSON) MarshalJSON() ([]byte, error) { return nil, io.EOF }
+
+// errOf returns a request's error.
+func errOf(_ any, err error) error { return err }
 
 // blockingLister is a session whose tools/list waits for release, counting the
 // listings: a stand-in server that is slow to list.

@@ -62,6 +62,9 @@ func (e *CallError) Error() string {
 	case !e.unsent && (e.Cause.Counts() || e.Cause == states.CauseArtifact):
 		// The session broke under the request: the state it ran in says little.
 		fmt.Fprintf(&b, " failed: the session broke (%s)", e.Cause)
+	case e.Cause == states.CauseRequest:
+		// Nothing was sent: the state says nothing either.
+		fmt.Fprintf(&b, " cannot be sent as given (%s)", e.Cause)
 	default:
 		fmt.Fprintf(&b, " failed while %s", e.State)
 		if e.Cause != states.CauseNone {

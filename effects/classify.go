@@ -155,6 +155,13 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 	status, dial := 0, false // the HTTP status of the answer that failed, if any; during a dial
 	notJSON, notMCP := false, false
 	for _, e := range path {
+		switch e.(type) {
+		case *json.UnsupportedTypeError, *json.UnsupportedValueError, *json.MarshalerError:
+			// Parameters that JSON cannot encode (a NaN, a channel, a failing
+			// MarshalJSON, whatever it returned): found before anything was
+			// sent, and the same on any session.
+			return states.CauseRequest
+		}
 		if te, ok := e.(*transport.Error); ok && te != nil {
 			if te.HTTPStatus != 0 {
 				status = te.HTTPStatus

@@ -3,6 +3,8 @@ package effects
 import (
 	"context"
 	"errors"
+	"io"
+	"math"
 	"net/http"
 	"testing"
 	"time"
@@ -48,6 +50,12 @@ func call(s *transport.Session, tool string, args any, within time.Duration) err
 
 // TestClassifyRealErrors classifies errors that real servers produce under real faults,
 // never hand-made ones, over every transport.
+// failingMarshaler is a parameter whose encoding fails with an error that, alone, would
+// say the transport broke.
+type failingMarshaler struct{}
+
+func (failingMarshaler) MarshalJSON() ([]byte, error) { return nil, io.EOF }
+
 func TestClassifyRealErrors(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -106,6 +114,15 @@ func TestClassifyRealErrors(t *testing.T) {
 			// the transport joins the error the stream broke with.
 			_, err := transport.Dial(context.Background(), stdioConfig(t, testserver.Options{Garbage: true}), transport.Options{})
 			return err
+		}},
+		{"stdio: arguments JSON cannot encode", false, states.CauseRequest, func(t *testing.T) error {
+			s := dial(t, stdioConfig(t, testserver.Options{}), transport.Options{})
+			return call(s, "echo", map[string]any{"text": math.NaN()}, 10*time.Second)
+		}},
+		{"http: arguments whose MarshalJSON fails with EOF", false, states.CauseRequest, func(t *testing.T) error {
+			h := testserver.StartHTTP(t, testserver.Options{})
+			s := dial(t, httpConfig(h), transport.Options{})
+			return call(s, "echo", map[string]any{"text": failingMarshaler{}}, 10*time.Second)
 		}},
 		{"http stopped: connection refused", false, states.CauseLost, func(t *testing.T) error {
 			h := testserver.StartHTTP(t, testserver.Options{})

@@ -113,6 +113,7 @@ const (
 	CauseProtocol       // the server's bytes are not MCP (garbage), or it failed the handshake
 	CauseCanceled       // the caller gave up: not the connection's fault
 	CauseConfig         // the server cannot be run or reached as configured: retrying cannot help
+	CauseRequest        // the request cannot be sent as given (parameters JSON cannot encode): the caller's mistake, nothing was sent
 )
 
 var causeNames = [...]string{
@@ -126,6 +127,7 @@ var causeNames = [...]string{
 	CauseProtocol: "protocol",
 	CauseCanceled: "canceled",
 	CauseConfig:   "config",
+	CauseRequest:  "request",
 }
 
 // String returns the cause's name, such as "expired".
@@ -171,9 +173,10 @@ func (c Cause) Counts() bool {
 }
 
 // Failure reports whether c is a failure at all, counting or not: anything but no
-// error, an artifact of our own teardown, or a caller that gave up.
+// error, an artifact of our own teardown, a caller that gave up, or a request the
+// caller could not have sent.
 func (c Cause) Failure() bool {
-	return c != CauseNone && c != CauseArtifact && c != CauseCanceled
+	return c != CauseNone && c != CauseArtifact && c != CauseCanceled && c != CauseRequest
 }
 
 // AllCauses returns every cause, CauseNone first.

@@ -13,7 +13,7 @@ func TestNamesRoundTrip(t *testing.T) {
 			t.Errorf("ParseCause(%q) = %v, %v", c, got, ok)
 		}
 	}
-	if len(AllTriggers()) != 12 || len(AllCauses()) != 10 {
+	if len(AllTriggers()) != 12 || len(AllCauses()) != 11 {
 		t.Errorf("vocabulary sizes: %d triggers, %d causes", len(AllTriggers()), len(AllCauses()))
 	}
 	if _, ok := ParseTrigger("Close"); ok {
@@ -29,7 +29,7 @@ func TestNamesRoundTrip(t *testing.T) {
 
 func TestCauseCounts(t *testing.T) {
 	counting := map[Cause]bool{CauseLost: true, CauseTimeout: true, CauseExpired: true, CauseProtocol: true}
-	notFailures := map[Cause]bool{CauseNone: true, CauseArtifact: true, CauseCanceled: true}
+	notFailures := map[Cause]bool{CauseNone: true, CauseArtifact: true, CauseCanceled: true, CauseRequest: true}
 	for _, c := range AllCauses() {
 		if c.Counts() != counting[c] {
 			t.Errorf("%s.Counts() = %v", c, c.Counts())
