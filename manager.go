@@ -62,6 +62,10 @@ type Manager struct {
 	clients map[clientKind]*mcp.Client // the SDK clients, shared by connections of a kind
 	roots   []*mcp.Root                // under mu
 	shut    []*Conn                    // the connections Close took, for every Close to wait for
+	// dropped are the connections Reloads closed (removed servers, replaced
+	// lifecycles), until they are closed: Close waits for them too, since a Reload
+	// whose ctx ended returns while they are still closing.
+	dropped []*Conn
 }
 
 type managed struct {
@@ -94,6 +98,9 @@ func NewManager(cfg *Config, opts ManagerOptions) (*Manager, error) {
 // may (LoadConfig's map keys cannot): two connections under one name would leave the
 // first out of reach, never closed; and policies that do not validate.
 func checkServers(cfg *Config) error {
+	if cfg == nil {
+		return errors.New("mcpfsm: no config (nil)")
+	}
 	seen := make(map[string]bool, len(cfg.Servers))
 	for i, s := range cfg.Servers {
 		switch {
@@ -483,6 +490,8 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 		}
 	}
 	m.conns, m.order = next, order
+	m.dropped = slices.DeleteFunc(m.dropped, func(c *Conn) bool { return c.spec.Final(c.State()) })
+	m.dropped = append(m.dropped, closing...)
 	m.mu.Unlock()
 	for _, c := range poke {
 		c.CredentialsChanged()
@@ -500,7 +509,9 @@ func (m *Manager) Reload(ctx context.Context, cfg *Config) (ReloadResult, error)
 }
 
 // Close closes every connection, at once, and returns when all have closed or ctx has
-// ended. From then on requests fail with ErrClosed and Reload does nothing.
+// ended: the current ones, and those earlier Reloads removed that are still closing
+// (a Reload whose ctx ended returns before they have). From then on requests fail with
+// ErrClosed and Reload does nothing.
 func (m *Manager) Close(ctx context.Context) error {
 	// The lock is not held while the connections close (for up to their teardown
 	// timeouts): a request made meanwhile must find ErrClosed at once, not wait.
@@ -519,6 +530,7 @@ func (m *Manager) shutLocked() []*Conn {
 		for _, name := range m.order {
 			m.shut = append(m.shut, m.conns[name].conn)
 		}
+		m.shut, m.dropped = append(m.shut, m.dropped...), nil
 		m.conns, m.order = map[string]*managed{}, nil
 	}
 	return m.shut

@@ -3,10 +3,12 @@ package mcpfsm
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -110,5 +112,45 @@ func TestReloadKeepsSessionState(t *testing.T) {
 	}
 	if len(st.Subscriptions) != 1 {
 		t.Errorf("the new connection's session is subscribed to %q, want [%s]", st.Subscriptions, testserver.ResourceA)
+	}
+}
+
+// TestManagerCloseWaitsForReloadsDrops: a Reload whose context ends returns while the
+// servers it removed are still closing; Manager.Close waits for those too, as it does
+// for its current ones (it once returned at once, leaving a child and its goroutines
+// alive for the removed server's teardown timeout). And a nil config is an error, not
+// a panic.
+func TestManagerCloseWaitsForReloadsDrops(t *testing.T) {
+	if _, err := NewManager(nil, ManagerOptions{}); err == nil {
+		t.Error("NewManager(nil): no error")
+	}
+	pol := *fastPolicies()
+	pol.TeardownTimeout = 3 * time.Second
+	hang := ServerConfig{Name: "hangs", Transport: stdioConfig(t, testserver.Options{HangClose: true}), Policies: pol}
+	hang.Transport.Name = "hangs"
+	mem := ServerConfig{Name: "mem", Transport: transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}, Policies: pol}
+	m, err := NewManager(&Config{Servers: []ServerConfig{hang, mem}}, ManagerOptions{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hc := m.Conn("hangs")
+	if err := hc.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Reload(ctx, nil); err == nil {
+		t.Error("Reload(nil): no error")
+	}
+	short, cancelShort := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancelShort()
+	if _, err := m.Reload(short, &Config{Servers: []ServerConfig{mem}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Reload with a short context: %v, want its deadline (the removed server hangs in close)", err)
+	}
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := hc.State(); st != states.Closed {
+		t.Errorf("Manager.Close returned while the removed connection is %s", st)
 	}
 }
