@@ -407,16 +407,16 @@ func (p *configParser) stderr(n *yaml.Node, what string) io.Writer {
 	info, err := os.Stat(path)
 	switch {
 	case err == nil && !info.Mode().IsRegular():
-		p.r.Errorf(n, "%s stderr %s is not a regular file", what, machine.Quote(v))
+		p.r.Errorf(n, "%s stderr %s is not a regular file", what, machine.Quote(n.Value))
 		return nil
 	case err == nil:
 	case errors.Is(err, fs.ErrNotExist):
 		if dir, err := os.Stat(filepath.Dir(path)); err != nil || !dir.IsDir() {
-			p.r.Errorf(n, "%s stderr %s: its directory does not exist", what, machine.Quote(v))
+			p.r.Errorf(n, "%s stderr %s: its directory does not exist", what, machine.Quote(n.Value))
 			return nil
 		}
 	default:
-		p.r.Errorf(n, "%s stderr %s: %v", what, machine.Quote(v), errors.Unwrap(err))
+		p.r.Errorf(n, "%s stderr %s: %v", what, machine.Quote(n.Value), errors.Unwrap(err))
 		return nil
 	}
 	return &appendFile{path: path}

@@ -163,6 +163,7 @@ func TestConfigSecretsStayOut(t *testing.T) {
 		stdio + "    args: [\"${T_NUL}\"]\n",
 		stdio + "    cwd: \"${T_NUL}\"\n",
 		stdio + "    stderr: \"${T_NUL}\"\n",
+		stdio + "    stderr: \"/nonexistent/${T}/log\"\n", // quoted as written, not as expanded
 		"version: 1\nservers:\n  s:\n    command: \"${T_NUL}\"\n",
 		"version: 1\nservers:\n  s:\n    url: \"${T_URL}\"\n",
 		"version: 1\nservers:\n  s:\n    url: \"${T_BAD}\"\n",

@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -145,14 +146,23 @@ func (r *YAMLReader) Parse(data []byte) (root *yaml.Node) {
 		r.Errorf(nil, "file is larger than %d bytes", MaxSpecSize)
 		return nil
 	}
-	var doc yaml.Node
+	var doc, next yaml.Node
 	err := func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
 				err = fmt.Errorf("the YAML parser failed on this input: %v", p)
 			}
 		}()
-		return yaml.Unmarshal(data, &doc)
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		if err := dec.Decode(&doc); err != nil && err != io.EOF {
+			return err
+		}
+		// A second document would be dropped unread: it is refused below, unless
+		// it is empty (a trailing ---).
+		if err := dec.Decode(&next); err != nil && err != io.EOF {
+			return err
+		}
+		return nil
 	}()
 	if err != nil {
 		line := 0
@@ -170,6 +180,10 @@ func (r *YAMLReader) Parse(data []byte) (root *yaml.Node) {
 		r.Errorf(nil, "file is empty")
 		return nil
 	}
+	if len(next.Content) > 0 && !emptyScalar(next.Content[0]) {
+		r.Errorf(next.Content[0], "a second YAML document: a file holds one (what follows its --- would be ignored)")
+		return nil
+	}
 	if !r.plain(doc.Content[0]) {
 		return nil
 	}
@@ -178,6 +192,11 @@ func (r *YAMLReader) Parse(data []byte) (root *yaml.Node) {
 		return nil
 	}
 	return doc.Content[0]
+}
+
+// emptyScalar reports whether n is the null of a document that says nothing.
+func emptyScalar(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null" && n.Value == ""
 }
 
 // plain reports whether the tree under n is free of anchors, aliases, merge keys and
