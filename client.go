@@ -216,6 +216,13 @@ func onProgress(ctx context.Context, req *mcp.ProgressNotificationClientRequest)
 	}
 }
 
+// maxServerRequests bounds how many of the server's requests (sampling, elicitation)
+// a connection's handlers run at once. The SDK runs each request the server sends on
+// a goroutine of its own: without a bound, a server that floods the client with
+// requests grows its goroutines and memory without end. A request beyond the bound is
+// refused at once, with an error the server sees.
+const maxServerRequests = 256
+
 // answer runs the connection's handler for a request from the server: it is bounded by
 // the request's context, and a panic in it is an error the server sees.
 func answer[P, R any](ctx context.Context, which func(*Handlers) func(context.Context, P) (R, error), p P) (R, error) {
@@ -228,12 +235,17 @@ func answer[P, R any](ctx context.Context, which func(*Handlers) func(context.Co
 	if h == nil {
 		return zero, &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: "the client has no handler for this request"}
 	}
+	if n := s.conn.serverRequests.Add(1); n > maxServerRequests {
+		s.conn.serverRequests.Add(-1)
+		return zero, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("too many requests from the server in flight (at most %d)", maxServerRequests)}
+	}
 	type result struct {
 		r   R
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
+		defer s.conn.serverRequests.Add(-1) // once the handler has returned, not when its answer is given up
 		defer func() {
 			if v := recover(); v != nil {
 				done <- result{err: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: capText(fmt.Sprintf("the client's handler failed: %v", v), 256)}}

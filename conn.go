@@ -86,6 +86,9 @@ type Conn struct {
 	// healthyAfter is how long a session must have lived for an answer on it to
 	// prove the connection healthy: the breaker cooldown (see answeredOn).
 	healthyAfter atomic.Int64
+	// serverRequests counts the server's requests (sampling, elicitation) whose
+	// handler is running, across sessions: at most maxServerRequests (see answer).
+	serverRequests atomic.Int64
 
 	// The sessions: see sessions.go.
 	cfg     atomic.Pointer[versioned] // read by connect; replaced by Reconfigure

@@ -150,3 +150,50 @@ func TestResourceUpdatedMayReadTheResource(t *testing.T) {
 		t.Fatalf("Close: %v: the owner is stuck in ResourceUpdated (the test leaks it)", err)
 	}
 }
+
+// TestServerRequestFloodBounded: a server that sends thousands of sampling
+// requests at once (an in-memory go-sdk server, each from a goroutine of its
+// own) must not run thousands of the client's handlers at once: those beyond
+// maxServerRequests are refused with an error the server sees.
+func TestServerRequestFloodBounded(t *testing.T) {
+	const flood = 2000
+	var running, most, refused atomic.Int64
+	srv := mcp.NewServer(&mcp.Implementation{Name: "flooder", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "flood", InputSchema: map[string]any{"type": "object"}}, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		done := make(chan struct{}, flood)
+		for range flood {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				if _, err := req.Session.CreateMessage(ctx, &mcp.CreateMessageParams{Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: "x"}}}}); err != nil {
+					refused.Add(1)
+				}
+			}()
+		}
+		for range flood {
+			<-done
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "ok"}}}, nil
+	})
+	cfg := transport.Config{Name: "flooder", InMemory: &transport.InMemory{Server: srv}, ProtocolVersion: "2025-11-25"}
+	pol := fastPolicies()
+	pol.KeepaliveInterval = 0 // the flood delays answers: no probe is to judge the server by them
+	c := open(t, cfg, pol, func(o *Options) {
+		o.Handlers.CreateMessage = func(ctx context.Context, p *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(200 * time.Millisecond) // a model takes its time
+			return &mcp.CreateMessageResult{Content: &mcp.TextContent{Text: "x"}, Model: "m", Role: "assistant"}, nil
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "flood"}); err != nil {
+		t.Fatalf("%v\n%s", err, c.timeline())
+	}
+	t.Logf("handlers at once: at most %d; refused %d of %d", most.Load(), refused.Load(), flood)
+	if most.Load() > maxServerRequests {
+		t.Errorf("%d handlers ran at once, want at most %d", most.Load(), maxServerRequests)
+	}
+}

@@ -114,7 +114,11 @@
 //     closing: EOF`, is mcp.ErrConnectionClosed (not io.EOF).
 //   - OnEnd, within milliseconds: `signal: killed`, an *exec.ExitError (the
 //     child's exit status: `exit status 3` if it exits by itself). Close
-//     afterwards returns the same exit status.
+//     afterwards returns the same exit status. If a descendant that left the
+//     child's process group (setsid) still holds its stdout and stderr, the
+//     same end about 1.25s after the child's (exec's WaitDelay of 1s for
+//     stderr, then 250ms for the reader to take the child's last words; then
+//     the pipe is closed under the reader).
 //   - Close of a clean server: nil.
 //   - Close of a server that ignores stdin EOF but not SIGTERM: at half the
 //     context's time, `signal: terminated`, an *exec.ExitError, not forced.

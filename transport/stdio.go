@@ -36,8 +36,9 @@ type process struct {
 	mu     sync.Mutex
 	reaped bool // the child is (being) reaped: its group may not be signalled any more
 
-	stdinOnce  sync.Once
-	stdoutOnce sync.Once
+	stdinOnce    sync.Once
+	stdoutOnce   sync.Once
+	stdoutClosed chan struct{} // closed by closeStdout
 
 	// wrote counts the bytes of the message being written (see pipeConn):
 	// only the writer holding pipeConn's slot touches it.
@@ -104,7 +105,7 @@ func startProcess(life context.Context, s *Stdio) (*process, error) {
 		outR.Close()
 		return nil, err
 	}
-	p := &process{cmd: cmd, stdin: inW, stdout: outR, stderr: tail, life: life, exited: make(chan struct{})}
+	p := &process{cmd: cmd, stdin: inW, stdout: outR, stderr: tail, life: life, exited: make(chan struct{}), stdoutClosed: make(chan struct{})}
 	go p.reap()
 	return p, nil
 }
@@ -129,6 +130,19 @@ func (p *process) reap() {
 		p.mu.Unlock()
 	}
 	close(p.exited)
+	// A descendant that left the child's process group (setsid) may still
+	// hold the write end of its stdout: the reader would then never see the
+	// stream end, and the end of the child would go unreported until a probe
+	// timed out, every call in flight waiting for its deadline. Once the
+	// child has been reaped and the reader given endGrace to read its last
+	// words, stdout is closed here; procReader reads that as the stream's end.
+	t := time.NewTimer(endGrace)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		p.closeStdout()
+	case <-p.stdoutClosed:
+	}
 }
 
 // kill sends SIGKILL to the child's process group and to the child itself
@@ -161,7 +175,12 @@ func (p *process) closeStdin() { p.stdinOnce.Do(func() { p.stdin.Close() }) }
 // exited: it unblocks the SDK's reader if a descendant outside the group still
 // holds the pipe's write end. (Closed earlier, it could kill the child with
 // SIGPIPE.)
-func (p *process) closeStdout() { p.stdoutOnce.Do(func() { p.stdout.Close() }) }
+func (p *process) closeStdout() {
+	p.stdoutOnce.Do(func() {
+		p.stdout.Close()
+		close(p.stdoutClosed)
+	})
+}
 
 // waitFor waits up to d for the child to be reaped, and reports whether it was.
 func (p *process) waitFor(d time.Duration) bool {
@@ -239,8 +258,15 @@ func (p *process) ended(err error) error {
 // stdout is closed once the child has exited (see closeStdout).
 type procReader struct{ p *process }
 
-// Read reads the child's stdout.
-func (r procReader) Read(b []byte) (int, error) { return r.p.stdout.Read(b) }
+// Read reads the child's stdout. Once we closed it (the child was reaped,
+// or the session closed), the stream has ended: io.EOF.
+func (r procReader) Read(b []byte) (int, error) {
+	n, err := r.p.stdout.Read(b)
+	if err != nil && errors.Is(err, os.ErrClosed) {
+		err = io.EOF
+	}
+	return n, err
+}
 
 // Close does nothing (see procReader).
 func (r procReader) Close() error { return nil }
