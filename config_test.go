@@ -380,3 +380,51 @@ func TestParseConfigGateway(t *testing.T) {
 		t.Error("the default separator breaks the LLM function-name rule")
 	}
 }
+
+// TestMessagesBoundedAndEscaped: text from a spec or a config is quoted up to 60
+// characters and escaped in every message, so a long key or a value with a newline can
+// neither make a message huge nor forge a line of its own (policy names and values and
+// the spec's version were once printed whole and raw).
+func TestMessagesBoundedAndEscaped(t *testing.T) {
+	long := strings.Repeat("x", 100000)
+	lookup := func(string) (string, bool) { return "", false }
+	cases := map[string]func() error{
+		"config unknown policy": func() error {
+			_, err := mcpfsm.ParseConfig("c.yaml", []byte("version: 1\npolicies:\n  ? "+long+"\n  : 1s\nservers: {a: {command: x}}\n"), lookup)
+			return err
+		},
+		"config policy value": func() error {
+			_, err := mcpfsm.ParseConfig("c.yaml", []byte("version: 1\npolicies: {connect_timeout: \"-"+long+"s\"}\nservers: {a: {command: x}}\n"), lookup)
+			return err
+		},
+		"config policy newline": func() error {
+			_, err := mcpfsm.ParseConfig("c.yaml", []byte("version: 1\npolicies: {backoff_multiplier: \"0.5\\nc.yaml:1:1: forged\"}\nservers: {a: {command: x}}\n"), lookup)
+			return err
+		},
+		"spec version": func() error {
+			spec := strings.Replace(string(mcpfsm.DefaultSpecYAML()), "version: 1", "version: \"2\\ns.yaml:1:1: forged "+long+"\"", 1)
+			_, err := mcpfsm.LoadSpec("s.yaml", []byte(spec))
+			return err
+		},
+		"spec unknown policy": func() error {
+			spec := strings.Replace(string(mcpfsm.DefaultSpecYAML()), "policies:\n", "policies:\n  ? "+long+"\n  : {default: 1s, description: x}\n", 1)
+			_, err := mcpfsm.LoadSpec("s.yaml", []byte(spec))
+			return err
+		},
+	}
+	for name, f := range cases {
+		err := f()
+		if err == nil {
+			t.Errorf("%s: no error", name)
+			continue
+		}
+		for _, line := range strings.Split(err.Error(), "\n") {
+			if len(line) > 400 {
+				t.Errorf("%s: a line of %d bytes: %.120s…", name, len(line), line)
+			}
+			if strings.Contains(line, "forged") && !strings.Contains(line, `\n`) {
+				t.Errorf("%s: a forged line: %.120q", name, line)
+			}
+		}
+	}
+}

@@ -64,7 +64,7 @@ func (l *loader) read(root *yaml.Node) {
 	top := l.Struct(root, "the spec", "version!", "description", "initial!", "policies!", "states!")
 	if f := top["version"]; f.Value != nil {
 		if v, ok := l.String(f.Value, "version"); ok && v != "1" {
-			l.Errorf(f.Value, "version %s is not supported (this is version 1)", v)
+			l.Errorf(f.Value, "version %s is not supported (this is version 1)", Quote(v))
 		}
 	}
 	if f := top["description"]; f.Value != nil {
@@ -104,7 +104,7 @@ func (l *loader) readPolicies(f Field) {
 	for _, pf := range l.Mapping(f.Value, "policies") {
 		info, ok := LookupPolicy(pf.Name())
 		if !ok {
-			l.Errorf(pf.Key, "unknown policy %q%s", pf.Name(), didYouMean(pf.Name(), policyNames()))
+			l.Errorf(pf.Key, "unknown policy %s%s", Quote(pf.Name()), didYouMean(pf.Name(), policyNames()))
 			continue
 		}
 		seen[info.Name] = pf.Key

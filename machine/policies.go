@@ -163,7 +163,7 @@ func (p *Policies) Format(info PolicyInfo) string {
 func (p *Policies) Set(name, text string) error {
 	info, ok := LookupPolicy(name)
 	if !ok {
-		return fmt.Errorf("unknown policy %q%s", name, didYouMean(name, policyNames()))
+		return fmt.Errorf("unknown policy %s%s", Quote(name), didYouMean(name, policyNames()))
 	}
 	f := reflect.ValueOf(p).Elem().Field(info.field)
 	switch info.Kind {
@@ -174,15 +174,15 @@ func (p *Policies) Set(name, text string) error {
 		}
 		if d < 0 || (d == 0 && !info.ZeroIsOff) {
 			if info.ZeroIsOff {
-				return fmt.Errorf("policy %s: duration %s is negative (0 disables it)", name, text)
+				return fmt.Errorf("policy %s: duration %s is negative (0 disables it)", name, formatDuration(d))
 			}
-			return fmt.Errorf("policy %s: duration %s is not positive", name, text)
+			return fmt.Errorf("policy %s: duration %s is not positive", name, formatDuration(d))
 		}
 		f.SetInt(int64(d))
 	case KindCount:
 		n, err := strconv.ParseInt(text, 10, 32)
 		if err != nil {
-			return fmt.Errorf("policy %s: %q is not a whole number", name, text)
+			return fmt.Errorf("policy %s: %s is not a whole number", name, Quote(text))
 		}
 		if n < 1 {
 			return fmt.Errorf("policy %s: count %d is less than 1", name, n)
@@ -191,13 +191,13 @@ func (p *Policies) Set(name, text string) error {
 	case KindFactor, KindFraction:
 		x, err := strconv.ParseFloat(text, 64)
 		if err != nil || x != x {
-			return fmt.Errorf("policy %s: %q is not a number", name, text)
+			return fmt.Errorf("policy %s: %s is not a number", name, Quote(text))
 		}
 		if info.Kind == KindFactor && !(x >= 1 && x <= 1e6) {
-			return fmt.Errorf("policy %s: factor %s is not between 1 and 1000000", name, text)
+			return fmt.Errorf("policy %s: factor %s is not between 1 and 1000000", name, Quote(text))
 		}
 		if info.Kind == KindFraction && !(x >= 0 && x <= 1) {
-			return fmt.Errorf("policy %s: fraction %s is not between 0 and 1", name, text)
+			return fmt.Errorf("policy %s: fraction %s is not between 0 and 1", name, Quote(text))
 		}
 		f.SetFloat(x)
 	}
@@ -270,11 +270,11 @@ func parseDuration(s string) (time.Duration, error) {
 		return 0, nil
 	}
 	if _, err := strconv.ParseFloat(s, 64); err == nil {
-		return 0, fmt.Errorf("duration %q has no unit (write it like 30s, 500ms or 2m)", s)
+		return 0, fmt.Errorf("duration %s has no unit (write it like 30s, 500ms or 2m)", Quote(s))
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (write it like 30s, 500ms or 2m)", s)
+		return 0, fmt.Errorf("%s is not a duration (write it like 30s, 500ms or 2m)", Quote(s))
 	}
 	return d, nil
 }
