@@ -38,8 +38,9 @@
 // to every front session, each filtering by its own level), progress (a backend's
 // progress for a call reaches the front under the front's token, before the call's
 // result, which the go-sdk alone would let overtake them: see transport/order.go),
-// cancellation (a front request cancelled, or a front client gone, cancels
-// the backend's call; a backend that cancels its sampling request cancels the front's),
+// cancellation (a front request cancelled, its client gone, its session deleted, or
+// the gateway closed, cancels the backend's call, see inflight.go; a backend that
+// cancels its sampling request cancels the front's),
 // list changes (the front sessions are told when a backend's lists change, reconnects
 // and reloads included), and the backends' sampling and elicitation requests, which
 // go to the front client that made the call they serve (see backend.go for how that

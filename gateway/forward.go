@@ -115,8 +115,6 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 	if fail == nil {
 		fail = func(text string) (R, error) { return zero, requestError(text) }
 	}
-	ctx, untrack := g.posts.track(ctx, req)
-	defer untrack()
 	answer := func(ctx context.Context, res R, err error) (R, error) {
 		if err == nil {
 			return res, nil

@@ -81,9 +81,9 @@ type Gateway struct {
 	regMu sync.Mutex // the syncer's: what is registered on the front server
 	reg   *table
 
-	calls  calls  // front requests in flight, by backend
-	posts  posts  // front requests in flight, by the HTTP POST that carried them
-	parked parked // 2026-07-28 front calls waiting for their client's answers
+	calls    calls    // front requests in flight, by backend
+	inflight inflight // front requests in flight, to cancel
+	parked   parked   // 2026-07-28 front calls waiting for their client's answers
 
 	sessMu   sync.Mutex
 	levels   map[*mcp.ServerSession]mcp.LoggingLevel // set by 2025-11-25 front sessions
@@ -256,8 +256,10 @@ func (g *Gateway) Reload(ctx context.Context, cfg *mcpfsm.Config) (mcpfsm.Reload
 	return res, err
 }
 
-// Close closes the gateway's backends (bounded by ctx) and stops its background work.
-// It does not close the front's sessions: close whatever serves Server first.
+// Close cancels the front's requests in flight, closes the front's sessions, then the
+// backends, and stops the gateway's background work, all bounded by ctx. Shut down
+// whatever serves Handler first (an HTTP server's Shutdown leaves the sessions it
+// served open); a stdio front's Server.Run returns once its session is closed.
 func (g *Gateway) Close(ctx context.Context) error {
 	if !g.closed.CompareAndSwap(false, true) {
 		return nil
@@ -266,6 +268,23 @@ func (g *Gateway) Close(ctx context.Context) error {
 	// wg.Wait below never races an Add.
 	g.spawnMu.Lock()
 	g.spawnMu.Unlock()
+	// The SDK's ServerSession.Close waits for the session's requests in flight,
+	// which wait for their backends: they are cancelled first.
+	g.inflight.close()
+	front := make(chan struct{})
+	g.wg.Go(func() {
+		defer close(front)
+		for ss := range g.server.Sessions() {
+			_ = ss.Close()
+		}
+	})
+	select {
+	case <-front:
+	case <-ctx.Done():
+		// A front session's close is stuck in the SDK (an answer no client
+		// reads): the backends are closed all the same, and the wait for the
+		// gateway's goroutines below reports ctx's end.
+	}
 	g.cancel()
 	g.parked.closeAll()
 	err := g.m.Close(ctx)
@@ -509,6 +528,9 @@ func (g *Gateway) newServer() *mcp.Server {
 // backends' log level when a front session sets its own.
 func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		ss, _ := req.GetSession().(*mcp.ServerSession)
+		ctx, untrack := g.inflight.track(ctx, ss, req)
+		defer untrack()
 		switch method {
 		case "tools/list", "prompts/list", "resources/list", "resources/templates/list", "tools/call", "prompts/get", "resources/read", "completion/complete":
 			g.waitSettled(ctx)

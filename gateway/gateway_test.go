@@ -418,3 +418,43 @@ func waitStats(t *testing.T, cs *mcp.ClientSession, ok func(map[string]int) bool
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// holdInFlight starts a front call of a__hold, ms long, and gives it time to reach
+// the backend; the channel has its error.
+func holdInFlight(cs *mcp.ClientSession, ms int) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__hold", Arguments: map[string]any{"ms": ms}})
+		done <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	return done
+}
+
+// TestGateway_CloseWithCallInFlight: Close cancels the front's requests in flight and
+// closes the front's sessions before the backends. The SDK's close of a front session
+// waits for its requests, which wait for their backends: closing the sessions first,
+// as Close once asked its caller to, waited for as long as the backend took.
+func TestGateway_CloseWithCallInFlight(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("a__hold"))
+	done := holdInFlight(cs, 600000)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := g.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v with a call in flight", d)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call in flight did not end with the gateway")
+	}
+	for range g.Server().Sessions() {
+		t.Error("a front session is still open after Close")
+	}
+}

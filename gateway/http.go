@@ -1,15 +1,12 @@
 package gateway
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"fmt"
 	"hash/crc32"
 	"net/http"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -45,6 +42,13 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			stateless.ServeHTTP(w, r)
 			return
 		}
+		if r.Method == http.MethodDelete {
+			// The client ends its session: its requests in flight are cancelled
+			// (the SDK's close of the session, and the DELETE, wait for them).
+			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+				g.inflight.sessionDeleted(id)
+			}
+		}
 		if r.Method != http.MethodPost {
 			stateful.ServeHTTP(w, r)
 			return
@@ -52,10 +56,10 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		// A POST's answer comes on its response. If the client goes away before
 		// it (the SDK's server returns then), nobody can receive it: the requests
 		// it carried, which know the POST by this header, are cancelled.
-		id := strconv.FormatUint(g.posts.seq.Add(1), 10)
+		id := strconv.FormatUint(g.inflight.posts.Add(1), 10)
 		r.Header.Set(postHeader, id)
 		stateful.ServeHTTP(w, r)
-		g.posts.done(id, r.Context().Err() != nil)
+		g.inflight.postDone(id, r.Context().Err() != nil)
 	})
 	if o.Token != "" {
 		h = bearer(o.Token, h)
@@ -65,79 +69,6 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 
 // postHeader marks the requests of one POST of a stateful session (see Handler).
 const postHeader = "Mcpfsm-Gateway-Post"
-
-// posts are the cancel functions of the front requests in flight, by the POST that
-// carried them, and the POSTs whose client went away before a request of theirs
-// started (it is cancelled as it starts).
-type posts struct {
-	seq     atomic.Uint64
-	mu      sync.Mutex
-	cancels map[string]map[*context.CancelFunc]bool
-	gone    map[string]time.Time
-}
-
-// track returns ctx, cancelled when the POST that carried req ends with its client
-// gone, and a function to call when the request is done.
-func (p *posts) track(ctx context.Context, req mcp.Request) (context.Context, func()) {
-	extra := req.GetExtra()
-	if extra == nil || extra.Header == nil {
-		return ctx, func() {}
-	}
-	id := extra.Header.Get(postHeader)
-	if id == "" {
-		return ctx, func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if _, gone := p.gone[id]; gone {
-		cancel()
-		return ctx, func() {}
-	}
-	if p.cancels == nil {
-		p.cancels = map[string]map[*context.CancelFunc]bool{}
-	}
-	if p.cancels[id] == nil {
-		p.cancels[id] = map[*context.CancelFunc]bool{}
-	}
-	key := &cancel
-	p.cancels[id][key] = true
-	return ctx, func() {
-		cancel()
-		p.mu.Lock()
-		delete(p.cancels[id], key)
-		if len(p.cancels[id]) == 0 {
-			delete(p.cancels, id)
-		}
-		p.mu.Unlock()
-	}
-}
-
-// done ends a POST: if its client went away, its requests are cancelled.
-func (p *posts) done(id string, gone bool) {
-	if !gone {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.cancels[id] {
-		(*c)()
-	}
-	if len(p.cancels[id]) == 0 {
-		// Its request has not started yet (the SDK runs it on a goroutine of its
-		// own): it is cancelled as it does. Remembered for a minute.
-		if p.gone == nil {
-			p.gone = map[string]time.Time{}
-		}
-		now := time.Now()
-		for k, at := range p.gone {
-			if now.Sub(at) > time.Minute {
-				delete(p.gone, k)
-			}
-		}
-		p.gone[id] = now
-	}
-}
 
 // bearer requires the token of every request, compared in constant time.
 func bearer(token string, next http.Handler) http.Handler {

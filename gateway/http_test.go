@@ -213,3 +213,37 @@ func TestGateway_StdioClientGone(t *testing.T) {
 	<-done
 	_ = cs.Close()
 }
+
+// TestGateway_DeleteWithCallInFlight: a client that ends its session (HTTP DELETE)
+// with a call in flight is answered at once, and the call is cancelled (the SDK's
+// close of the session waits for its requests: the DELETE once waited for the whole
+// call, which ran on at the backend).
+func TestGateway_DeleteWithCallInFlight(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	cs := httpFront(t, url, "2025-11-25", nil)
+	waitTools(t, cs, has("a__hold"))
+	done := holdInFlight(cs, 600000)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("DELETE with a call in flight: %v after %v", err, time.Since(start))
+	}
+	resp.Body.Close()
+	if d := time.Since(start); resp.StatusCode != http.StatusNoContent || d > 5*time.Second {
+		t.Errorf("DELETE: %s after %v, want 204 at once", resp.Status, d)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call in flight did not end with its session")
+	}
+}

@@ -158,23 +158,28 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		// Said on stderr: stdout may be the protocol's.
 		fmt.Fprintf(stderr, "mcpfsm serve: status page at %s\n", web.URL())
 	}
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	var srv *http.Server
 	defer func() {
-		// The front's sessions first (an HTTP server's shutdown leaves the MCP
-		// sessions it served open), then the backends.
-		for ss := range g.Server().Sessions() {
-			_ = ss.Close()
+		// In this order, whatever ended the loop below: the HTTP server's
+		// shutdown, which gives its requests in flight a grace; then the gateway's
+		// close, which cancels the requests still in flight, closes the front's
+		// sessions (a stdio front's Run returns then) and the backends; then the
+		// fronts' goroutines end.
+		if srv != nil {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = srv.Shutdown(sctx)
+			cancel()
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
 		if err := g.Close(cctx); err != nil {
 			fmt.Fprintln(stderr, "mcpfsm serve: closing:", errorText(err))
 		}
+		cancel()
+		stop()
+		wg.Wait()
 	}()
-
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	failed := make(chan error, 2)
 
 	if *httpAddr != "" {
@@ -187,7 +192,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			fmt.Fprintln(stderr, "mcpfsm serve:", err)
 			return 1
 		}
-		srv := &http.Server{
+		srv = &http.Server{
 			Handler:           g.Handler(gateway.HTTPOptions{Token: token, SessionTimeout: *sessionTimeout}),
 			ReadHeaderTimeout: 10 * time.Second,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
@@ -200,11 +205,6 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				failed <- err
 			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = srv.Shutdown(sctx)
 		}()
 	}
 	stdioDone := make(chan error, 1)

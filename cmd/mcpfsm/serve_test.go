@@ -128,6 +128,34 @@ func TestServeWatch(t *testing.T) {
 }
 
 // TestServeUsage: serve's flag errors.
+// TestServeStopsWithACallInFlight: Ctrl-C while a front call waits on its backend ends
+// the gateway within the HTTP server's grace and the close's bound: the call in flight
+// is cancelled (the SDK's close of a front session waits for its requests, which once
+// kept the gateway running for as long as the backend took: here ten minutes).
+func TestServeStopsWithACallInFlight(t *testing.T) {
+	b, url := startServeHTTP(t, serveConfig(t, t.TempDir(), "a"))
+	cs := connectHTTP(t, url, "2025-11-25")
+	waitTool(t, cs, "a__hold")
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__hold", Arguments: map[string]any{"ms": 600000}})
+		done <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // the call reaches the backend
+	start := time.Now()
+	if code := b.stop(t); code != 0 {
+		t.Errorf("exit code %d; stderr:\n%s", code, b.stderr.String())
+	}
+	if d := time.Since(start); d > 25*time.Second {
+		t.Errorf("stopped %v after Ctrl-C, want within the 5s grace and the 15s close", d)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Error("the call in flight did not end with the gateway")
+	}
+}
+
 func TestServeUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve"},

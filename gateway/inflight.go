@@ -1,0 +1,112 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// inflight are the front requests in flight, each with its cancel. The SDK's server
+// never cancels a request whose answer nobody can receive any more, and its
+// ServerSession.Close waits for a session's requests in flight: a request waiting on
+// a slow or hung backend would hold a DELETE, a shutdown or a stdio front's Run for as
+// long as the backend takes. So a request is cancelled, and its backend's call with
+// it, when:
+//   - the POST that carried it ends with its client gone (a stateful HTTP session's:
+//     see Handler);
+//   - its session is deleted (HTTP DELETE);
+//   - the gateway closes.
+type inflight struct {
+	posts  atomic.Uint64 // numbers the POSTs of stateful sessions (postHeader)
+	mu     sync.Mutex
+	reqs   map[*context.CancelFunc]origin
+	gone   map[string]time.Time // POSTs whose client went away before a request of theirs started
+	closed bool                 // the gateway closed: requests are cancelled as they start
+}
+
+// origin is where a front request came from.
+type origin struct {
+	ss   *mcp.ServerSession
+	post string // the number of the POST that carried it, for a stateful HTTP session's
+}
+
+// track returns ctx with a cancel of the gateway's, and a function to call when the
+// request is done.
+func (f *inflight) track(ctx context.Context, ss *mcp.ServerSession, req mcp.Request) (context.Context, func()) {
+	o := origin{ss: ss}
+	if extra := req.GetExtra(); extra != nil && extra.Header != nil {
+		o.post = extra.Header.Get(postHeader)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, gone := f.gone[o.post]; f.closed || (gone && o.post != "") {
+		cancel()
+		return ctx, func() {}
+	}
+	if f.reqs == nil {
+		f.reqs = map[*context.CancelFunc]origin{}
+	}
+	key := &cancel
+	f.reqs[key] = o
+	return ctx, func() {
+		cancel()
+		f.mu.Lock()
+		delete(f.reqs, key)
+		f.mu.Unlock()
+	}
+}
+
+// postDone ends a POST: if its client went away, its requests are cancelled; one that
+// has not started yet (the SDK runs it on a goroutine of its own) is cancelled as it
+// starts, the POST remembered for a minute.
+func (f *inflight) postDone(id string, gone bool) {
+	if !gone {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cancel(func(o origin) bool { return o.post == id }) == 0 {
+		if f.gone == nil {
+			f.gone = map[string]time.Time{}
+		}
+		now := time.Now()
+		for k, at := range f.gone {
+			if now.Sub(at) > time.Minute {
+				delete(f.gone, k)
+			}
+		}
+		f.gone[id] = now
+	}
+}
+
+// sessionDeleted cancels the requests in flight of the session with the given ID.
+func (f *inflight) sessionDeleted(id string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancel(func(o origin) bool { return o.ss != nil && o.ss.ID() == id })
+}
+
+// close cancels every request in flight, and every one that starts from now on.
+func (f *inflight) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.closed = true
+	f.cancel(func(origin) bool { return true })
+}
+
+// cancel cancels the requests for which match holds and returns how many; f.mu is
+// held.
+func (f *inflight) cancel(match func(origin) bool) int {
+	n := 0
+	for c, o := range f.reqs {
+		if match(o) {
+			(*c)()
+			n++
+		}
+	}
+	return n
+}
