@@ -193,8 +193,9 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			return 1
 		}
 		srv = &http.Server{
-			Handler:           g.Handler(gateway.HTTPOptions{Token: token, SessionTimeout: *sessionTimeout}),
+			Handler:           bodyDeadline(requestBodyTimeout, g.Handler(gateway.HTTPOptions{Token: token, SessionTimeout: *sessionTimeout})),
 			ReadHeaderTimeout: 10 * time.Second,
+			IdleTimeout:       idleTimeout,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}
 		// Said on stderr: with --stdio, stdout is the protocol's.
@@ -263,6 +264,48 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			}
 		}
 	}
+}
+
+// requestBodyTimeout bounds how long a client of the HTTP front takes to send a
+// request's body, and idleTimeout how long a kept-alive connection waits for its next
+// request: without them a client that trickles a body (or opens connections and
+// sends nothing more) holds a connection, two goroutines and their buffers for ever.
+// The server's ReadTimeout cannot do it: it would also end the long-lived answers
+// (an SSE stream, a long call), whose reads of the connection it would fail.
+const (
+	requestBodyTimeout = 30 * time.Second
+	idleTimeout        = 2 * time.Minute
+)
+
+// bodyDeadline gives the reading of each request's body d, from the moment its
+// headers are read; the deadline is lifted once the body is read whole, so that the
+// server's watch for the client going away (a read of the connection) is not cut.
+func bodyDeadline(d time.Duration, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(d)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, lift: func() { _ = rc.SetReadDeadline(time.Time{}) }}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody lifts its connection's read deadline once its body is read whole.
+type deadlineBody struct {
+	io.ReadCloser
+	lift   func()
+	lifted bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.lifted {
+		b.lifted = true
+		b.lift()
+	}
+	return n, err
 }
 
 // stamp is what --watch compares: the config file's modification time and size.

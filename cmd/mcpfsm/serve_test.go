@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -9,8 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -438,5 +441,60 @@ func TestGatewayGC(t *testing.T) {
 		if got := debug.SetGCPercent(100); got != tc.want {
 			t.Errorf("GOGC=%q: the collector's target is %d, want %d", tc.gogc, got, tc.want)
 		}
+	}
+}
+
+// TestBodyDeadline: a client that trickles a body is cut at the deadline; a request
+// whose body came in time keeps its connection (and its context) long after it.
+func TestBodyDeadline(t *testing.T) {
+	const d = 300 * time.Millisecond
+	srv := httptest.NewServer(bodyDeadline(d, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.ReadAll(r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		select { // a long answer, as a long call's
+		case <-time.After(3 * d):
+			fmt.Fprint(w, "done")
+		case <-r.Context().Done():
+			t.Errorf("the context of a request whose body came in time ended: %v", r.Context().Err())
+		}
+	})))
+	defer srv.Close()
+
+	// Slow body: cut.
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+	start := time.Now()
+	go func() {
+		for range 50 {
+			time.Sleep(d / 4)
+			if _, err := c.Write([]byte(" ")); err != nil {
+				return
+			}
+		}
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(10 * d))
+	line, _ := bufio.NewReader(c).ReadString('\n')
+	if el := time.Since(start); el > 5*d {
+		t.Errorf("slow body: answered after %v (%q), want about %v", el, line, d)
+	}
+	if !strings.Contains(line, "400") {
+		t.Errorf("slow body: %q, want a 400", line)
+	}
+
+	// Body in time, long answer: not cut.
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "done" {
+		t.Errorf("long answer: %s %q", resp.Status, b)
 	}
 }
