@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -72,10 +73,12 @@ const postHeader = "Mcpfsm-Gateway-Post"
 
 // bearer requires the token of every request, compared in constant time.
 func bearer(token string, next http.Handler) http.Handler {
-	want := []byte("Bearer " + token)
+	want := []byte(token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
+		// The scheme's name is case-insensitive (RFC 9110, 11.1); the token is
+		// compared in constant time.
+		scheme, got, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(got), want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="mcpfsm-gateway"`)
 			http.Error(w, "unauthorized: this gateway wants a bearer token", http.StatusUnauthorized)
 			return

@@ -67,13 +67,30 @@ func TestGateway_HTTP(t *testing.T) {
 			t.Errorf("%s: echo %q", version, text(res))
 		}
 	}
-	resp, err := http.Post(url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized || !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer") {
-		t.Errorf("without the token: %s", resp.Status)
+	// The scheme's name is case-insensitive; the token is not.
+	for auth, want := range map[string]int{
+		"":              http.StatusUnauthorized,
+		"Bearer s3cre":  http.StatusUnauthorized,
+		"Bearer S3CRET": http.StatusUnauthorized,
+		"Basic s3cret":  http.StatusUnauthorized,
+		"Bearers3cret":  http.StatusUnauthorized,
+		"bearer s3cret": http.StatusOK,
+		"BEARER s3cret": http.StatusOK,
+	} {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want || (want == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer")) {
+			t.Errorf("Authorization %q: %s, want %d", auth, resp.Status, want)
+		}
 	}
 }
 
