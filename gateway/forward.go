@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -53,6 +54,17 @@ func forwardMeta(m mcp.Meta) mcp.Meta {
 		out[k] = v
 	}
 	return out
+}
+
+// ownMeta drops the protocol's own keys from a backend's result (its server info, on
+// 2026-07-28): the front's are the gateway's, which the front's server adds where
+// they are missing.
+func ownMeta(res any) {
+	if r, ok := res.(mcp.Result); ok && !reflect.ValueOf(r).IsNil() {
+		if m := r.GetMeta(); len(m) > 0 {
+			r.SetMeta(forwardMeta(m))
+		}
+	}
 }
 
 // callTool forwards tools/call. A backend that cannot take the call, or whose session
@@ -117,6 +129,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 	}
 	answer := func(ctx context.Context, res R, err error) (R, error) {
 		if err == nil {
+			ownMeta(res)
 			return res, nil
 		}
 		if ctx.Err() != nil {

@@ -458,3 +458,17 @@ func TestGateway_CloseWithCallInFlight(t *testing.T) {
 		t.Error("a front session is still open after Close")
 	}
 }
+
+// TestGateway_ResultsSayTheGateway: on 2026-07-28 a result's _meta names the server
+// that answered; through the gateway that is the gateway, not the backend behind it
+// (whose server info the front's server once passed on as it came).
+func TestGateway_ResultsSayTheGateway(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	cs := front(t, g, nil, "2026-07-28")
+	waitTools(t, cs, has("a__echo"))
+	res := call(t, cs, "a__echo", map[string]any{"text": "x"})
+	info, _ := res.Meta["io.modelcontextprotocol/serverInfo"].(map[string]any)
+	if want := cs.InitializeResult().ServerInfo.Name; info["name"] != want {
+		t.Errorf("the result's server info %v, want the gateway's (%s)", res.Meta, want)
+	}
+}
