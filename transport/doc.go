@@ -106,7 +106,10 @@
 // to post). ID() is "" except for stateful streamable HTTP.
 //
 // A call's context ends (any transport, frozen or slow server): bare
-// context.DeadlineExceeded (or context.Canceled).
+// context.DeadlineExceeded (or context.Canceled). Over streamable HTTP, an answer
+// already under way as one JSON message (not an event stream) is still read for up to
+// 5s after that, and then cut: the go-sdk's client fails the whole session when it
+// cannot read such a body.
 //
 // stdio:
 //   - child SIGKILLed, call in flight: `calling "tools/call": EOF`, is io.EOF.

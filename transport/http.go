@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -161,6 +162,12 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	return nil, &refusedError{&AuthError{Status: status, Challenge: ch, Err: aerr}}
 }
 
+// answerGrace is how long the body of a JSON answer under way may still take once its
+// caller has given up. The go-sdk's client fails the whole session when it cannot read
+// such a body (an event stream it gives up alone): cut at the caller's deadline, a
+// late answer broke the session under every other call, and counted as a failure.
+const answerGrace = 5 * time.Second
+
 // refusesCredentials reports whether an HTTP status refuses the request's credentials.
 func refusesCredentials(status int) bool {
 	return status == http.StatusUnauthorized || status == http.StatusForbidden
@@ -168,10 +175,16 @@ func refusesCredentials(status int) bool {
 
 // send sends req, with the bearer token tok if not empty: see RoundTrip.
 func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response, error) {
-	ctx, cancel := context.WithCancelCause(req.Context())
-	stop := context.AfterFunc(rt.life, func() { cancel(context.Cause(rt.life)) })
+	// The request ends with its caller's context or the session's life, whichever
+	// ends first, with its cause. Detached from the caller's (values kept) so that a
+	// JSON answer under way can outlive the caller (see answerGrace).
+	caller := req.Context()
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(caller))
+	stopLife := context.AfterFunc(rt.life, func() { cancel(context.Cause(rt.life)) })
+	stopCaller := context.AfterFunc(caller, func() { cancel(context.Cause(caller)) })
 	release := func() {
-		stop()
+		stopLife()
+		stopCaller()
 		cancel(nil)
 	}
 	// A RoundTripper must not change the request it is given: the headers are set on
@@ -225,6 +238,21 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
 			body.left = min(rt.maxBody, MaxErrorBody)
 		}
+	}
+	if mt, _, _ := mime.ParseMediaType(ct); mt == "application/json" && req.Method == http.MethodPost &&
+		resp.StatusCode >= 200 && resp.StatusCode <= 299 && stopCaller() {
+		// An answer under way, as one JSON message: the go-sdk's client fails the
+		// whole session when it cannot read such a body, so the caller's end (its
+		// call has returned) gives the body answerGrace more rather than cut it.
+		stopCaller = context.AfterFunc(caller, func() {
+			t := time.NewTimer(answerGrace)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				cancel(context.Cause(caller))
+			case <-ctx.Done(): // read, or the session's life ended
+			}
+		})
 	}
 	if rec != nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 && resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusNoContent {
 		switch mt, _, _ := mime.ParseMediaType(ct); {

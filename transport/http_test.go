@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -13,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 type recordingRT struct {
@@ -249,4 +253,62 @@ func TestNoHeadersOnDowngrade(t *testing.T) {
 	default:
 		t.Fatal("the redirect was not followed: the test proves nothing")
 	}
+}
+
+// TestHTTPAnswerOutlivesTheCaller: a JSON answer (not an event stream) whose body is
+// still coming when its caller gives up is read on, for up to answerGrace. The
+// go-sdk's client fails the whole session when it cannot read a JSON answer's body:
+// cut at the caller's deadline, it broke the session under every other call, and the
+// connection counted a failure.
+func TestHTTPAnswerOutlivesTheCaller(t *testing.T) {
+	srv := testserver.New(testserver.Options{})
+	h := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{JSONResponse: true})
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			body, _ := io.ReadAll(r.Body)
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			if bytes.Contains(body, []byte(`"tools/call"`)) {
+				w = &lateBody{ResponseWriter: w, delay: 500 * time.Millisecond}
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close) // after the session's close: its event stream holds a handler
+	e := newEnds()
+	s := dial(t, Config{Name: "late-json", HTTP: &HTTP{URL: hs.URL}}, e.options())
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := echo(ctx, s, "late"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the late call: %v, want its deadline", err)
+	}
+	if got, err := echo(callCtx(t), s, "next"); err != nil || got != "next" {
+		t.Errorf("the next call on the session: %q, %v", got, err)
+	}
+	select {
+	case err := <-e.ch:
+		t.Errorf("the session ended: %v", err)
+	default:
+	}
+}
+
+// lateBody sends its answer's headers and first byte at once, the rest after delay.
+type lateBody struct {
+	http.ResponseWriter
+	delay time.Duration
+	late  bool
+}
+
+func (w *lateBody) Write(p []byte) (int, error) {
+	if w.late || len(p) < 2 {
+		return w.ResponseWriter.Write(p)
+	}
+	w.late = true
+	n, err := w.ResponseWriter.Write(p[:1])
+	if err != nil {
+		return n, err
+	}
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+	time.Sleep(w.delay)
+	m, err := w.ResponseWriter.Write(p[1:])
+	return n + m, err
 }
