@@ -193,7 +193,7 @@ func TestServerRequestFloodBounded(t *testing.T) {
 		t.Fatalf("%v\n%s", err, c.timeline())
 	}
 	t.Logf("handlers at once: at most %d; refused %d of %d", most.Load(), refused.Load(), flood)
-	if most.Load() > maxServerRequests {
-		t.Errorf("%d handlers ran at once, want at most %d", most.Load(), maxServerRequests)
+	if most.Load() > maxServerRequests || refused.Load() == 0 {
+		t.Errorf("%d handlers ran at once and %d requests were refused, want at most %d and some", most.Load(), refused.Load(), maxServerRequests)
 	}
 }

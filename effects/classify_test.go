@@ -48,14 +48,14 @@ func call(s *transport.Session, tool string, args any, within time.Duration) err
 	return err
 }
 
-// TestClassifyRealErrors classifies errors that real servers produce under real faults,
-// never hand-made ones, over every transport.
 // failingMarshaler is a parameter whose encoding fails with an error that, alone, would
 // say the transport broke.
 type failingMarshaler struct{}
 
 func (failingMarshaler) MarshalJSON() ([]byte, error) { return nil, io.EOF }
 
+// TestClassifyRealErrors classifies errors that real servers produce under real faults,
+// never hand-made ones, over every transport.
 func TestClassifyRealErrors(t *testing.T) {
 	cases := []struct {
 		name     string

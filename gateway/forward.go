@@ -56,13 +56,12 @@ func forwardMeta(m mcp.Meta) mcp.Meta {
 	return out
 }
 
-// ownMeta drops the protocol's own keys from a backend's result (its server info, on
-// 2026-07-28): the front's are the gateway's, which the front's server adds where
-// they are missing.
+// ownMeta drops a backend's server info from its result (on 2026-07-28): the front's
+// is the gateway's, which the front's server adds where it is missing.
 func ownMeta(res any) {
-	if r, ok := res.(mcp.Result); ok && !reflect.ValueOf(r).IsNil() {
-		if m := r.GetMeta(); len(m) > 0 {
-			r.SetMeta(forwardMeta(m))
+	if r, ok := res.(mcp.Result); ok {
+		if v := reflect.ValueOf(r); v.Kind() != reflect.Pointer || !v.IsNil() {
+			delete(r.GetMeta(), mcp.MetaKeyServerInfo)
 		}
 	}
 }

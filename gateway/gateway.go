@@ -272,11 +272,13 @@ func (g *Gateway) Close(ctx context.Context) error {
 	// which wait for their backends: they are cancelled first.
 	g.inflight.close()
 	front := make(chan struct{})
+	var closing sync.WaitGroup
+	for ss := range g.server.Sessions() {
+		closing.Go(func() { _ = ss.Close() }) // each on its own: one may be stuck
+	}
 	g.wg.Go(func() {
-		defer close(front)
-		for ss := range g.server.Sessions() {
-			_ = ss.Close()
-		}
+		closing.Wait()
+		close(front)
 	})
 	select {
 	case <-front:

@@ -20,11 +20,12 @@ import (
 //   - its session is deleted (HTTP DELETE);
 //   - the gateway closes.
 type inflight struct {
-	posts  atomic.Uint64 // numbers the POSTs of stateful sessions (postHeader)
-	mu     sync.Mutex
-	reqs   map[*context.CancelFunc]origin
-	gone   map[string]time.Time // POSTs whose client went away before a request of theirs started
-	closed bool                 // the gateway closed: requests are cancelled as they start
+	posts   atomic.Uint64 // numbers the POSTs of stateful sessions (postHeader)
+	mu      sync.Mutex
+	reqs    map[*context.CancelFunc]origin
+	gone    map[string]time.Time // POSTs whose client went away before a request of theirs started
+	deleted map[string]time.Time // sessions deleted: their requests are cancelled as they start
+	closed  bool                 // the gateway closed: requests are cancelled as they start
 }
 
 // origin is where a front request came from.
@@ -43,7 +44,7 @@ func (f *inflight) track(ctx context.Context, ss *mcp.ServerSession, req mcp.Req
 	ctx, cancel := context.WithCancel(ctx)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, gone := f.gone[o.post]; f.closed || (gone && o.post != "") {
+	if f.closed || f.ended(o) {
 		cancel()
 		return ctx, func() {}
 	}
@@ -70,24 +71,50 @@ func (f *inflight) postDone(id string, gone bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.cancel(func(o origin) bool { return o.post == id }) == 0 {
-		if f.gone == nil {
-			f.gone = map[string]time.Time{}
-		}
-		now := time.Now()
-		for k, at := range f.gone {
-			if now.Sub(at) > time.Minute {
-				delete(f.gone, k)
-			}
-		}
-		f.gone[id] = now
+		f.gone = remember(f.gone, id)
 	}
 }
 
-// sessionDeleted cancels the requests in flight of the session with the given ID.
+// sessionDeleted cancels the requests in flight of the session with the given ID,
+// and, for a minute, those of it that start: the SDK may have queued some that have
+// not reached the gateway yet, and its close of the session waits for them. (Called
+// before the SDK checks the DELETE: one it refuses has cancelled the calls of a live
+// session all the same, which only a holder of the session's ID can do.)
 func (f *inflight) sessionDeleted(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.deleted = remember(f.deleted, id)
 	f.cancel(func(o origin) bool { return o.ss != nil && o.ss.ID() == id })
+}
+
+// ended reports whether a request from o is to be cancelled as it starts; f.mu is
+// held.
+func (f *inflight) ended(o origin) bool {
+	if _, gone := f.gone[o.post]; gone && o.post != "" {
+		return true
+	}
+	if o.ss != nil {
+		if id := o.ss.ID(); id != "" {
+			_, deleted := f.deleted[id]
+			return deleted
+		}
+	}
+	return false
+}
+
+// remember adds key to m with the time, forgetting keys older than a minute.
+func remember(m map[string]time.Time, key string) map[string]time.Time {
+	if m == nil {
+		m = map[string]time.Time{}
+	}
+	now := time.Now()
+	for k, at := range m {
+		if now.Sub(at) > time.Minute {
+			delete(m, k)
+		}
+	}
+	m[key] = now
+	return m
 }
 
 // close cancels every request in flight, and every one that starts from now on.

@@ -146,7 +146,8 @@ func (r *YAMLReader) Parse(data []byte) (root *yaml.Node) {
 		r.Errorf(nil, "file is larger than %d bytes", MaxSpecSize)
 		return nil
 	}
-	var doc, next yaml.Node
+	var doc yaml.Node
+	var extra *yaml.Node // the start of a second document that says something
 	err := func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -157,10 +158,18 @@ func (r *YAMLReader) Parse(data []byte) (root *yaml.Node) {
 		if err := dec.Decode(&doc); err != nil && err != io.EOF {
 			return err
 		}
-		// A second document would be dropped unread: it is refused below, unless
-		// it is empty (a trailing ---).
-		if err := dec.Decode(&next); err != nil && err != io.EOF {
-			return err
+		// A second document would be dropped unread: it is refused below. Empty
+		// ones (a trailing ---) say nothing.
+		for extra == nil {
+			var next yaml.Node
+			switch err := dec.Decode(&next); {
+			case err == io.EOF:
+				return nil
+			case err != nil:
+				return err
+			case len(next.Content) > 0 && !emptyScalar(next.Content[0]):
+				extra = next.Content[0]
+			}
 		}
 		return nil
 	}()
@@ -180,8 +189,8 @@ func (r *YAMLReader) Parse(data []byte) (root *yaml.Node) {
 		r.Errorf(nil, "file is empty")
 		return nil
 	}
-	if len(next.Content) > 0 && !emptyScalar(next.Content[0]) {
-		r.Errorf(next.Content[0], "a second YAML document: a file holds one (what follows its --- would be ignored)")
+	if extra != nil {
+		r.Errorf(extra, "a second YAML document: a file holds one (what follows its --- would be ignored)")
 		return nil
 	}
 	if !r.plain(doc.Content[0]) {

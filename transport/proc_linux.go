@@ -1,8 +1,11 @@
 package transport
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // setParentDeathSignal makes the kernel SIGKILL the child when its parent
@@ -23,4 +26,18 @@ func setParentDeathSignal(cmd *exec.Cmd) {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}
+
+// pipeBuffered returns how many bytes wait unread in the pipe f reads (TIOCINQ is
+// Linux's FIONREAD), and whether it could tell.
+func pipeBuffered(f *os.File) (int, bool) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, false
+	}
+	n, ierr := 0, error(nil)
+	if err := rc.Control(func(fd uintptr) { n, ierr = unix.IoctlGetInt(int(fd), unix.TIOCINQ) }); err != nil || ierr != nil {
+		return 0, false
+	}
+	return n, true
 }

@@ -244,3 +244,29 @@ func TestGroupIsKilled(t *testing.T) {
 		dead(t, gc)
 	})
 }
+
+// TestPipeBuffered: what the reaper looks at before it closes a reaped child's stdout
+// under a descendant that still holds it: the bytes left in the pipe.
+func TestPipeBuffered(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if n, ok := pipeBuffered(r); !ok || n != 0 {
+		t.Errorf("empty pipe: %d, %v", n, ok)
+	}
+	if _, err := w.Write([]byte("0123456789")); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := pipeBuffered(r); !ok || n != 10 {
+		t.Errorf("10 bytes written: %d, %v", n, ok)
+	}
+	if _, err := r.Read(make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := pipeBuffered(r); !ok || n != 6 {
+		t.Errorf("4 of them read: %d, %v", n, ok)
+	}
+}

@@ -330,7 +330,7 @@ func (s *Session) ended(err error) {
 // ctx bounds the dial and initialize only: the session outlives it. On
 // failure everything Dial opened is closed before it returns (a stdio child is
 // killed and reaped, HTTP requests are aborted). A failure is an *Error with
-// Op OpDial; if ctx ended, errors.Is(err, ctx.Err()) holds.
+// Op OpDial; if ctx ended, errors.Is(err, context.Cause(ctx)) holds.
 func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -892,15 +892,15 @@ func (s *Session) wrap(op, tool string, err error, status *answers) error {
 	return e
 }
 
-// withCause is an error that also wraps the cause it quotes only as text (the SDK's
-// "connection closed" errors do): errors.Is and As, and the classifier, see the cause;
-// the message is the error's alone, which quotes it already.
 // endedByLife reports whether a failed connect only says that the
 // connection closed, which the end of the session's life causes.
 func endedByLife(err error) bool {
 	return errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled)
 }
 
+// withCause is an error that also wraps the cause it quotes only as text (the SDK's
+// "connection closed" errors do): errors.Is and As, and the classifier, see the cause;
+// the message is the error's alone, which quotes it already.
 type withCause struct {
 	err, cause error
 }

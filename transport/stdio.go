@@ -134,16 +134,30 @@ func (p *process) reap() {
 	// hold the write end of its stdout: the reader would then never see the
 	// stream end, and the end of the child would go unreported until a probe
 	// timed out, every call in flight waiting for its deadline. Once the
-	// child has been reaped and the reader given endGrace to read its last
-	// words, stdout is closed here; procReader reads that as the stream's end.
+	// child has been reaped and the reader has taken its last words (nothing
+	// is left in the pipe, looked at every endGrace; what the reader has
+	// buffered survives the close), or at most maxDrain after the reap,
+	// stdout is closed here; procReader reads that as the stream's end.
+	reaped := time.Now()
 	t := time.NewTimer(endGrace)
 	defer t.Stop()
-	select {
-	case <-t.C:
-		p.closeStdout()
-	case <-p.stdoutClosed:
+	for {
+		select {
+		case <-t.C:
+		case <-p.stdoutClosed:
+			return
+		}
+		if n, ok := pipeBuffered(p.stdout); !ok || n == 0 || time.Since(reaped) >= maxDrain {
+			p.closeStdout()
+			return
+		}
+		t.Reset(endGrace)
 	}
 }
+
+// maxDrain bounds how long a reaped child's stdout is left open for the reader to
+// take what is still in the pipe (see reap).
+const maxDrain = 5 * time.Second
 
 // kill sends SIGKILL to the child's process group and to the child itself
 // (in case it left its group), unless it was already reaped. It never waits.

@@ -130,7 +130,6 @@ func TestServeWatch(t *testing.T) {
 	}
 }
 
-// TestServeUsage: serve's flag errors.
 // TestServeStopsWithACallInFlight: Ctrl-C while a front call waits on its backend ends
 // the gateway within the HTTP server's grace and the close's bound: the call in flight
 // is cancelled (the SDK's close of a front session waits for its requests, which once
@@ -159,6 +158,7 @@ func TestServeStopsWithACallInFlight(t *testing.T) {
 	}
 }
 
+// TestServeUsage: serve's flag errors.
 func TestServeUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"serve"},
