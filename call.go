@@ -154,9 +154,12 @@ func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.St
 		testHookWaits(c.name)
 	}
 	for {
-		st, err := c.m.Wait(ctx, func(st states.State) bool {
-			cur := c.current.Load()
-			return cur != nil && cur != avoid || c.spec.Calls(st) == machine.FailFast && !c.m.Reconnecting()
+		st, err := c.m.Wait(ctx, func(states.State) bool {
+			if cur := c.current.Load(); cur != nil && cur != avoid {
+				return true
+			}
+			_, ff := c.failsFastNow()
+			return ff
 		})
 		switch {
 		case errors.Is(err, machine.ErrClosed):
@@ -171,10 +174,24 @@ func (c *Conn) acquire(ctx context.Context, avoid *session) (*session, states.St
 			c.release(s)
 			continue
 		}
-		if c.spec.Calls(st) == machine.FailFast && !c.m.Reconnecting() {
+		if st, ff := c.failsFastNow(); ff {
 			return nil, st, &unavailableError{state: st, last: c.m.Status().LastFailure}
 		}
 	}
+}
+
+// failsFastNow reports whether a request that found no session is to fail now, and in
+// which state: the state's calls fail fast and no reconnect asked for is still to be
+// applied. The reconnect is looked at first, then the state: the owner moves the
+// machine before it marks a reconnect applied, so a state read after is the one the
+// reconnect led to. (Wait's state, read before, could be the open breaker a reconnect
+// had just left: a request then failed at once, seen once in a stress run.)
+func (c *Conn) failsFastNow() (states.State, bool) {
+	if c.m.Reconnecting() {
+		return "", false
+	}
+	st := c.m.State()
+	return st, c.spec.Calls(st) == machine.FailFast
 }
 
 // testHookWaits, set by tests before any connection is opened, hears of each

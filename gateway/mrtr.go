@@ -148,9 +148,12 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, state stri
 		p = &parking{needs: make(chan need), done: make(chan callDone, 1), cancel: func() { stop(); cancel() }}
 		fc.parking = p
 		if !g.spawn(func() {
-			defer g.calls.end(fc)
-			defer p.cancel()
 			res, err := run(bctx)
+			p.cancel()
+			// Over before its result goes out: a client that has it may call
+			// again at once, and a backend's request is attributed to the calls
+			// in flight (see calls.attribute).
+			g.calls.end(fc)
 			p.done <- callDone{res, err}
 		}) {
 			p.cancel()

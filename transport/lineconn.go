@@ -148,6 +148,11 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		return nil, ctx.Err()
 	case v := <-c.incoming:
 		if v.err != nil {
+			select {
+			case <-c.closed:
+				return nil, io.EOF // the read failed because we closed the stream
+			default:
+			}
 			return nil, v.err
 		}
 		raw = v.raw
@@ -271,8 +276,10 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 // procWriter for what that does to a child) and ends pending reads.
 func (c *lineConn) Close() error {
 	c.closeOnce.Do(func() {
-		c.closeErr = errors.Join(c.r.Close(), c.w.Close())
+		// Marked closed first: what closing the reader makes the read under way
+		// fail with is then read as the end it is (see Read).
 		close(c.closed)
+		c.closeErr = errors.Join(c.r.Close(), c.w.Close())
 	})
 	return c.closeErr
 }
