@@ -77,16 +77,7 @@ func TestGateway_HTTP(t *testing.T) {
 		"bearer s3cret": http.StatusOK,
 		"BEARER s3cret": http.StatusOK,
 	} {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		if auth != "" {
-			req.Header.Set("Authorization", auth)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp := post(t, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`, "Authorization", auth)
 		resp.Body.Close()
 		if resp.StatusCode != want || (want == http.StatusUnauthorized && !strings.HasPrefix(resp.Header.Get("WWW-Authenticate"), "Bearer")) {
 			t.Errorf("Authorization %q: %s, want %d", auth, resp.Status, want)
@@ -106,16 +97,7 @@ func TestGateway_BadFrontClients(t *testing.T) {
 	// Garbage: bodies that are not JSON-RPC, in a session and out of one.
 	for _, body := range []string{"{", "null", `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":7}`, strings.Repeat("x", 1<<20)} {
 		for _, sid := range []string{"", good.ID()} {
-			req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Accept", "application/json, text/event-stream")
-			if sid != "" {
-				req.Header.Set("Mcp-Session-Id", sid)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
+			resp := post(t, url, body, "Mcp-Session-Id", sid)
 			_, _ = io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode >= 500 {
@@ -263,4 +245,21 @@ func TestGateway_DeleteWithCallInFlight(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the call in flight did not end with its session")
 	}
+}
+
+// post sends body to the front as a client would, with header set to value unless
+// value is empty.
+func post(t *testing.T, url, body, header, value string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if value != "" {
+		req.Header.Set(header, value)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
 }
