@@ -3,6 +3,11 @@
 // behind one type, Session. Nothing above this package needs the SDK's
 // transport types.
 //
+// The one transport for the other side of the pipes, [ServerStdio], is the
+// stdio front of mcpfsm serve: a server's stdin and stdout, read as this
+// package reads a stdio server's, line by line, where a line that is not a
+// message is answered with an error instead of ending the session.
+//
 // # Lifetimes
 //
 // [Dial] starts, connects and initializes a session. Its context bounds the

@@ -56,6 +56,10 @@ type lineConn struct {
 	incoming <-chan lineOrErr
 	closed   chan struct{}
 
+	// front is set on a server's side of the pipes (ServerStdio): a line that
+	// is not a message is answered with an error and skipped.
+	front bool
+
 	queue []jsonrpc.Message // the rest of a batch; reads are serialized
 
 	writeMu sync.Mutex
@@ -69,8 +73,9 @@ type lineConn struct {
 
 // lineOrErr is one message read, or the read's error.
 type lineOrErr struct {
-	raw []byte
-	err error
+	raw     []byte
+	err     error
+	tooLong bool // a front's line longer than maxLineLength, skipped (raw holds its start)
 }
 
 func newLineConn(r io.ReadCloser, w io.WriteCloser) *lineConn {
@@ -142,34 +147,47 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		c.queue = c.queue[1:]
 		return next, nil
 	}
-	var raw []byte
-	select {
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case v := <-c.incoming:
-		if v.err != nil {
-			select {
-			case <-c.closed:
-				return nil, io.EOF // the read failed because we closed the stream
-			default:
+	for {
+		var v lineOrErr
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case v = <-c.incoming:
+			if v.err != nil {
+				select {
+				case <-c.closed:
+					return nil, io.EOF // the read failed because we closed the stream
+				default:
+				}
+				return nil, v.err
 			}
-			return nil, v.err
+		case <-c.closed:
+			return nil, io.EOF
 		}
-		raw = v.raw
-	case <-c.closed:
-		return nil, io.EOF
-	}
-	msgs, batch, err := decodeLine(raw)
-	if err != nil {
-		return nil, err
-	}
-	c.queue = msgs[1:] // kept even if the batch is refused below, as the SDK keeps them
-	if batch {
-		if err := c.addBatch(msgs); err != nil {
+		if v.tooLong {
+			if err := c.answerBadLine(v.raw, errLineTooLong); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		msgs, batch, err := decodeLine(v.raw)
+		if err == nil {
+			c.queue = msgs[1:] // kept even if the batch is refused below, as the SDK keeps them
+			if batch {
+				err = c.addBatch(msgs)
+			}
+		}
+		if err == nil {
+			return msgs[0], nil
+		}
+		if !c.front {
+			return nil, err
+		}
+		c.queue = nil
+		if err := c.answerBadLine(v.raw, err); err != nil {
 			return nil, err
 		}
 	}
-	return msgs[0], nil
 }
 
 // A batch of requests from the server (protocols before 2025-06-18) is answered

@@ -17,6 +17,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -48,7 +49,8 @@ A server that is down keeps its tools listed, and a call to one of them fails at
 once with a tool error result that says why (state, last failure, next try).
 
 By default the gateway speaks MCP over stdin and stdout, for a host that launches
-it as a command, and exits when its client closes stdin. With --http it serves
+it as a command, and exits when its client closes stdin (a line that is not a
+message gets a JSON-RPC error and is skipped). With --http it serves
 streamable HTTP on ADDR (a host without an address, such as :8080, binds
 127.0.0.1; write 0.0.0.0:8080 to listen on every interface): stateful sessions
 for clients before protocol 2026-07-28, stateless requests for clients on it.
@@ -213,7 +215,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stdioDone <- g.Server().Run(ctx, &mcp.StdioTransport{})
+			stdioDone <- g.Server().Run(ctx, transport.ServerStdio(os.Stdin, os.Stdout))
 		}()
 	}
 

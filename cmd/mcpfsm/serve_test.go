@@ -498,3 +498,67 @@ func TestBodyDeadline(t *testing.T) {
 		t.Errorf("long answer: %s %q", resp.Status, b)
 	}
 }
+
+// TestServeStdioSurvivesGarbage: a line on the gateway's stdin that is not a
+// message gets a JSON-RPC error, and the gateway, its session and its backends go
+// on (the go-sdk's stdio transport ended the session, and so the gateway, at the
+// first such line).
+func TestServeStdioSurvivesGarbage(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	answers := bufio.NewReader(stdout)
+	exchange := func(lines ...string) map[string]any {
+		t.Helper()
+		for _, l := range lines {
+			if _, err := io.WriteString(stdin, l+"\n"); err != nil {
+				t.Fatalf("writing to the gateway: %v\nstderr:\n%s", err, stderr.String())
+			}
+		}
+		line, err := answers.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("reading the gateway's answer: %v\nstderr:\n%s", err, stderr.String())
+		}
+		var a map[string]any
+		if err := json.Unmarshal(line, &a); err != nil {
+			t.Fatalf("the gateway answered %q: %v", line, err)
+		}
+		return a
+	}
+	if a := exchange("Content-Length: 57"); a["error"] == nil || a["id"] != nil {
+		t.Errorf("a header line was answered %v, want an error with a null id", a)
+	}
+	if a := exchange(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`); a["id"] != float64(1) || a["result"] == nil {
+		t.Fatalf("initialize answered %v", a)
+	}
+	if a := exchange(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, `{"oops`); a["error"] == nil {
+		t.Errorf("a broken line was answered %v", a)
+	}
+	// The list waits for the backend to have listed (StartupWait), so the call
+	// below finds it up.
+	if a := exchange(`{"jsonrpc":"2.0","id":3,"method":"tools/list"}`); !strings.Contains(fmt.Sprint(a["result"]), "example__echo") {
+		t.Fatalf("tools/list answered %v", a)
+	}
+	a := exchange(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"example__echo","arguments":{"text":"after garbage"}}}`)
+	if res, _ := json.Marshal(a["result"]); a["id"] != float64(2) || !strings.Contains(string(res), "after garbage") {
+		t.Errorf("the call after garbage answered %v", a)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the gateway ended with %v at the end of stdin\nstderr:\n%s", err, stderr.String())
+	}
+}

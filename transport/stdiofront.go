@@ -1,0 +1,152 @@
+package transport
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// ServerStdio returns the transport of an MCP server that speaks over a host's
+// pipes: r is the server's stdin, w its stdout (which the connection's Close
+// leaves open, as the go-sdk's mcp.StdioTransport does). It is the stdio front
+// of mcpfsm serve.
+//
+// Messages are read as the MCP stdio transport frames them, one per line, and
+// each is decoded once from the bytes read (as a stdio server's messages are:
+// see lineConn). Unlike the go-sdk's mcp.StdioTransport, a line that is not a
+// message does not end the session, and with it the gateway: it is answered with
+// a JSON-RPC error and skipped. The error is -32700 (parse error) for a line
+// that is not JSON and -32600 (invalid request) for JSON that is not a message
+// or for a line longer than the go-sdk's limit (mcp.DefaultMaxLineLength, of
+// which no more is held in memory); its id is the line's, where one can be
+// read, and null otherwise. Blank lines are skipped. Batches are accepted as
+// the go-sdk accepts them before a session's protocol is negotiated.
+func ServerStdio(r io.ReadCloser, w io.Writer) mcp.Transport {
+	return &stdioFront{r: r, w: w}
+}
+
+type stdioFront struct {
+	r io.ReadCloser
+	w io.Writer
+}
+
+// Connect implements mcp.Transport.
+func (t *stdioFront) Connect(context.Context) (mcp.Connection, error) {
+	incoming := make(chan lineOrErr)
+	c := &lineConn{r: t.r, w: openWriter{t.w}, incoming: incoming, closed: make(chan struct{}), front: true}
+	go c.readLines(incoming)
+	return c, nil
+}
+
+// openWriter leaves a front's stdout open when its connection closes.
+type openWriter struct{ io.Writer }
+
+func (openWriter) Close() error { return nil }
+
+// readLines reads a front's messages, one per line; a line longer than
+// maxLineLength is read to its end, keeping only its start, and handed on as
+// too long. It ends as readLoop does.
+func (c *lineConn) readLines(incoming chan<- lineOrErr) {
+	br := bufio.NewReaderSize(c.r, 64<<10)
+	for {
+		line, tooLong, err := readLine(br)
+		if err == nil && !tooLong && len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		if err != nil && len(line) > 0 {
+			// The last line, not ended by a newline: read as a message, then
+			// the end.
+			select {
+			case incoming <- lineOrErr{raw: line, tooLong: tooLong}:
+			case <-c.closed:
+				return
+			}
+		}
+		if err != nil {
+			line, tooLong = nil, false
+		}
+		select {
+		case incoming <- lineOrErr{raw: line, err: err, tooLong: tooLong}:
+		case <-c.closed:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// readLine reads one line (without its end) of at most maxLineLength bytes; of a
+// longer line it reads the rest and returns the start, saying it was too long.
+func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
+	for {
+		chunk, err := br.ReadSlice('\n')
+		switch {
+		case tooLong:
+		case len(line)+len(chunk) > maxLineLength+1: // +1: the newline
+			tooLong = true
+			line = append(line, chunk[:min(len(chunk), 256)]...)
+			line = append([]byte(nil), line[:256]...) // not the line's whole start
+		default:
+			line = append(line, chunk...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if !tooLong {
+			line = bytes.TrimSuffix(line, []byte("\n"))
+		}
+		return line, tooLong, err
+	}
+}
+
+// maxAnswerMessage bounds the message of an error answering a line: the
+// cause of an invalid request may quote the line's parts.
+const maxAnswerMessage = 512
+
+// answerBadLine writes the error answering a line that is not a message.
+func (c *lineConn) answerBadLine(line []byte, cause error) error {
+	code, message := int64(jsonrpc.CodeInvalidRequest), "Invalid request: "+cause.Error()
+	if len(message) > maxAnswerMessage {
+		message = message[:maxAnswerMessage] + "…"
+	}
+	if !json.Valid(line) {
+		code, message = jsonrpc.CodeParseError, "Parse error: the line is not JSON"
+		var syn *json.SyntaxError
+		if err := json.Unmarshal(line, new(any)); errors.As(err, &syn) {
+			message += ": " + syn.Error()
+		}
+	}
+	if errors.Is(cause, errLineTooLong) {
+		code, message = jsonrpc.CodeInvalidRequest, "Invalid request: "+cause.Error()
+	}
+	id := json.RawMessage("null")
+	var probe struct {
+		ID any `json:"id"`
+	}
+	if json.Unmarshal(line, &probe) == nil {
+		if v, err := jsonrpc.MakeID(probe.ID); err == nil && v.IsValid() {
+			if raw, err := json.Marshal(v.Raw()); err == nil {
+				id = raw
+			}
+		}
+	}
+	data, err := json.Marshal(struct {
+		Version string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   *jsonrpc.Error  `json:"error"`
+	}{"2.0", id, &jsonrpc.Error{Code: code, Message: message}})
+	if err != nil {
+		return err
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	_, err = c.w.Write(append(data, '\n'))
+	return err
+}

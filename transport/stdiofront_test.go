@@ -1,0 +1,143 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// TestServerStdioSkipsBadLines: an MCP server on ServerStdio answers each line
+// that is not a message with a JSON-RPC error and goes on serving the same
+// session; the go-sdk's own stdio transport ends the session at the first such
+// line. A blank line is skipped without an answer; a line longer than the limit
+// is answered once, without the session holding it whole.
+func TestServerStdioSkipsBadLines(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in struct{ Text string }) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
+	})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Run(ctx, ServerStdio(inR, outW))
+		outW.CloseWithError(fmt.Errorf("the session ended: %v", err)) // what a read of an answer then fails with
+		done <- err
+	}()
+	answers := bufio.NewReader(outR)
+
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatalf("writing %.40q: %v", line, err)
+		}
+	}
+	type answer struct {
+		ID     any
+		Error  *struct{ Code int64 }
+		Result json.RawMessage
+	}
+	next := func() answer {
+		t.Helper()
+		line, err := answers.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("reading an answer: %v", err)
+		}
+		var a answer
+		if err := json.Unmarshal(line, &a); err != nil {
+			t.Fatalf("the answer %q: %v", line, err)
+		}
+		return a
+	}
+	errCode := func(a answer) int64 {
+		if a.Error == nil {
+			return 0
+		}
+		return a.Error.Code
+	}
+
+	for _, tc := range []struct {
+		name, line string
+		wantID     any
+		wantCode   int64
+	}{
+		{"not JSON", "this is not JSON", nil, -32700},
+		{"a truncated object", `{"jsonrpc":"2.0","id":3,"method":`, nil, -32700},
+		{"a wrong version", `{"jsonrpc":"1.0","id":7,"method":"ping"}`, float64(7), -32600},
+		{"neither request nor response", `{"jsonrpc":"2.0"}`, nil, -32600},
+		{"an ID of the wrong type", `{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, nil, -32600},
+		{"an empty batch", `[]`, nil, -32600},
+		{"JSON that is not an object", `42`, nil, -32600},
+		{"too long", `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"` + strings.Repeat("x", mcp.DefaultMaxLineLength) + `"}}`, nil, -32600},
+	} {
+		send(tc.line)
+		a := next()
+		if got := []any{a.ID, errCode(a)}; !cmp.Equal(got, []any{tc.wantID, tc.wantCode}) {
+			t.Errorf("%s: answered id and code %v, want %v", tc.name, got, []any{tc.wantID, tc.wantCode})
+		}
+	}
+
+	// The session is the same one, and works: initialize, then a call.
+	send("")
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if a := next(); a.ID != float64(1) || a.Error != nil || len(a.Result) == 0 {
+		t.Fatalf("initialize answered %+v", a)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send("garbage between calls")
+	if a := next(); errCode(a) != -32700 {
+		t.Errorf("garbage between calls answered %+v", a)
+	}
+	send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"echo","arguments":{"Text":"still here"}}}`)
+	a := next()
+	if a.ID != float64(2) || !strings.Contains(string(a.Result), "still here") {
+		t.Errorf("the call after bad lines answered %+v (%s)", a, a.Result)
+	}
+
+	// The end of stdin ends the session.
+	inW.Close()
+	select {
+	case err := <-done:
+		if err != nil && err != io.EOF {
+			t.Logf("Run returned %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return at the end of stdin")
+	}
+	outR.Close()
+}
+
+// TestReadLine: lines are read whole up to the limit, a longer line is read to
+// its end and reported with only its start kept, and the last line needs no
+// newline.
+func TestReadLine(t *testing.T) {
+	long := strings.Repeat("y", mcp.DefaultMaxLineLength+10)
+	br := bufio.NewReaderSize(strings.NewReader("one\n"+long+"\ntwo\nlast"), 64<<10)
+	type got struct {
+		Len     int
+		TooLong bool
+		Err     error
+	}
+	var all []got
+	for {
+		line, tooLong, err := readLine(br)
+		all = append(all, got{len(line), tooLong, err})
+		if err != nil {
+			break
+		}
+	}
+	want := []got{{3, false, nil}, {256, true, nil}, {3, false, nil}, {4, false, io.EOF}}
+	if diff := cmp.Diff(want, all, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
+		t.Errorf("readLine (-want +got):\n%s", diff)
+	}
+}
