@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"net/http"
@@ -21,13 +23,23 @@ type HTTPOptions struct {
 	// SessionTimeout closes a front session that has sent no request for this long;
 	// 0 keeps idle sessions for ever.
 	SessionTimeout time.Duration
+	// MaxSessions is the most stateful sessions open at once: a request that
+	// would open one more gets 503. 0 means DefaultMaxSessions; negative, no bound.
+	MaxSessions int
+	// BodyMemory is how many bytes of request bodies are held at once, each
+	// until its request has been answered: a request finding no room waits for
+	// it, up to 10 s, then gets 503. 0 means DefaultBodyMemory; negative, no
+	// bound. (One body is at most mcp.DefaultMaxRequestBodyBytes: 413 beyond.)
+	BodyMemory int64
 }
 
 // Handler returns an http.Handler that serves the gateway over streamable HTTP:
 // stateful sessions (Mcp-Session-Id) for clients on protocol versions before
 // 2026-07-28, and stateless requests for clients on 2026-07-28 and later (told apart by
 // their Mcp-Protocol-Version header), one server for both. A request whose client goes
-// away (a 2026-07-28 one) is cancelled, and with it the backend's call.
+// away (a 2026-07-28 one) is cancelled, and with it the backend's call. What the
+// front holds for its clients is bounded (o.MaxSessions, o.BodyMemory): past the
+// bounds a client gets 503 with Retry-After, a body over the go-sdk's limit 413.
 func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return g.server }
 	logger := g.log.With("component", "gateway http")
@@ -37,8 +49,23 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	stateless := mcp.NewStreamableHTTPHandler(getServer, &mcp.StreamableHTTPOptions{
 		Stateless: true, PropagateRequestCancellation: true, Logger: logger,
 	})
+	lim := newLimits(g.server, o)
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(postHeader) // ours alone
+		charge, err := lim.holdBody(r.Context(), w, r)
+		switch {
+		case errors.Is(err, errBodyTooLarge):
+			http.Error(w, fmt.Sprintf("request body exceeds %d bytes", lim.maxBody), http.StatusRequestEntityTooLarge)
+			return
+		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, "the gateway holds as many request bodies as it may (BodyMemory, --body-memory): try again", http.StatusServiceUnavailable)
+			return
+		case err != nil: // the client went away, or its body broke off
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		defer lim.releaseBody(charge)
 		if v := r.Header.Get("Mcp-Protocol-Version"); v >= "2026-07-28" && r.Header.Get("Mcp-Session-Id") == "" {
 			stateless.ServeHTTP(w, r)
 			return
@@ -53,6 +80,15 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		if r.Method != http.MethodPost {
 			stateful.ServeHTTP(w, r)
 			return
+		}
+		if r.Header.Get("Mcp-Session-Id") == "" {
+			done, ok := lim.openSession()
+			if !ok {
+				w.Header().Set("Retry-After", "5")
+				http.Error(w, fmt.Sprintf("the gateway has %d sessions open, as many as it may (MaxSessions, --max-sessions)", lim.maxSessions), http.StatusServiceUnavailable)
+				return
+			}
+			defer done()
 		}
 		// A POST's answer comes on its response. If the client goes away before
 		// it (the SDK's server returns then), nobody can receive it: the requests

@@ -57,7 +57,10 @@ for clients before protocol 2026-07-28, stateless requests for clients on it.
 --stdio serves stdio as well.
 
 --token-env NAME makes the HTTP front require "Authorization: Bearer TOKEN",
-TOKEN being the value of the environment variable NAME.
+TOKEN being the value of the environment variable NAME. Whoever its clients
+are, the HTTP front holds at most --max-sessions sessions and --body-memory MiB
+of request bodies (each until its request is answered); past them a client gets
+503 with Retry-After, and a body over 4 MiB gets 413.
 
 On SIGHUP (and, with --watch, when the config file changes) the config is read
 again and adopted without a restart: servers added, removed, reconnected or
@@ -87,6 +90,8 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	watchEvery := fs.Duration("watch-interval", time.Second, "how often --watch looks at the config file")
 	replica := fs.String("replica", "", "I/N: replica I of N behind nginx hashing Mcp-Session-Id")
 	sessionTimeout := fs.Duration("session-timeout", 30*time.Minute, "close an HTTP front session idle this long (0: never)")
+	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most HTTP front sessions open at once; one more gets 503 (0: no bound)")
+	bodyMemory := fs.Int64("body-memory", gateway.DefaultBodyMemory>>20, "MiB of request bodies the HTTP front holds at once; a request finding no room waits up to 10s, then gets 503 (0: no bound)")
 	readyWait := fs.Duration("ready-wait", 0, "how long a request waits for a server that has no session (0: fail at once)")
 	startupWait := fs.Duration("startup-wait", 5*time.Second, "at startup, how long listing waits for the servers to list theirs (negative: not at all)")
 	statusURI := fs.String("status-resource", "", "serve every server's status as JSON at this resource URI (such as mcpfsm://status)")
@@ -195,7 +200,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			return 1
 		}
 		srv = &http.Server{
-			Handler:           bodyDeadline(requestBodyTimeout, g.Handler(gateway.HTTPOptions{Token: token, SessionTimeout: *sessionTimeout})),
+			Handler:           bodyDeadline(requestBodyTimeout, g.Handler(gateway.HTTPOptions{Token: token, SessionTimeout: *sessionTimeout, MaxSessions: noBound(*maxSessions), BodyMemory: noBound(*bodyMemory << 20)})),
 			ReadHeaderTimeout: 10 * time.Second,
 			IdleTimeout:       idleTimeout,
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
@@ -308,6 +313,15 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		b.lift()
 	}
 	return n, err
+}
+
+// noBound maps a flag's 0 (no bound) to HTTPOptions' negative (0 there is the
+// default).
+func noBound[T int | int64](v T) T {
+	if v <= 0 {
+		return -1
+	}
+	return v
 }
 
 // stamp is what --watch compares: the config file's modification time and size.

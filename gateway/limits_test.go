@@ -1,0 +1,131 @@
+package gateway_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+const initializeBody = `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+// TestGateway_MaxSessions: with MaxSessions open, an initialize gets 503 saying
+// why, while the open sessions and stateless (2026-07-28) requests are served; a
+// session closed makes room for one.
+func TestGateway_MaxSessions(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{MaxSessions: 2})
+	first := httpFront(t, url, "2025-11-25", nil)
+	httpFront(t, url, "2025-11-25", nil)
+
+	resp := post(t, url, initializeBody, "", "")
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(msg), "2 sessions open") {
+		t.Errorf("a third initialize: %s %q, want 503 saying the gateway has 2 sessions open", resp.Status, msg)
+	}
+	if got := text(call(t, first, "a__echo", map[string]any{"text": "open"})); got != "open" {
+		t.Errorf("an open session's call answered %q", got)
+	}
+	stateless := httpFront(t, url, "2026-07-28", nil)
+	if got := text(call(t, stateless, "a__echo", map[string]any{"text": "stateless"})); got != "stateless" {
+		t.Errorf("a 2026-07-28 call answered %q", got)
+	}
+
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp := post(t, url, initializeBody, "", "")
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a session closed, an initialize still got %s", resp.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGateway_BodyMemory: request bodies held at once are bounded. While a call
+// whose body takes most of the budget is in flight, a large body waits for room
+// and is refused with 503, and a small one is served; once the call is over, the
+// large one is served. A body without a length over the SDK's limit gets 413.
+func TestGateway_BodyMemory(t *testing.T) {
+	defer gateway.SetBodyWait(300 * time.Millisecond)()
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{BodyMemory: mcp.DefaultMaxRequestBodyBytes})
+	cs := httpFront(t, url, "2025-11-25", nil)
+	waitTools(t, cs, has("a__hold"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	held := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__hold", Arguments: map[string]any{"ms": 600000},
+			Meta: mcp.Meta{"pad": strings.Repeat("x", 3<<20)}})
+		held <- err
+	}()
+	time.Sleep(500 * time.Millisecond) // the call is in flight, its body held
+
+	large := initializeBody[:len(initializeBody)-1] + `,"pad":"` + strings.Repeat("y", 2<<20) + `"}`
+	start := time.Now()
+	resp := post(t, url, large, "", "")
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(msg), "request bodies") || time.Since(start) < 300*time.Millisecond {
+		t.Errorf("a 2 MiB body beside a 3 MiB one in flight: %s %q after %v, want 503 after waiting 300ms", resp.Status, msg, time.Since(start))
+	}
+	resp = post(t, url, initializeBody, "", "")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a small body beside the call in flight: %s, want 200", resp.Status)
+	}
+
+	cancel()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held call did not end when cancelled")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp := post(t, url, large, "", "")
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the call ended, a 2 MiB body still got %s", resp.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// Without a length (chunked): read here, within the SDK's limit.
+	chunked := func(body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, io.MultiReader(strings.NewReader(body)))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	if resp := chunked(large); resp.StatusCode != http.StatusOK {
+		t.Errorf("a 2 MiB chunked body: %s, want 200", resp.Status)
+	}
+	tooLarge := initializeBody[:len(initializeBody)-1] + `,"pad":"` + strings.Repeat("z", 5<<20) + `"}`
+	if resp := chunked(tooLarge); resp.StatusCode != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 5 MiB chunked body: %s, want 413", resp.Status)
+	}
+}
