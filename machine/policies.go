@@ -172,6 +172,9 @@ func (p *Policies) Set(name, text string) error {
 		if err != nil {
 			return fmt.Errorf("policy %s: %v", name, err)
 		}
+		if d > maxPolicyDuration {
+			return fmt.Errorf("policy %s: duration %s is longer than %s (100 years), the longest a policy takes", name, formatDuration(d), formatDuration(maxPolicyDuration))
+		}
 		if d < 0 || (d == 0 && !info.ZeroIsOff) {
 			if info.ZeroIsOff {
 				return fmt.Errorf("policy %s: duration %s is negative (0 disables it)", name, formatDuration(d))
@@ -263,6 +266,11 @@ func (p *Policies) check() [][2]string {
 	}
 	return out
 }
+
+// maxPolicyDuration is the longest duration a policy takes: 100 years. A time
+// that far ahead is still one a clock can hold (time.Duration and UnixNano end
+// in 2262), which the status page's next-move time once was not.
+const maxPolicyDuration = 100 * 365 * 24 * time.Hour
 
 // parseDuration is time.ParseDuration that insists on a unit: "30" is an error, not 30ns.
 func parseDuration(s string) (time.Duration, error) {
