@@ -52,6 +52,13 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	lim := newLimits(g.server, o)
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(postHeader) // ours alone
+		if r.Method != http.MethodPost && r.Body != nil && r.Body != http.NoBody {
+			// Only a POST carries a message. net/http notices a client gone only
+			// once its body has been read, and the SDK reads no other's: a GET
+			// declaring a body it never sends would hold its stream for ever.
+			http.Error(w, "only a POST carries a body", http.StatusBadRequest)
+			return
+		}
 		charge, err := lim.holdBody(r.Context(), w, r)
 		switch {
 		case errors.Is(err, errBodyTooLarge):

@@ -66,9 +66,12 @@ func (l *limits) openSession() (done func(), ok bool) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// The go-sdk makes a request's session before it reads the body, and closes
+	// it when the request ends uninitialized: a session not yet initialized is
+	// one of those under way, counted in l.opening, not here.
 	open := 0
 	for ss := range l.server.Sessions() {
-		if ss.ID() != "" { // the stdio front's and stateless requests' have none
+		if ss.ID() != "" && ss.InitializeParams() != nil { // the stdio front's and stateless requests' have no ID
 			open++
 		}
 	}
@@ -86,8 +89,8 @@ func (l *limits) openSession() (done func(), ok bool) {
 // errBodyTooLarge is a body over the SDK's limit, read here (one without a length).
 var errBodyTooLarge = errors.New("request body too large")
 
-// holdBody charges r's body to the front's budget, waiting for room up to bodyWait,
-// and returns the charge, which releaseBody gives back once the request has been
+// holdBody charges a POST's body to the front's budget (Handler refuses any
+// other request with a body), waiting for room up to bodyWait, and returns the charge, which releaseBody gives back once the request has been
 // served (the SDK keeps a call's arguments, which point into its body, until it
 // is answered). A body of known length is charged that length; one without
 // (chunked) is read here first, charged the largest body until it has been, then

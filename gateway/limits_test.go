@@ -1,8 +1,11 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -127,5 +130,82 @@ func TestGateway_BodyMemory(t *testing.T) {
 	tooLarge := initializeBody[:len(initializeBody)-1] + `,"pad":"` + strings.Repeat("z", 5<<20) + `"}`
 	if resp := chunked(tooLarge); resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Errorf("a 5 MiB chunked body: %s, want 413", resp.Status)
+	}
+}
+
+// rawRequest writes a request's head and the first part of its body on a
+// connection of its own, and leaves it open.
+func rawRequest(t *testing.T, url, method string, header map[string]string, body string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s / HTTP/1.1\r\nHost: %s\r\n", method, strings.TrimPrefix(url, "http://"))
+	for k, v := range header {
+		fmt.Fprintf(&b, "%s: %s\r\n", k, v)
+	}
+	b.WriteString("\r\n" + body)
+	if _, err := io.WriteString(conn, b.String()); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// TestGateway_LimitsHostile: what a hostile tester found in the bounds. A
+// session being opened by a client trickling its initialize counts once, not
+// twice (the go-sdk makes the session before it reads the body); a GET that
+// declares a body is refused and holds none of the budget.
+func TestGateway_LimitsHostile(t *testing.T) {
+	defer gateway.SetBodyWait(300 * time.Millisecond)()
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{MaxSessions: 2, BodyMemory: mcp.DefaultMaxRequestBodyBytes})
+
+	slow := rawRequest(t, url, "POST", map[string]string{
+		"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+		"Content-Length": fmt.Sprint(len(initializeBody)),
+	}, initializeBody[:10])
+	time.Sleep(200 * time.Millisecond) // its session made, its body awaited
+	resp := post(t, url, initializeBody, "", "")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("an initialize beside one trickling, at a cap of 2: %s, want 200", resp.Status)
+	}
+	resp = post(t, url, initializeBody, "", "")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("a third initialize at a cap of 2: %s, want 503", resp.Status)
+	}
+	if _, err := io.WriteString(slow, initializeBody[10:]); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(slow).ReadString('\n'); err != nil || !strings.Contains(line, "200") {
+		t.Errorf("the trickled initialize, once whole: %q, %v", line, err)
+	}
+
+	// A GET on a session, declaring the largest body and sending a part of it:
+	// refused, holding nothing (net/http would not notice its client gone until
+	// the body had been read, which the SDK never does for a GET).
+	g2 := start(t, config(inMemory("b", testserver.Options{})), gateway.Options{})
+	url2 := serveHTTP(t, g2, gateway.HTTPOptions{BodyMemory: mcp.DefaultMaxRequestBodyBytes})
+	resp = post(t, url2, initializeBody, "", "") // a session with no GET stream yet
+	resp.Body.Close()
+	id := resp.Header.Get("Mcp-Session-Id")
+	if id == "" {
+		t.Fatalf("initialize: %s without a session ID", resp.Status)
+	}
+	get := rawRequest(t, url2, "GET", map[string]string{
+		"Accept": "text/event-stream", "Mcp-Session-Id": id, "Mcp-Protocol-Version": "2025-11-25",
+		"Content-Length": fmt.Sprint(mcp.DefaultMaxRequestBodyBytes),
+	}, strings.Repeat("x", 1<<20))
+	if line, err := bufio.NewReader(get).ReadString('\n'); err != nil || !strings.Contains(line, "400") {
+		t.Fatalf("a GET declaring a body: %q, %v, want 400", line, err)
+	}
+	resp = post(t, url2, initializeBody, "", "")
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a POST beside a GET declaring 4 MiB of body: %s, want 200", resp.Status)
 	}
 }
