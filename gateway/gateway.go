@@ -474,20 +474,42 @@ func (g *Gateway) register(t *table) (refused []string) {
 }
 
 // addTool adds a tool to the front server, turning the SDK's panic on a tool it
-// refuses (an input schema that is not an object) into an error.
+// refuses (an input schema that is not an object) into an error. Its schemas go in
+// encoded: the SDK marshals a tool's input schema on every 2026-07-28 call (to look
+// for x-mcp-header parameters) and both schemas on every tools/list, and a
+// json.RawMessage is copied where the map a backend's list decoded into is walked
+// and its keys sorted each time.
 func addTool(s *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("%v", v)
 		}
 	}()
-	if t.InputSchema == nil {
-		c := *t
+	c := *t
+	if c.InputSchema == nil {
 		c.InputSchema = map[string]any{"type": "object"}
-		t = &c
 	}
-	s.AddTool(t, h)
+	if c.InputSchema, err = encoded(c.InputSchema); err != nil {
+		return fmt.Errorf("its input schema: %w", err)
+	}
+	if c.OutputSchema, err = encoded(c.OutputSchema); err != nil {
+		return fmt.Errorf("its output schema: %w", err)
+	}
+	s.AddTool(&c, h)
 	return nil
+}
+
+// encoded returns a schema as JSON (nil stays nil).
+func encoded(schema any) (any, error) {
+	switch schema := schema.(type) {
+	case nil, json.RawMessage:
+		return schema, nil
+	}
+	data, err := json.Marshal(schema)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(data), nil
 }
 
 // newServer builds the front server: its capabilities are all the gateway can
