@@ -9,3 +9,11 @@ func SetBodyWait(d time.Duration) (restore func()) {
 	bodyWait = d
 	return func() { bodyWait = old }
 }
+
+// Remembered returns how many session IDs the gateway remembers as deleted and
+// how many POSTs as gone (see inflight).
+func (g *Gateway) Remembered() (deleted, gone int) {
+	g.inflight.mu.Lock()
+	defer g.inflight.mu.Unlock()
+	return len(g.inflight.deleted.at), len(g.inflight.gone.at)
+}

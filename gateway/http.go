@@ -80,7 +80,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		if r.Method == http.MethodDelete {
 			// The client ends its session: its requests in flight are cancelled
 			// (the SDK's close of the session, and the DELETE, wait for them).
-			if id := r.Header.Get("Mcp-Session-Id"); id != "" {
+			if id := r.Header.Get("Mcp-Session-Id"); id != "" && g.hasSession(id) {
 				g.inflight.sessionDeleted(id)
 			}
 		}
@@ -109,6 +109,16 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		h = bearer(o.Token, h)
 	}
 	return h
+}
+
+// hasSession reports whether id is the ID of a front session of the gateway's.
+func (g *Gateway) hasSession(id string) bool {
+	for ss := range g.server.Sessions() {
+		if ss.ID() == id {
+			return true
+		}
+	}
+	return false
 }
 
 // postHeader marks the requests of one POST of a stateful session (see Handler).

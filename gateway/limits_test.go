@@ -209,3 +209,46 @@ func TestGateway_LimitsHostile(t *testing.T) {
 		t.Errorf("a POST beside a GET declaring 4 MiB of body: %s, want 200", resp.Status)
 	}
 }
+
+// TestGateway_DeleteUnknownSession: a DELETE naming no session of the gateway
+// holds nothing: its ID (a header as long as net/http lets it be) was remembered
+// for a minute before the SDK refused it with 404, so that a client sending
+// DELETEs held as much of the gateway's memory as it cared to send, past
+// --body-memory. A live session's DELETE is remembered (its requests that start
+// after it are cancelled).
+func TestGateway_DeleteUnknownSession(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	for i := range 20 {
+		req, _ := http.NewRequest("DELETE", url, nil)
+		req.Header.Set("Mcp-Session-Id", fmt.Sprintf("%d-%s", i, strings.Repeat("x", 256<<10)))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("a DELETE of an unknown session: %s, want 404", resp.Status)
+		}
+	}
+	if deleted, _ := g.Remembered(); deleted != 0 {
+		t.Errorf("after 20 DELETEs of unknown sessions (256 KiB IDs), %d IDs are remembered, want 0", deleted)
+	}
+
+	resp := post(t, url, initializeBody, "", "")
+	resp.Body.Close()
+	id := resp.Header.Get("Mcp-Session-Id")
+	req, _ := http.NewRequest("DELETE", url, nil)
+	req.Header.Set("Mcp-Session-Id", id)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("a DELETE of a live session: %s, want 204", resp.Status)
+	}
+	if deleted, _ := g.Remembered(); deleted != 1 {
+		t.Errorf("after a live session's DELETE, %d IDs are remembered, want 1", deleted)
+	}
+}
