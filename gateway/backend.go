@@ -44,7 +44,7 @@ type frontCall struct {
 	out    *outbox // the call's progress and log messages, in order, off the backend's reader
 	// parking, on a 2026-07-28 front, takes the backend's requests to the front as
 	// input requests (see mrtr.go); nil where the request has no input-required
-	// result (completion, subscribe).
+	// result (completion, subscribe). Set before the call is published (start).
 	parking *parking
 }
 
@@ -76,8 +76,10 @@ type calls struct {
 	by  map[string]map[*frontCall]struct{}
 }
 
-func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string) *frontCall {
-	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server}
+// start publishes a front call, with its parking (nil if it takes no input
+// requests): the backend's requests read it from then on (see askFront).
+func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, p *parking) *frontCall {
+	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p}
 	if r, ok := req.(interface{ ProtocolVersion() string }); ok {
 		fc.newer = r.ProtocolVersion() >= "2026-07-28"
 	}

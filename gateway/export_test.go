@@ -17,3 +17,11 @@ func (g *Gateway) Remembered() (deleted, gone int) {
 	defer g.inflight.mu.Unlock()
 	return len(g.inflight.deleted.at), len(g.inflight.gone.at)
 }
+
+// AttributedParks reports whether the front call a backend's own request would be
+// attributed to (see calls.attribute) takes input requests: what askFront reads of
+// it, as a backend's sampling request on a protocol before 2026-07-28 does.
+func (g *Gateway) AttributedParks(server string) bool {
+	fc, _ := g.calls.attribute(server)
+	return fc != nil && fc.parking != nil
+}

@@ -153,9 +153,13 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 		}
 		return fail(g.unavailable(server, err))
 	}
-	fc := g.calls.start(ctx, ss, req, server)
-	ctx = context.WithValue(ctx, frontCallKey{}, fc)
+	var p *parking
 	if newer && r.inputRequired != nil {
+		p = newParking()
+	}
+	fc := g.calls.start(ctx, ss, req, server, p)
+	ctx = context.WithValue(ctx, frontCallKey{}, fc)
+	if p != nil {
 		return roundTrip(g, ctx, fc, "", nil, func(bctx context.Context) (R, error) {
 			res, err := r.send(bctx, c, fc)
 			return answer(bctx, res, err)

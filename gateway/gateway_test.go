@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -471,4 +472,36 @@ func TestGateway_ResultsSayTheGateway(t *testing.T) {
 	if want := cs.InitializeResult().ServerInfo.Name; info["name"] != want {
 		t.Errorf("the result's server info %v, want the gateway's (%s)", res.Meta, want)
 	}
+}
+
+// TestGateway_ParkingPublished: a 2026-07-28 front call is seen by the backend's own
+// requests (a backend before 2026-07-28 sends sampling on its own; calls.attribute
+// finds the call) with all it takes to ask the front: its parking was set after the
+// call was published, unsynchronized with that reading (a data race, and a request
+// seen in between was refused as if the call took no input requests).
+func TestGateway_ParkingPublished(t *testing.T) {
+	s := inMemory("a", testserver.Options{})
+	s.Transport.ProtocolVersion = "2025-11-25"
+	g := start(t, config(s), gateway.Options{})
+	cs := front(t, g, nil, "2026-07-28")
+	waitTools(t, cs, has("a__echo"))
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			g.AttributedParks("a")
+			runtime.Gosched()
+		}
+	}()
+	for range 100 {
+		call(t, cs, "a__echo", map[string]any{"text": "x"})
+	}
+	close(stop)
+	<-done
 }

@@ -53,6 +53,12 @@ type parking struct {
 	seq     int
 }
 
+// newParking returns the parking of a front call that may take input requests,
+// given to the call as it is published (calls.start); roundTrip starts it.
+func newParking() *parking {
+	return &parking{needs: make(chan need), done: make(chan callDone, 1)}
+}
+
 // ask hands a backend's request to the front call and waits for the answer.
 func (p *parking) ask(ctx context.Context, params mcp.InputRequest) (mcp.InputResponse, error) {
 	reply := make(chan needAnswer, 1)
@@ -120,8 +126,8 @@ func (ps *parked) closeAll() {
 	}
 }
 
-// roundTrip runs a front request on a 2026-07-28 front: a new call starts the backend's
-// call (run) parked; a retry (its requestState one of ours) gives the parked call the
+// roundTrip runs a front request on a 2026-07-28 front: a new call (fc, whose parking
+// newParking made) starts the backend's call (run) parked; a retry (its requestState one of ours) gives the parked call the
 // front's answers. Either way it returns what comes first: the backend's result, or
 // the backend's next requests as an input-required result (made by inputRequired).
 func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, state string, responses mcp.InputResponseMap,
@@ -145,8 +151,10 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, state stri
 		// keeping its values (the front call) but not its end.
 		bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		stop := context.AfterFunc(g.ctx, cancel)
-		p = &parking{needs: make(chan need), done: make(chan callDone, 1), cancel: func() { stop(); cancel() }}
-		fc.parking = p
+		// Only roundTrip, run's goroutine and parked (after put) read cancel; the
+		// backend's requests, which may see fc from its start, read the channels.
+		p = fc.parking
+		p.cancel = func() { stop(); cancel() }
 		if !g.spawn(func() {
 			res, err := run(bctx)
 			p.cancel()
