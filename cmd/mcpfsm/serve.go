@@ -173,19 +173,31 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		// shutdown, which gives its requests in flight a grace; then the gateway's
 		// close, which cancels the requests still in flight, closes the front's
 		// sessions (a stdio front's Run returns then) and the backends; then the
-		// fronts' goroutines end.
+		// fronts' goroutines end, within what is left of the close's 15 s: a
+		// stdio front whose client reads no more answers never ends (the SDK's
+		// close of its session waits for a write to stdout), and serve exits
+		// without it.
 		if srv != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = srv.Shutdown(sctx)
 			cancel()
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
 		if err := g.Close(cctx); err != nil {
 			fmt.Fprintln(stderr, "mcpfsm serve: closing:", errorText(err))
 		}
-		cancel()
 		stop()
-		wg.Wait()
+		fronts := make(chan struct{})
+		go func() {
+			wg.Wait()
+			close(fronts)
+		}()
+		select {
+		case <-fronts:
+		case <-cctx.Done():
+			fmt.Fprintln(stderr, "mcpfsm serve: a front did not end (a stdio client that reads no answers?): exiting without it")
+		}
 	}()
 	failed := make(chan error, 2)
 

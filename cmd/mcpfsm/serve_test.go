@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -560,5 +561,55 @@ func TestServeStdioSurvivesGarbage(t *testing.T) {
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("the gateway ended with %v at the end of stdin\nstderr:\n%s", err, stderr.String())
+	}
+}
+
+// TestServeStopsWithStdoutUnread: SIGTERM ends the gateway within its bounds even
+// when its stdio client has stopped reading its answers (stdout full): the SDK's
+// close of the stdio session waits for a write that never ends, and serve waited
+// for that session's Run without a bound, for ever.
+func TestServeStopsWithStdoutUnread(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the binary for up to a minute")
+	}
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe() // never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Each line is answered with an error of some 100 bytes: 3,000 of them are
+	// more than the pipe holds.
+	if _, err := io.WriteString(stdin, strings.Repeat("x\n", 3000)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the gateway is blocked writing to stdout
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case <-exited:
+		if d := time.Since(start); d > 40*time.Second {
+			t.Errorf("stopped %v after SIGTERM, want within the 5s grace and the 15s close", d)
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("still running 60s after SIGTERM with its stdout unread\nstderr:\n%s", stderr.String())
 	}
 }
