@@ -162,6 +162,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 	if p != nil {
 		return roundTrip(g, ctx, fc, "", nil, func(bctx context.Context) (R, error) {
 			res, err := r.send(bctx, c, fc)
+			fc.out.flush(bctx) // as below: the call's progress and log messages first
 			return answer(bctx, res, err)
 		}, r.inputRequired)
 	}

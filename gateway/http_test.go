@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -262,4 +263,68 @@ func post(t *testing.T, url, body, header, value string) *http.Response {
 		t.Fatal(err)
 	}
 	return resp
+}
+
+// teeBodies keeps a copy of every response body of POSTs whose request body
+// contains mark.
+type teeBodies struct {
+	mark string
+	mu   sync.Mutex
+	got  []*bytes.Buffer
+}
+
+func (tb *teeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	var marked bool
+	if r.Body != nil && r.GetBody != nil {
+		if b, err := r.GetBody(); err == nil {
+			data, _ := io.ReadAll(b)
+			marked = bytes.Contains(data, []byte(tb.mark))
+		}
+	}
+	resp, err := http.DefaultTransport.RoundTrip(r)
+	if err != nil || !marked {
+		return resp, err
+	}
+	buf := &bytes.Buffer{}
+	tb.mu.Lock()
+	tb.got = append(tb.got, buf)
+	tb.mu.Unlock()
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.TeeReader(resp.Body, buf), resp.Body}
+	return resp, nil
+}
+
+// TestGateway_ProgressBeforeResult: a call's progress goes out on its response
+// stream before its result, all of it, on a 2026-07-28 front (stateless HTTP) as
+// before it (forward flushes the call's outbox): on 2026-07-28 the backend's last
+// progress could be sent after the result, on a stream that had ended, and lost.
+func TestGateway_ProgressBeforeResult(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) { progressBeforeResult(t, url, version) })
+	}
+}
+
+func progressBeforeResult(t *testing.T, url, version string) {
+	tb := &teeBodies{mark: "front-token"}
+	cs := httpFront(t, url, version, &http.Client{Transport: tb})
+	waitTools(t, cs, has("a__slow_progress"))
+	const steps = 20
+	for i := range 10 {
+		res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__slow_progress", Arguments: map[string]any{"ms": 0, "steps": steps},
+			Meta: mcp.Meta{"progressToken": "front-token"}})
+		if err != nil || res.IsError {
+			t.Fatalf("slow_progress: %v %s", err, text(res))
+		}
+		tb.mu.Lock()
+		body := tb.got[len(tb.got)-1].String()
+		tb.mu.Unlock()
+		result := strings.Index(body, `"result"`)
+		if n := strings.Count(body[:max(result, 0)], "notifications/progress"); result < 0 || n != steps {
+			t.Fatalf("call %d: %d progress notifications before the result on its stream, want %d:\n%s", i, n, steps, body)
+		}
+	}
 }
