@@ -27,8 +27,8 @@ type HTTPOptions struct {
 	// would open one more gets 503. 0 means DefaultMaxSessions; negative, no bound.
 	MaxSessions int
 	// BodyMemory is how many bytes of request bodies are held at once, each
-	// until its request has been answered: a request finding no room waits for
-	// it, up to 10 s, then gets 503. 0 means DefaultBodyMemory; negative, no
+	// charged as it arrives and held until its request has been answered: a
+	// request finding no room waits for it, up to 10 s, then gets 503. 0 means DefaultBodyMemory; negative, no
 	// bound. (One body is at most mcp.DefaultMaxRequestBodyBytes: 413 beyond.)
 	BodyMemory int64
 }

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,47 +85,118 @@ func (l *limits) openSession() (done func(), ok bool) {
 	}, true
 }
 
-// errBodyTooLarge is a body over the SDK's limit, read here (one without a length).
+// errBodyTooLarge is a body over the SDK's limit.
 var errBodyTooLarge = errors.New("request body too large")
 
-// holdBody charges a POST's body to the front's budget (Handler refuses any
-// other request with a body), waiting for room up to bodyWait, and returns the charge, which releaseBody gives back once the request has been
-// served (the SDK keeps a call's arguments, which point into its body, until it
-// is answered). A body of known length is charged that length; one without
-// (chunked) is read here first, charged the largest body until it has been, then
-// what it is.
+// firstBodyBuffer is what a body is first read into (and charged) before any of it
+// has come: a client that declares a large body and sends none of it holds no more.
+const firstBodyBuffer = 4 << 10
+
+// holdBody reads a POST's body (Handler refuses any other request with a body)
+// into memory charged to the front's budget as it arrives, and gives the SDK that
+// copy. The charge is the buffer's size, grown by doubling as the bytes come: a
+// client declaring 4 MiB and sending nothing holds 4 KiB, not 4 MiB (which eight
+// such clients took the whole default budget with). When a growth finds no room,
+// the part held is given back and the rest of the body (its declared length, or
+// the SDK's limit) is waited for at once, up to bodyWait: requests each holding a
+// part and waiting for more would only wait each other out. The charge is given
+// back by releaseBody once the request has been served (the SDK keeps a call's
+// arguments, which point into its own copy of the body, until it is answered).
 func (l *limits) holdBody(ctx context.Context, w http.ResponseWriter, r *http.Request) (charge int64, err error) {
 	if l.bodies == nil || r.Body == nil || r.Body == http.NoBody {
 		return 0, nil
 	}
-	charge = l.maxBody
+	limit := l.maxBody // the SDK refuses a longer body
 	if r.ContentLength >= 0 {
-		charge = min(r.ContentLength, l.maxBody) // the SDK refuses a longer body
+		limit = min(r.ContentLength, l.maxBody)
 	}
-	if !l.bodies.TryAcquire(charge) {
-		wctx, cancel := context.WithTimeout(ctx, l.wait)
-		err := l.bodies.Acquire(wctx, charge)
-		cancel()
-		if err != nil {
-			return 0, err
+	deadline := time.Now().Add(l.wait)
+	covered := false // the whole body is charged: growing asks for nothing more
+	grow := func(n int64) error {
+		if covered {
+			return nil
 		}
+		if l.bodies.TryAcquire(n) {
+			charge += n
+			return nil
+		}
+		l.bodies.Release(charge)
+		charge = 0
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		defer cancel()
+		if err := l.bodies.Acquire(wctx, limit); err != nil {
+			return err
+		}
+		charge, covered = limit, true
+		return nil
 	}
-	if r.ContentLength < 0 {
-		data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, l.maxBody))
+	defer func() {
 		if err != nil {
 			l.bodies.Release(charge)
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				return 0, errBodyTooLarge
-			}
-			return 0, fmt.Errorf("reading the request body: %w", err)
+			charge = 0
 		}
-		l.bodies.Release(charge - int64(len(data)))
-		charge = int64(len(data))
-		r.Body = io.NopCloser(bytes.NewReader(data))
+	}()
+	size := min(max(limit, 1), firstBodyBuffer)
+	if err := grow(size); err != nil {
+		return charge, err
 	}
+	data := make([]byte, 0, size)
+	body := http.MaxBytesReader(w, r.Body, l.maxBody)
+	for {
+		buf := data[len(data):cap(data)]
+		if len(buf) == 0 && int64(cap(data)) < limit {
+			next := min(2*int64(cap(data)), limit)
+			if err := grow(next - int64(cap(data))); err != nil {
+				return charge, err
+			}
+			grown := make([]byte, len(data), next)
+			copy(grown, data)
+			data = grown
+			buf = data[len(data):cap(data)]
+		}
+		if len(buf) == 0 { // at the limit: only the body's end may come
+			var one [1]byte
+			buf = one[:]
+		}
+		n, rerr := body.Read(buf)
+		if int64(len(data)+n) > limit {
+			return charge, errBodyTooLarge
+		}
+		data = data[:len(data)+n]
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(rerr, &mbe) {
+				return charge, errBodyTooLarge
+			}
+			return charge, fmt.Errorf("reading the request body: %w", rerr)
+		}
+	}
+	if held := int64(cap(data)); charge > held {
+		l.bodies.Release(charge - held)
+		charge = held
+	}
+	r.Body = &heldBody{data: data}
 	return charge, nil
 }
+
+// heldBody is a body read whole, which forgets its bytes once they have been read
+// (the SDK keeps its own copy).
+type heldBody struct{ data []byte }
+
+func (b *heldBody) Read(p []byte) (int, error) {
+	if len(b.data) == 0 {
+		b.data = nil
+		return 0, io.EOF
+	}
+	n := copy(p, b.data)
+	b.data = b.data[n:]
+	return n, nil
+}
+
+func (b *heldBody) Close() error { return nil }
 
 // releaseBody gives back what holdBody charged.
 func (l *limits) releaseBody(charge int64) {

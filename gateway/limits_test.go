@@ -154,26 +154,38 @@ func rawRequest(t *testing.T, url, method string, header map[string]string, body
 	return conn
 }
 
-// TestGateway_LimitsHostile: what a hostile tester found in the bounds. A
-// session being opened by a client trickling its initialize counts once, not
-// twice (the go-sdk makes the session before it reads the body); a GET that
-// declares a body is refused and holds none of the budget.
+// TestGateway_LimitsHostile: what hostile testers found in the bounds. A body
+// is charged as it comes, not at its declared length: clients declaring the
+// largest body and sending a few bytes of it took the whole budget, every other
+// POST waiting and refused. A client trickling its initialize holds no session
+// until its body has come (the go-sdk, given the body as it came, made the
+// session before reading it; counted twice at first, then held for as long as
+// the client took). A GET that declares a body is refused and holds none of the
+// budget.
 func TestGateway_LimitsHostile(t *testing.T) {
 	defer gateway.SetBodyWait(300 * time.Millisecond)()
 	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
 	url := serveHTTP(t, g, gateway.HTTPOptions{MaxSessions: 2, BodyMemory: mcp.DefaultMaxRequestBodyBytes})
 
+	for range 8 {
+		rawRequest(t, url, "POST", map[string]string{
+			"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+			"Content-Length": fmt.Sprint(mcp.DefaultMaxRequestBodyBytes),
+		}, `{"jsonrpc":`)
+	}
 	slow := rawRequest(t, url, "POST", map[string]string{
 		"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
 		"Content-Length": fmt.Sprint(len(initializeBody)),
 	}, initializeBody[:10])
-	time.Sleep(200 * time.Millisecond) // its session made, its body awaited
-	resp := post(t, url, initializeBody, "", "")
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Errorf("an initialize beside one trickling, at a cap of 2: %s, want 200", resp.Status)
+	time.Sleep(200 * time.Millisecond) // their bodies awaited
+	for i := range 2 {
+		resp := post(t, url, initializeBody, "", "")
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("initialize %d beside eight clients declaring 4 MiB bodies and one trickling, at a cap of 2 sessions and 4 MiB of bodies: %s, want 200", i+1, resp.Status)
+		}
 	}
-	resp = post(t, url, initializeBody, "", "")
+	resp := post(t, url, initializeBody, "", "")
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Errorf("a third initialize at a cap of 2: %s, want 503", resp.Status)
@@ -181,8 +193,8 @@ func TestGateway_LimitsHostile(t *testing.T) {
 	if _, err := io.WriteString(slow, initializeBody[10:]); err != nil {
 		t.Fatal(err)
 	}
-	if line, err := bufio.NewReader(slow).ReadString('\n'); err != nil || !strings.Contains(line, "200") {
-		t.Errorf("the trickled initialize, once whole: %q, %v", line, err)
+	if line, err := bufio.NewReader(slow).ReadString('\n'); err != nil || !strings.Contains(line, "503") {
+		t.Errorf("the trickled initialize, once whole, with 2 sessions open: %q, %v, want 503", line, err)
 	}
 
 	// A GET on a session, declaring the largest body and sending a part of it:
