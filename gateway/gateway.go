@@ -256,8 +256,9 @@ func (g *Gateway) Reload(ctx context.Context, cfg *mcpfsm.Config) (mcpfsm.Reload
 	return res, err
 }
 
-// Close cancels the front's requests in flight, closes the front's sessions, then the
-// backends, and stops the gateway's background work, all bounded by ctx. Shut down
+// Close cancels the front's requests in flight, closes the front's sessions (waiting
+// for them at most half of what is left of ctx), then the backends, and stops the
+// gateway's background work, all bounded by ctx. Shut down
 // whatever serves Handler first (an HTTP server's Shutdown leaves the sessions it
 // served open); a stdio front's Server.Run returns once its session is closed.
 func (g *Gateway) Close(ctx context.Context) error {
@@ -280,13 +281,18 @@ func (g *Gateway) Close(ctx context.Context) error {
 		closing.Wait()
 		close(front)
 	})
+	// The front's sessions get half of what is left of ctx, so that one stuck
+	// in the SDK (an answer no client reads) leaves the backends time to close
+	// gracefully; the wait for the gateway's goroutines below reports it.
+	fctx, cancel := context.WithCancel(ctx)
+	if deadline, ok := ctx.Deadline(); ok {
+		fctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(deadline)/2))
+	}
 	select {
 	case <-front:
-	case <-ctx.Done():
-		// A front session's close is stuck in the SDK (an answer no client
-		// reads): the backends are closed all the same, and the wait for the
-		// gateway's goroutines below reports ctx's end.
+	case <-fctx.Done():
 	}
+	cancel()
 	g.cancel()
 	g.parked.closeAll()
 	err := g.m.Close(ctx)
