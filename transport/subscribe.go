@@ -140,11 +140,17 @@ func (l *listens) expect(uri string) *listenWait {
 	return w
 }
 
-// done forgets w.
+// done forgets w, and its listen once no wait is on it: a listen its server
+// neither acknowledged nor answered (Subscribe took it as made after ackWait) was
+// kept for the session's life, one more for each such Subscribe.
 func (l *listens) done(w *listenWait) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.waiting = slices.DeleteFunc(l.waiting, func(x *listenWait) bool { return x == w })
+	if w.sent && !slices.ContainsFunc(l.waiting, func(x *listenWait) bool { return x.sent && x.id == w.id }) {
+		delete(l.sent, w.id)
+		l.counted()
+	}
 }
 
 // wasSent reports whether a listen for w has gone out.

@@ -282,6 +282,14 @@ func TestSubscribeHTTPListenAnswers(t *testing.T) {
 				if err != nil {
 					t.Errorf("Subscribe with its listen's JSON answer held = %v, want it taken as made", err)
 				}
+				// Nothing waits on the listen any more: it is not kept for the
+				// session's life (one more for each such Subscribe).
+				s.listens.mu.Lock()
+				kept := len(s.listens.sent)
+				s.listens.mu.Unlock()
+				if kept != 0 {
+					t.Errorf("after Subscribe took its listen as made, %d listens are kept, want 0", kept)
+				}
 			case "plain":
 				// (A 503 answer ends the go-sdk's whole connection.)
 				if err == nil {
