@@ -46,6 +46,58 @@ type frontCall struct {
 	// input requests (see mrtr.go); nil where the request has no input-required
 	// result (completion, subscribe). Set before the call is published (start).
 	parking *parking
+
+	toMu sync.Mutex
+	to   frontStream // where the call's progress and log messages go (see rebind)
+}
+
+// A frontStream is where a front call's notifications go: a front request's
+// stream, and its progress token.
+type frontStream struct {
+	ss    *mcp.ServerSession
+	ctx   context.Context
+	token any // nil: the request asked for no progress
+}
+
+// streamOf returns the stream of the front request req, made on ss with ctx.
+func streamOf(ctx context.Context, ss *mcp.ServerSession, req mcp.Request) frontStream {
+	to := frontStream{ss: ss, ctx: ctx}
+	if p, ok := req.GetParams().(mcp.RequestParams); ok {
+		to.token = p.GetProgressToken()
+	}
+	return to
+}
+
+// rebind sends the call's notifications from now on to the stream of a later
+// round of it (a 2026-07-28 retry, see roundTrip): the first request's has
+// ended, and what went there was lost.
+func (fc *frontCall) rebind(to frontStream) {
+	fc.toMu.Lock()
+	fc.to = to
+	fc.toMu.Unlock()
+}
+
+// stream returns where the call's notifications go now.
+func (fc *frontCall) stream() frontStream {
+	fc.toMu.Lock()
+	defer fc.toMu.Unlock()
+	return fc.to
+}
+
+// notifyProgress sends a backend's progress for the call under the progress token
+// of the front request it goes to (none there: not sent).
+func (fc *frontCall) notifyProgress(p *mcp.ProgressNotificationParams) {
+	to := fc.stream()
+	if to.token == nil {
+		return
+	}
+	_ = to.ss.NotifyProgress(to.ctx, &mcp.ProgressNotificationParams{ProgressToken: to.token, Progress: p.Progress, Total: p.Total, Message: p.Message})
+}
+
+// log sends a backend's log message on the call's stream.
+func (fc *frontCall) log(p *mcp.LoggingMessageParams) {
+	to := fc.stream()
+	_ = to.ss.Log(to.ctx, p)
 }
 
 // clientCaps returns what the front client of fc can do (nil for no front call): on
@@ -79,7 +131,7 @@ type calls struct {
 // start publishes a front call, with its parking (nil if it takes no input
 // requests): the backend's requests read it from then on (see askFront).
 func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, p *parking) *frontCall {
-	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p}
+	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p, to: streamOf(ctx, ss, req)}
 	if r, ok := req.(interface{ ProtocolVersion() string }); ok {
 		fc.newer = r.ProtocolVersion() >= "2026-07-28"
 	}
@@ -304,7 +356,7 @@ func (b *backend) logMessage(ctx context.Context, p *mcp.LoggingMessageParams) {
 		cp.Logger = b.server + "/" + cp.Logger
 	}
 	if fc, _ := b.g.calls.attribute(b.server); fc != nil {
-		fc.out.push(func() { _ = fc.ss.Log(fc.ctx, &cp) })
+		fc.out.push(func() { fc.log(&cp) })
 		return
 	}
 	b.g.broadcast.push(func() {

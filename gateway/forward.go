@@ -80,14 +80,12 @@ func (g *Gateway) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 	if len(req.Params.Arguments) > 0 && string(req.Params.Arguments) != "null" {
 		p.Arguments = req.Params.Arguments
 	}
-	token := req.Params.GetProgressToken()
 	res, err := forward(g, ctx, req.Session, req, st.server, request[*mcp.CallToolResult]{
 		state: req.Params.RequestState, responses: req.Params.InputResponses,
 		send: func(ctx context.Context, c *mcpfsm.Conn, fc *frontCall) (*mcp.CallToolResult, error) {
-			if token != nil {
+			if req.Params.GetProgressToken() != nil {
 				ctx = mcpfsm.WithProgress(ctx, func(p *mcp.ProgressNotificationParams) {
-					fp := &mcp.ProgressNotificationParams{ProgressToken: token, Progress: p.Progress, Total: p.Total, Message: p.Message}
-					fc.out.push(func() { _ = fc.ss.NotifyProgress(fc.ctx, fp) })
+					fc.out.push(func() { fc.notifyProgress(p) })
 				})
 			}
 			return c.CallTool(ctx, p)
@@ -144,7 +142,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 		newer = v.ProtocolVersion() >= "2026-07-28"
 	}
 	if newer && r.state != "" && r.inputRequired != nil {
-		return roundTrip(g, ctx, nil, r.state, r.responses, nil, r.inputRequired)
+		return roundTrip(g, ctx, nil, streamOf(ctx, ss, req), r.state, r.responses, nil, r.inputRequired)
 	}
 	c, err := g.ready(ctx, server)
 	if err != nil {
@@ -160,7 +158,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 	fc := g.calls.start(ctx, ss, req, server, p)
 	ctx = context.WithValue(ctx, frontCallKey{}, fc)
 	if p != nil {
-		return roundTrip(g, ctx, fc, "", nil, func(bctx context.Context) (R, error) {
+		return roundTrip(g, ctx, fc, frontStream{}, "", nil, func(bctx context.Context) (R, error) {
 			res, err := r.send(bctx, c, fc)
 			fc.out.flush(bctx) // as below: the call's progress and log messages first
 			return answer(bctx, res, err)

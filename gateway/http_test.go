@@ -32,7 +32,13 @@ func serveHTTP(t *testing.T, g *gateway.Gateway, o gateway.HTTPOptions) string {
 // httpFront connects a go-sdk client over streamable HTTP on protocol version.
 func httpFront(t *testing.T, url, version string, hc *http.Client) *mcp.ClientSession {
 	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "http-front", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	return httpFrontWith(t, url, version, hc, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+}
+
+// httpFrontWith is httpFront with a client of opts.
+func httpFrontWith(t *testing.T, url, version string, hc *http.Client, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "http-front", Version: "1"}, opts)
 	cs, err := c.Connect(callCtx(t), &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: hc}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatal(err)
@@ -325,6 +331,45 @@ func progressBeforeResult(t *testing.T, url, version string) {
 		result := strings.Index(body, `"result"`)
 		if n := strings.Count(body[:max(result, 0)], "notifications/progress"); result < 0 || n != steps {
 			t.Fatalf("call %d: %d progress notifications before the result on its stream, want %d:\n%s", i, n, steps, body)
+		}
+	}
+}
+
+// TestGateway_ProgressAcrossRounds: on a 2026-07-28 front, a call that asks the
+// front client something (an input-required result, then the client's retry)
+// sends its progress on the stream of the round it is in, before that round's
+// answer: what the backend sends after the client's answer goes on the retry's
+// stream (it went to the first request's, which had ended, and was lost), and what
+// it sent before asking goes out before the input requests.
+func TestGateway_ProgressAcrossRounds(t *testing.T) {
+	s := inMemory("a", testserver.Options{})
+	s.Transport.ProtocolVersion = "2025-11-25" // its elicitation is a request during the call
+	g := start(t, config(s), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	tb := &teeBodies{mark: "progress-tok"}
+	cs := httpFrontWith(t, url, "2026-07-28", &http.Client{Transport: tb}, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "yes"}}, nil
+		},
+	})
+	waitTools(t, cs, has("a__elicit"))
+	for i := range 10 {
+		res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__elicit", Arguments: map[string]any{"message": "ok?", "progress": true},
+			Meta: mcp.Meta{"progressToken": "progress-tok"}})
+		if err != nil || res.IsError || !strings.Contains(text(res), "accept") {
+			t.Fatalf("elicit: %v %s, want the front's accept", err, text(res))
+		}
+		tb.mu.Lock()
+		rounds := tb.got[len(tb.got)-2:]
+		first, retry := rounds[0].String(), rounds[1].String()
+		tb.mu.Unlock()
+		asking, asked := strings.Index(first, `"asking"`), strings.Index(first, `"inputRequests"`)
+		if asking < 0 || asked < asking {
+			t.Fatalf("call %d: the first round's stream, want the progress sent before asking, then the input requests:\n%s", i, first)
+		}
+		answered, result := strings.Index(retry, `"answered"`), strings.Index(retry, `"content"`)
+		if answered < 0 || result < answered || !strings.Contains(retry[:max(answered, 0)], "progress-tok") {
+			t.Fatalf("call %d: the retry's stream, want the progress sent after the answer, under the retry's token, then the result:\n%s", i, retry)
 		}
 	}
 }

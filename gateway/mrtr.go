@@ -46,6 +46,7 @@ type callDone struct {
 // A parking is the multi-round-trip state of one front call: the backend's call runs
 // on a goroutine of its own, across the front's retries.
 type parking struct {
+	fc      *frontCall // the call parked; set by roundTrip, read by its retries
 	needs   chan need
 	done    chan callDone
 	cancel  context.CancelFunc
@@ -130,7 +131,9 @@ func (ps *parked) closeAll() {
 // newParking made) starts the backend's call (run) parked; a retry (its requestState one of ours) gives the parked call the
 // front's answers. Either way it returns what comes first: the backend's result, or
 // the backend's next requests as an input-required result (made by inputRequired).
-func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, state string, responses mcp.InputResponseMap,
+// A retry's call sends its progress and log messages on to (the retry's stream)
+// from then on.
+func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontStream, state string, responses mcp.InputResponseMap,
 	run func(context.Context) (R, error), inputRequired func(mcp.InputRequestMap, string) R) (R, error) {
 	var zero R
 	var p *parking
@@ -138,6 +141,7 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, state stri
 		if p = g.parked.take(state); p == nil {
 			return zero, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "mcpfsm gateway: the requestState is not one this gateway holds (unknown, answered already, or expired): call again from the start"}
 		}
+		p.fc.rebind(to)
 		for key, nd := range p.pending {
 			if r, ok := responses[key]; ok && r != nil {
 				nd.reply <- needAnswer{res: r}
@@ -155,6 +159,7 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, state stri
 		// backend's requests, which may see fc from its start, read the channels.
 		p = fc.parking
 		p.cancel = func() { stop(); cancel() }
+		p.fc = fc
 		if !g.spawn(func() {
 			res, err := run(bctx)
 			p.cancel()
@@ -176,6 +181,8 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, state stri
 		}
 		return d.res.(R), nil
 	case nd := <-p.needs:
+		// What the call sent before it asked goes out before the input requests.
+		p.fc.out.flush(ctx)
 		reqs := mcp.InputRequestMap{}
 		p.pending = map[string]need{}
 		add := func(nd need) {

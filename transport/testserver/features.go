@@ -246,14 +246,29 @@ func (st *server) addFeatures(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name: "elicit",
 		Description: "Asks the client for elicitation/create with message (a form with one string, answer); " +
-			"returns the action, then a space and the content as JSON if there is any.",
+			"returns the action, then a space and the content as JSON if there is any. With progress, " +
+			"sends notifications/progress \"asking\" before it asks and \"answered\" once answered (if the " +
+			"call has a progress token).",
 		Annotations: readOnly,
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
-		Message string `json:"message"`
+		Message  string `json:"message"`
+		Progress bool   `json:"progress,omitempty"`
 	}) (*mcp.CallToolResult, any, error) {
+		progress := func(n float64, msg string) error {
+			if token := req.Params.GetProgressToken(); in.Progress && token != nil {
+				return req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: n, Total: 2, Message: msg})
+			}
+			return nil
+		}
+		if err := progress(1, "asking"); err != nil {
+			return nil, nil, err
+		}
 		resp, pending, err := ask(ctx, req, "elicit", elicitation(in.Message), nil)
 		if pending != nil || err != nil {
 			return pending, nil, err
+		}
+		if err := progress(2, "answered"); err != nil {
+			return nil, nil, err
 		}
 		got, err := elicitedText(resp)
 		if err != nil {
