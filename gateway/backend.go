@@ -49,6 +49,8 @@ type frontCall struct {
 
 	toMu sync.Mutex
 	to   frontStream // where the call's progress and log messages go (see rebind)
+
+	between bool // parked between two rounds (see calls.between); calls.mu
 }
 
 // A frontStream is where a front call's notifications go: a front request's
@@ -156,15 +158,29 @@ func (cs *calls) end(fc *frontCall) {
 	cs.mu.Unlock()
 }
 
+// between marks fc as parked between two rounds (a 2026-07-28 call waiting for its
+// client's retry), or no longer.
+func (cs *calls) between(fc *frontCall, parked bool) {
+	cs.mu.Lock()
+	fc.between = parked
+	cs.mu.Unlock()
+}
+
 // attribute returns the front call a backend's message without a call context belongs
 // to: the latest call in flight to server, if every call in flight there comes from
-// one front session. Otherwise nil, and why.
+// one front session. Otherwise nil, and why. A call parked between two rounds is
+// not in flight here: its request has ended, and nothing can reach its client until
+// it calls again (its backend's log messages go to every front session, and another
+// session's call may be asked).
 func (cs *calls) attribute(server string) (*frontCall, string) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	var latest *frontCall
 	sessions := map[*mcp.ServerSession]bool{}
 	for fc := range cs.by[server] {
+		if fc.between {
+			continue
+		}
 		sessions[fc.ss] = true
 		if latest == nil || fc.seq > latest.seq {
 			latest = fc

@@ -373,3 +373,58 @@ func TestGateway_ProgressAcrossRounds(t *testing.T) {
 		}
 	}
 }
+
+// TestGateway_ParkedCallNotInFlight: a 2026-07-28 call parked between two rounds
+// (its client asked, and not yet called again) is not a call in flight to its
+// backend: another front session's call there can be asked for sampling (it was
+// refused as "2 front sessions have requests in flight"), and the parked call
+// resumes when its client calls again.
+func TestGateway_ParkedCallNotInFlight(t *testing.T) {
+	s := inMemory("a", testserver.Options{})
+	s.Transport.ProtocolVersion = "2025-11-25" // its requests during a call name no call
+	g := start(t, config(s), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	asked, release := make(chan struct{}), make(chan struct{})
+	parked := httpFrontWith(t, url, "2026-07-28", nil, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			close(asked)
+			<-release
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "later"}}, nil
+		},
+	})
+	other := front(t, g, &mcp.ClientOptions{
+		CreateMessageHandler: func(ctx context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "sampled"}}, nil
+		},
+	}, "2025-11-25")
+	waitTools(t, other, has("a__sample"))
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := parked.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__elicit", Arguments: map[string]any{"message": "ok?"}})
+		if err != nil {
+			res = toolErr(err)
+		}
+		done <- res
+	}()
+	select {
+	case <-asked: // its first round is over: parked
+	case <-time.After(waitFor):
+		t.Fatal("the parked front was never asked")
+	}
+	if res := call(t, other, "a__sample", map[string]any{"prompt": "p"}); res.IsError || !strings.Contains(text(res), "sampled") {
+		t.Errorf("another session's sampling beside a parked call: %q (error %v), want its own answer", text(res), res.IsError)
+	}
+	close(release)
+	select {
+	case res := <-done:
+		if res.IsError || !strings.Contains(text(res), "later") {
+			t.Errorf("the parked call, resumed: %q (error %v)", text(res), res.IsError)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the parked call did not resume")
+	}
+}
+
+func toolErr(err error) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+}

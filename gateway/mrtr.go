@@ -142,6 +142,7 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontSt
 			return zero, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "mcpfsm gateway: the requestState is not one this gateway holds (unknown, answered already, or expired): call again from the start"}
 		}
 		p.fc.rebind(to)
+		g.calls.between(p.fc, false)
 		for key, nd := range p.pending {
 			if r, ok := responses[key]; ok && r != nil {
 				nd.reply <- needAnswer{res: r}
@@ -202,6 +203,7 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontSt
 				break gather
 			}
 		}
+		g.calls.between(p.fc, true)
 		return inputRequired(reqs, g.parked.put(p)), nil
 	case <-ctx.Done():
 		p.cancel() // the front request ended (its client went away): so does the call
