@@ -46,7 +46,10 @@ type callDone struct {
 // A parking is the multi-round-trip state of one front call: the backend's call runs
 // on a goroutine of its own, across the front's retries.
 type parking struct {
-	fc      *frontCall // the call parked; set by roundTrip, read by its retries
+	fc *frontCall // the call parked; set by roundTrip, read by its retries
+	// what is the front request the parking serves (its method and name or URI):
+	// only a retry of that request resumes it.
+	what    string
 	needs   chan need
 	done    chan callDone
 	cancel  context.CancelFunc
@@ -56,8 +59,8 @@ type parking struct {
 
 // newParking returns the parking of a front call that may take input requests,
 // given to the call as it is published (calls.start); roundTrip starts it.
-func newParking() *parking {
-	return &parking{needs: make(chan need), done: make(chan callDone, 1)}
+func newParking(what string) *parking {
+	return &parking{what: what, needs: make(chan need), done: make(chan callDone, 1)}
 }
 
 // ask hands a backend's request to the front call and waits for the answer.
@@ -96,7 +99,7 @@ func (ps *parked) put(p *parking) string {
 	}
 	pc := &parkedCall{p: p}
 	pc.timer = time.AfterFunc(parkTimeout, func() {
-		if ps.take(token) != nil {
+		if p, _ := ps.take(token, p.what); p != nil {
 			p.cancel()
 		}
 	})
@@ -104,16 +107,22 @@ func (ps *parked) put(p *parking) string {
 	return token
 }
 
-func (ps *parked) take(token string) *parking {
+// take returns the parked call of token, no longer parked, if it serves what; nil
+// and false if there is none; nil and true if it serves another request (it stays
+// parked).
+func (ps *parked) take(token, what string) (p *parking, other bool) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	pc := ps.by[token]
 	if pc == nil {
-		return nil
+		return nil, false
+	}
+	if pc.p.what != what {
+		return nil, true
 	}
 	delete(ps.by, token)
 	pc.timer.Stop()
-	return pc.p
+	return pc.p, false
 }
 
 // closeAll cancels every parked call (at Close).
@@ -131,14 +140,19 @@ func (ps *parked) closeAll() {
 // newParking made) starts the backend's call (run) parked; a retry (its requestState one of ours) gives the parked call the
 // front's answers. Either way it returns what comes first: the backend's result, or
 // the backend's next requests as an input-required result (made by inputRequired).
-// A retry's call sends its progress and log messages on to (the retry's stream)
-// from then on.
-func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontStream, state string, responses mcp.InputResponseMap,
+// what names the front request (its method and name or URI): a retry resumes only a
+// parked call of the same request, and sends its progress and log messages on to
+// (the retry's stream) from then on.
+func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontStream, what, state string, responses mcp.InputResponseMap,
 	run func(context.Context) (R, error), inputRequired func(mcp.InputRequestMap, string) R) (R, error) {
 	var zero R
 	var p *parking
 	if state != "" {
-		if p = g.parked.take(state); p == nil {
+		var other bool
+		if p, other = g.parked.take(state, what); other {
+			return zero, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("mcpfsm gateway: the requestState is not of this request (%s): retry the request it was given for", what)}
+		}
+		if p == nil {
 			return zero, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "mcpfsm gateway: the requestState is not one this gateway holds (unknown, answered already, or expired): call again from the start"}
 		}
 		p.fc.rebind(to)
@@ -180,7 +194,11 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontSt
 		if d.err != nil {
 			return zero, d.err
 		}
-		return d.res.(R), nil
+		res, ok := d.res.(R)
+		if !ok { // cannot be: the retry is of the same request
+			return zero, requestError(fmt.Sprintf("mcpfsm gateway: the parked call of %s answered with %T", what, d.res))
+		}
+		return res, nil
 	case nd := <-p.needs:
 		// What the call sent before it asked goes out before the input requests.
 		p.fc.out.flush(ctx)

@@ -1,0 +1,86 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// rawMRTR is a front client on 2026-07-28 with sampling that sees input-required
+// results itself (the go-sdk's client would answer them and retry at once).
+func rawMRTR(t *testing.T, g *gateway.Gateway) *mcp.ClientSession {
+	t.Helper()
+	return front(t, g, &mcp.ClientOptions{
+		MultiRoundTrip: &mcp.MultiRoundTripOptions{Disabled: true},
+		CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			return nil, errors.New("not asked: the test answers input requests itself")
+		},
+	}, "2026-07-28")
+}
+
+// sampled answers every input request of an input-required result with a model's
+// text.
+func sampled(reqs mcp.InputRequestMap, answer string) mcp.InputResponseMap {
+	out := mcp.InputResponseMap{}
+	for key := range reqs {
+		out[key] = &mcp.CreateMessageResult{Model: "front-model", Role: "assistant", Content: &mcp.TextContent{Text: answer}}
+	}
+	return out
+}
+
+// TestGateway_RequestStateOfAnotherRequest: a 2026-07-28 front client that sends a
+// parked tool call's requestState with another request (a prompt, a resource read,
+// another tool) gets an invalid-params error; the gateway does not panic (it did: the
+// parked call's result was asserted to the other request's result type, and a
+// tools/call's state on another tool got that tool the parked call's result), and the
+// parked call is still resumed by its own retry.
+func TestGateway_RequestStateOfAnotherRequest(t *testing.T) {
+	g := start(t, config(inMemory("llm", testserver.Options{})), gateway.Options{})
+	cs := rawMRTR(t, g)
+	waitTools(t, cs, has("llm__sample"))
+	res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "llm__sample", Arguments: map[string]any{"prompt": "p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequestState == "" || len(res.InputRequests) == 0 {
+		t.Fatalf("not an input-required result: %q", text(res))
+	}
+	answers := sampled(res.InputRequests, "the front's answer")
+	wrong := map[string]func() error{
+		"prompts/get": func() error {
+			_, err := cs.GetPrompt(callCtx(t), &mcp.GetPromptParams{Name: "llm__greet", Arguments: map[string]string{"name": "x"},
+				RequestState: res.RequestState, InputResponses: answers})
+			return err
+		},
+		"resources/read": func() error {
+			_, err := cs.ReadResource(callCtx(t), &mcp.ReadResourceParams{URI: testserver.ResourceA, RequestState: res.RequestState, InputResponses: answers})
+			return err
+		},
+		"another tool": func() error {
+			r, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "llm__echo", Arguments: map[string]any{"text": "e"},
+				RequestState: res.RequestState, InputResponses: answers})
+			if err == nil {
+				return errors.New("answered: " + text(r))
+			}
+			return err
+		},
+	}
+	for name, f := range wrong {
+		err := f()
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, "requestState is not of this request") {
+			t.Errorf("%s with a tool call's requestState: %v, want invalid params", name, err)
+		}
+	}
+	res, err = cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "llm__sample", Arguments: map[string]any{"prompt": "p"},
+		RequestState: res.RequestState, InputResponses: answers})
+	if err != nil || res.IsError || !strings.Contains(text(res), "the front's answer") {
+		t.Fatalf("the parked call's own retry: %v %q", err, text(res))
+	}
+}
