@@ -31,7 +31,17 @@ type HTTPOptions struct {
 	// request finding no room waits for it, up to 10 s, then gets 503. 0 means DefaultBodyMemory; negative, no
 	// bound. (One body is at most mcp.DefaultMaxRequestBodyBytes: 413 beyond.)
 	BodyMemory int64
+	// WriteTimeout bounds how long a client may leave the gateway's writes to it
+	// waiting: each 64 KiB of an answer or of a stream must be taken in within it,
+	// or the client's connection is cut. A client that stops reading (its buffers
+	// full) would otherwise hold for ever the goroutine writing to it, and with it
+	// the notifications every other front session is sent after it. 0 means
+	// DefaultWriteTimeout; negative, no bound.
+	WriteTimeout time.Duration
 }
+
+// DefaultWriteTimeout is HTTPOptions.WriteTimeout's default.
+const DefaultWriteTimeout = 30 * time.Second
 
 // Handler returns an http.Handler that serves the gateway over streamable HTTP:
 // stateful sessions (Mcp-Session-Id) for clients on protocol versions before
@@ -50,8 +60,15 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		Stateless: true, PropagateRequestCancellation: true, Logger: logger,
 	})
 	lim := newLimits(g.server, o)
+	writeTimeout := o.WriteTimeout
+	if writeTimeout == 0 {
+		writeTimeout = DefaultWriteTimeout
+	}
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(postHeader) // ours alone
+		if writeTimeout > 0 {
+			w = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout}
+		}
 		if r.Method != http.MethodPost && r.Body != nil && r.Body != http.NoBody {
 			// Only a POST carries a message. net/http notices a client gone only
 			// once its body has been read, and the SDK reads no other's: a GET
@@ -175,3 +192,38 @@ func ParseReplica(s string) (index, count int, err error) {
 	}
 	return 0, 0, fmt.Errorf("replica %q: want I/N, such as 1/2", s)
 }
+
+// deadlineWriter gives each write to a client (each writeChunk of it) and each flush
+// d to complete: the SDK's writes honour no context, and one to a client that
+// reads nothing blocks once the connection's buffers are full. A write past its
+// deadline breaks the connection, and the request's context ends.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+const writeChunk = 64 << 10
+
+func (w *deadlineWriter) Write(p []byte) (n int, err error) {
+	defer w.rc.SetWriteDeadline(time.Time{})
+	for len(p) > 0 {
+		k := min(len(p), writeChunk)
+		_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
+		m, err := w.ResponseWriter.Write(p[:k])
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[k:]
+	}
+	return n, nil
+}
+
+func (w *deadlineWriter) FlushError() error {
+	defer w.rc.SetWriteDeadline(time.Time{})
+	_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
+	return w.rc.Flush()
+}
+
+func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,5 +263,91 @@ func TestGateway_DeleteUnknownSession(t *testing.T) {
 	}
 	if deleted, _ := g.Remembered(); deleted != 1 {
 		t.Errorf("after a live session's DELETE, %d IDs are remembered, want 1", deleted)
+	}
+}
+
+// TestGateway_StuckReader: a stateful session whose client opens its GET stream and
+// reads nothing (its socket's buffers full), and has a call in flight so that the
+// backend's log messages go to every session, does not stall the other sessions'
+// notifications: the gateway's writes to it are cut after WriteTimeout. (They were
+// not: once its buffers filled, the goroutine sending the gateway's notifications
+// not tied to a call blocked on it for ever, and no other session got a log message
+// or a resource update again.)
+func TestGateway_StuckReader(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{WriteTimeout: 2 * time.Second})
+	logs := make(chan string, 100)
+	updated := make(chan string, 10)
+	c := mcp.NewClient(&mcp.Implementation{Name: "good", Version: "1"}, &mcp.ClientOptions{
+		Capabilities:           &mcp.ClientCapabilities{},
+		LoggingMessageHandler:  func(_ context.Context, req *mcp.LoggingMessageRequest) { logs <- fmt.Sprint(req.Params.Data) },
+		ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) { updated <- req.Params.URI },
+	})
+	good, err := c.Connect(callCtx(t), &mcp.StreamableClientTransport{Endpoint: url}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = good.Close() })
+	waitTools(t, good, has("a__log"))
+	if err := good.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := good.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The stuck session: set up by hand, its GET stream and a long call on
+	// sockets with a small receive buffer, never read.
+	resp := post(t, url, initializeBody, "", "")
+	resp.Body.Close()
+	sid := resp.Header.Get("Mcp-Session-Id")
+	for _, body := range []string{
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}`,
+		`{"jsonrpc":"2.0","id":2,"method":"logging/setLevel","params":{"level":"debug"}}`,
+		`{"jsonrpc":"2.0","id":3,"method":"resources/subscribe","params":{"uri":"` + testserver.ResourceA + `"}}`,
+	} {
+		resp := post(t, url, body, "Mcp-Session-Id", sid)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	host := strings.TrimPrefix(url, "http://")
+	deaf := func(request string) {
+		d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+			return c.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 2048) })
+		}}
+		conn, err := d.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if _, err := io.WriteString(conn, request); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow := `{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"a__slow","arguments":{"ms":60000}}}`
+	deaf(fmt.Sprintf("POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-11-25\r\nContent-Length: %d\r\n\r\n%s", host, sid, len(slow), slow))
+	deaf(fmt.Sprintf("GET / HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nMcp-Session-Id: %s\r\nMcp-Protocol-Version: 2025-11-25\r\n\r\n", host, sid))
+	waitBackendCalls(t, good, "slow", 0)
+
+	// 10 MiB of log messages, each sent to both sessions: far more than the
+	// stuck one's buffers hold.
+	big := strings.Repeat("y", 256<<10)
+	const n = 40
+	for range n {
+		call(t, good, "a__log", map[string]any{"level": "info", "text": big})
+	}
+	call(t, good, "a__touch", map[string]any{"uri": testserver.ResourceA})
+	deadline := time.After(waitFor)
+	for got := 0; got < n; got++ {
+		select {
+		case <-logs:
+		case <-deadline:
+			t.Fatalf("the good session got %d of %d log messages", got, n)
+		}
+	}
+	select {
+	case <-updated:
+	case <-deadline:
+		t.Fatal("the good session got no resource update")
 	}
 }
