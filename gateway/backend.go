@@ -23,11 +23,13 @@ import (
 //     call's own context, which carries the front call (frontCallKey). Exact.
 //   - On earlier versions the backend sends a request of its own; the SDK runs our
 //     handler with the connection's context, and the protocol says nothing of the call
-//     it serves. The gateway then looks at the front calls in flight to that backend:
-//     if they all come from one front session, the request goes to that session (on
-//     the stream of its latest call); if none is in flight, or several front sessions
-//     have calls in flight there, it is refused with an error that says so, rather than
-//     asked of a client that did not make the call. A backend that many front sessions
+//     it serves. The gateway then looks at the front calls in flight to that backend,
+//     and at those the front cancelled there in the last cutLinger (the backend may
+//     still be running them: it was told, and may not listen): if they all come from
+//     one front session, the request goes to that session (on the stream of its
+//     latest call in flight); if none is in flight, or several front sessions have
+//     calls there, it is refused with an error that says so, rather than asked of a
+//     client that did not make the call. A backend that many front sessions
 //     call at once and that asks for sampling should be pinned to 2026-07-28 or given
 //     one gateway per client.
 
@@ -128,7 +130,25 @@ type calls struct {
 	mu  sync.Mutex
 	seq uint64
 	by  map[string]map[*frontCall]struct{}
+	// cut are, by backend, the front sessions of calls the front cancelled
+	// lately: the backend may still be running such a call (it was told, and
+	// may not listen), and a request of its for that call must not be given to
+	// another session.
+	cut    map[string][]cutCall
+	linger time.Duration // cutLinger, when the gateway was made
 }
+
+// A cutCall is a call the front cancelled before its backend answered.
+type cutCall struct {
+	ss    *mcp.ServerSession
+	until time.Time
+}
+
+// cutLinger is how long a cancelled call counts, for attribution, as one its
+// backend may still run; maxCut bounds how many are kept per backend.
+var cutLinger = 30 * time.Second
+
+const maxCut = 1024
 
 // start publishes a front call, with its parking (nil if it takes no input
 // requests): the backend's requests read it from then on (see askFront).
@@ -149,13 +169,43 @@ func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Reque
 	return fc
 }
 
-func (cs *calls) end(fc *frontCall) {
+// end forgets a front call; cut says the front cancelled it before its backend
+// answered (see calls.cut).
+func (cs *calls) end(fc *frontCall, cut bool) {
 	cs.mu.Lock()
+	defer cs.mu.Unlock()
 	delete(cs.by[fc.server], fc)
 	if len(cs.by[fc.server]) == 0 {
 		delete(cs.by, fc.server)
 	}
-	cs.mu.Unlock()
+	if !cut {
+		return
+	}
+	if cs.cut == nil {
+		cs.cut = map[string][]cutCall{}
+	}
+	l := cs.pruneLocked(fc.server, time.Now())
+	if len(l) >= maxCut {
+		l = l[1:]
+	}
+	cs.cut[fc.server] = append(l, cutCall{ss: fc.ss, until: time.Now().Add(cs.linger)})
+}
+
+// pruneLocked drops a backend's cut calls that no longer count, and returns the
+// others (oldest first); cs.mu is held.
+func (cs *calls) pruneLocked(server string, now time.Time) []cutCall {
+	l := cs.cut[server]
+	i := 0
+	for i < len(l) && now.After(l[i].until) {
+		i++
+	}
+	if i == len(l) {
+		delete(cs.cut, server)
+		return nil
+	}
+	l = l[i:]
+	cs.cut[server] = l
+	return l
 }
 
 // between marks fc as parked between two rounds (a 2026-07-28 call waiting for its
@@ -167,7 +217,8 @@ func (cs *calls) between(fc *frontCall, parked bool) {
 }
 
 // attribute returns the front call a backend's message without a call context belongs
-// to: the latest call in flight to server, if every call in flight there comes from
+// to: the latest call in flight to server, if every call in flight there, and every
+// call there the front cancelled lately (the backend may still run it), comes from
 // one front session. Otherwise nil, and why. A call parked between two rounds is
 // not in flight here: its request has ended, and nothing can reach its client until
 // it calls again (its backend's log messages go to every front session, and another
@@ -186,11 +237,19 @@ func (cs *calls) attribute(server string) (*frontCall, string) {
 			latest = fc
 		}
 	}
-	switch len(sessions) {
-	case 0:
+	cut := cs.pruneLocked(server, time.Now())
+	for _, c := range cut {
+		sessions[c.ss] = true
+	}
+	switch {
+	case latest == nil && len(cut) > 0:
+		return nil, "no front request is in flight to this server (one was cancelled lately: the server may still be running it)"
+	case latest == nil:
 		return nil, "no front request is in flight to this server"
-	case 1:
+	case len(sessions) == 1:
 		return latest, ""
+	case len(cut) > 0:
+		return nil, fmt.Sprintf("%d front sessions have requests in flight to this server or cancelled them lately (the server may still be running those), and protocol versions before 2026-07-28 do not say which one this request serves", len(sessions))
 	}
 	return nil, fmt.Sprintf("%d front sessions have requests in flight to this server, and protocol versions before 2026-07-28 do not say which one this request serves", len(sessions))
 }

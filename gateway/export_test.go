@@ -25,3 +25,11 @@ func (g *Gateway) AttributedParks(server string) bool {
 	fc, _ := g.calls.attribute(server)
 	return fc != nil && fc.parking != nil
 }
+
+// SetCutLinger sets how long a call the front cancelled counts as one its backend
+// may still run, for the gateways made until the returned function restores it.
+func SetCutLinger(d time.Duration) (restore func()) {
+	old := cutLinger
+	cutLinger = d
+	return func() { cutLinger = old }
+}

@@ -168,9 +168,9 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 			return answer(bctx, res, err)
 		}, r.inputRequired)
 	}
-	defer g.calls.end(fc)
 	res, err := r.send(ctx, c, fc)
 	fc.out.flush(ctx) // the call's progress and log messages go out before its result
+	g.calls.end(fc, err != nil && ctx.Err() != nil)
 	return answer(ctx, res, err)
 }
 

@@ -136,7 +136,7 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 		subs: map[*mcp.ServerSession]map[string]bool{}, subCount: map[string]int{}, subConn: map[string]route{},
 		reg: &table{tools: map[string]shownTool{}, prompts: map[string]shownPrompt{}, resources: map[string]shownResource{}},
 	}
-	g.calls.by = map[string]map[*frontCall]struct{}{}
+	g.calls.by, g.calls.linger = map[string]map[*frontCall]struct{}{}, cutLinger
 	g.opened, g.unsettled, g.listed = make(chan struct{}), map[string]bool{}, map[string]bool{}
 	for _, sc := range cfg.Servers {
 		g.unsettled[sc.Name] = true

@@ -505,3 +505,83 @@ func TestGateway_ParkingPublished(t *testing.T) {
 	close(stop)
 	<-done
 }
+
+// TestGateway_SamplingOfACancelledCall: on 2025-11-25 a backend's request names no
+// call. A backend that goes on with a call its front client cancelled (it was told,
+// and did not listen) and then asks for sampling is refused, saying why, while
+// another front session has a call in flight there: that session is not asked
+// another client's question (it was: the cancelled call was forgotten at once, and
+// the other session's was the one call in flight). Once the cancelled call no longer
+// counts, requests go to the one session in flight again.
+func TestGateway_SamplingOfACancelledCall(t *testing.T) {
+	defer gateway.SetCutLinger(time.Second)()
+	outcome := make(chan string, 4) // of the backend's sampling requests
+	s := mcp.NewServer(&mcp.Implementation{Name: "deaf", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "late_sample"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Prompt string `json:"prompt"`
+		Ms     int    `json:"ms"`
+	}) (*mcp.CallToolResult, any, error) {
+		time.Sleep(time.Duration(in.Ms) * time.Millisecond) // cancelled or not
+		res, err := req.Session.CreateMessage(context.Background(), &mcp.CreateMessageParams{MaxTokens: 5,
+			Messages: []*mcp.SamplingMessage{{Role: "user", Content: &mcp.TextContent{Text: in.Prompt}}}})
+		if err != nil {
+			outcome <- err.Error()
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, nil, nil
+		}
+		outcome <- "answered"
+		return &mcp.CallToolResult{Content: []mcp.Content{res.Content}}, nil, nil
+	})
+	mcp.AddTool(s, &mcp.Tool{Name: "wait"}, func(ctx context.Context, req *mcp.CallToolRequest, in struct {
+		Ms int `json:"ms"`
+	}) (*mcp.CallToolResult, any, error) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(in.Ms) * time.Millisecond):
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "waited"}}}, nil, nil
+	})
+	sc := inMemory("deaf", testserver.Options{})
+	sc.Transport.InMemory.Server = s
+	sc.Transport.ProtocolVersion = "2025-11-25"
+	g := start(t, config(sc), gateway.Options{})
+	asked := make(chan string, 4)
+	handler := func(who string) func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+		return func(_ context.Context, req *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			asked <- who + " was asked " + req.Params.Messages[0].Content.(*mcp.TextContent).Text
+			return &mcp.CreateMessageResult{Model: "m", Role: "assistant", Content: &mcp.TextContent{Text: "answered by " + who}}, nil
+		}
+	}
+	a := front(t, g, &mcp.ClientOptions{CreateMessageHandler: handler("A")}, "2025-11-25")
+	b := front(t, g, &mcp.ClientOptions{CreateMessageHandler: handler("B")}, "2025-11-25")
+	waitTools(t, a, has("deaf__late_sample"))
+
+	// B gives up on its call after 50ms; the backend asks for it at 300ms, while
+	// A's call is in flight.
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := b.CallTool(ctx, &mcp.CallToolParams{Name: "deaf__late_sample", Arguments: map[string]any{"prompt": "B's question", "ms": 300}}); err == nil {
+		t.Fatal("B's call was not cancelled")
+	}
+	if res := call(t, a, "deaf__wait", map[string]any{"ms": 600}); text(res) != "waited" {
+		t.Fatalf("A's call: %q", text(res))
+	}
+	select {
+	case got := <-asked:
+		t.Errorf("%s: another session's question", got)
+	default:
+	}
+	select {
+	case got := <-outcome:
+		if !strings.Contains(got, "cancelled them lately") {
+			t.Errorf("the backend's request: %q, want a refusal saying a call was cancelled lately", got)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the backend's request was never answered")
+	}
+
+	// Later (the cancelled call no longer counts), A's own call is asked of A.
+	time.Sleep(1200 * time.Millisecond)
+	if res := call(t, a, "deaf__late_sample", map[string]any{"prompt": "A's question", "ms": 0}); text(res) != "answered by A" {
+		t.Errorf("A's own sampling: %q", text(res))
+	}
+}

@@ -177,15 +177,16 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontSt
 		p.fc = fc
 		if !g.spawn(func() {
 			res, err := run(bctx)
+			cut := err != nil && bctx.Err() != nil
 			p.cancel()
 			// Over before its result goes out: a client that has it may call
 			// again at once, and a backend's request is attributed to the calls
 			// in flight (see calls.attribute).
-			g.calls.end(fc)
+			g.calls.end(fc, cut)
 			p.done <- callDone{res, err}
 		}) {
 			p.cancel()
-			g.calls.end(fc)
+			g.calls.end(fc, false)
 			return zero, requestError("mcpfsm gateway: closing")
 		}
 	}
