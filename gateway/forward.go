@@ -296,6 +296,9 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 		return err
 	}
 	defer release()
+	if now, ok := g.table.Load().resourceRoute(uri); ok {
+		r = now // the table may have changed while the turn was awaited
+	}
 	g.sessMu.Lock()
 	if g.subs[req.Session][uri] {
 		g.sessMu.Unlock()
@@ -368,6 +371,53 @@ func (g *Gateway) dropSubLocked(ss *mcp.ServerSession, uri string) *route {
 	delete(g.subCount, uri)
 	delete(g.subConn, uri)
 	return &r
+}
+
+// rehome moves the backend subscriptions of URIs that t routes to another server
+// than the one subscribed (a reload renamed, removed or reordered servers, or
+// changed what they show): the new server is subscribed, then the old one, if still
+// there, unsubscribed. A URI that t routes nowhere stays where it is (its new server
+// may not have listed yet).
+func (g *Gateway) rehome(t *table) {
+	type move struct {
+		uri      string
+		from, to route
+	}
+	var moves []move
+	g.sessMu.Lock()
+	for uri, r := range g.subConn {
+		if to, ok := t.resourceRoute(uri); ok && to.server != r.server {
+			moves = append(moves, move{uri, r, to})
+		}
+	}
+	g.sessMu.Unlock()
+	for _, mv := range moves {
+		g.spawn(func() {
+			ctx, cancel := context.WithTimeout(g.ctx, 5*time.Minute)
+			defer cancel()
+			release, err := g.subTurns.Acquire(ctx, mv.uri)
+			if err != nil {
+				return
+			}
+			defer release()
+			g.sessMu.Lock()
+			still := g.subCount[mv.uri] > 0 && g.subConn[mv.uri] == mv.from
+			g.sessMu.Unlock()
+			if !still {
+				return // unsubscribed, or moved, meanwhile
+			}
+			if err := g.m.Subscribe(ctx, mv.to.server, &mcp.SubscribeParams{URI: mv.uri}); err != nil {
+				g.log.Debug("mcpfsm gateway: moving a subscription", "server", mv.to.server, "err", err)
+				return
+			}
+			g.sessMu.Lock()
+			g.subConn[mv.uri] = mv.to
+			g.sessMu.Unlock()
+			if g.m.Conn(mv.from.server) != nil {
+				g.unsubscribeBackend(ctx, mv.from, mv.uri)
+			}
+		})
+	}
 }
 
 func (g *Gateway) unsubscribeBackend(ctx context.Context, r route, uri string) {

@@ -150,3 +150,51 @@ func TestGateway_SubscribeRacesUnsubscribe(t *testing.T) {
 		t.Errorf("in %d of %d rounds the backend was not subscribed while a front session was", wrong, rounds)
 	}
 }
+
+// TestGateway_SubscriptionFollowsReload: a reload that renames the server behind a
+// subscribed URI (the old one closed, a new one listing the URI) moves the
+// backend's subscription to the new server: the front sessions still subscribed get
+// its updates, and their unsubscribes reach it. (They got nothing: the gateway kept
+// the subscription on the server gone, and a subscribe again was taken for one it
+// had.)
+func TestGateway_SubscriptionFollowsReload(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	updated := make(chan string, 16)
+	copts := &mcp.ClientOptions{ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+		updated <- req.Params.URI
+	}}
+	one, two := front(t, g, copts, "2025-11-25"), front(t, g, copts, "2025-11-25")
+	waitTools(t, one, has("a__touch"))
+	for _, cs := range []*mcp.ClientSession{one, two} {
+		if err := cs.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.Reload(callCtx(t), config(inMemory("b", testserver.Options{}))); err != nil {
+		t.Fatal(err)
+	}
+	waitTools(t, one, has("b__touch"))
+	deadline := time.Now().Add(waitFor)
+	for len(g.Manager().Conn("b").Subscriptions()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the new server behind the URI was never subscribed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	call(t, one, "b__touch", map[string]any{"uri": testserver.ResourceA})
+	for range 2 {
+		select {
+		case <-updated:
+		case <-time.After(waitFor):
+			t.Fatal("a front session subscribed before the reload got no update from the new server")
+		}
+	}
+	for _, cs := range []*mcp.ClientSession{one, two} {
+		if err := cs.Unsubscribe(callCtx(t), &mcp.UnsubscribeParams{URI: testserver.ResourceA}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := g.Manager().Conn("b").Subscriptions(); len(got) != 0 {
+		t.Errorf("the new server is still subscribed after the last front unsubscribed: %v", got)
+	}
+}

@@ -388,6 +388,7 @@ func (g *Gateway) syncer() {
 			g.reg = &c
 			g.regMu.Unlock()
 		}
+		g.rehome(g.table.Load())
 		for server := range listed {
 			g.settle(server) // its names are registered: the front may list them
 		}
