@@ -35,7 +35,9 @@ type Handlers struct {
 	CreateMessageWithTools func(ctx context.Context, p *mcp.CreateMessageWithToolsParams) (*mcp.CreateMessageWithToolsResult, error)
 	// Elicit answers elicitation/create.
 	Elicit func(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error)
-	// ElicitationComplete sees notifications/elicitation/complete.
+	// ElicitationComplete sees notifications/elicitation/complete, which ends a
+	// URL-mode elicitation: with it and Elicit set, the client advertises URL-mode
+	// elicitation as well as forms.
 	ElicitationComplete func(ctx context.Context, p *mcp.ElicitationCompleteParams)
 	// LoggingMessage sees the server's log messages (notifications/message) at or
 	// above the level set with SetLoggingLevel.
@@ -133,6 +135,9 @@ func newSDKClient(impl *mcp.Implementation, k clientKind) *mcp.Client {
 		o.ElicitationHandler = func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
 			return answer(ctx, func(h *Handlers) func(context.Context, *mcp.ElicitParams) (*mcp.ElicitResult, error) { return h.Elicit }, req.Params)
 		}
+	}
+	if k&kindElicit != 0 && k&kindElicitComplete != 0 {
+		o.Capabilities.Elicitation = &mcp.ElicitationCapabilities{Form: &mcp.FormElicitationCapabilities{}, URL: &mcp.URLElicitationCapabilities{}}
 	}
 	if k&kindElicitComplete != 0 {
 		o.ElicitationCompleteHandler = func(ctx context.Context, req *mcp.ElicitationCompleteNotificationRequest) {

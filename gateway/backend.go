@@ -270,6 +270,7 @@ func (g *Gateway) handlersFor(server string) mcpfsm.Handlers {
 		CreateMessageWithTools: b.sample,
 		Elicit:                 b.elicit,
 		LoggingMessage:         b.logMessage,
+		ElicitationComplete:    b.elicitationComplete,
 		ResourceUpdated:        b.updated,
 		ToolsChanged: func(tools []*mcp.Tool) {
 			g.setList(server, func(l *listing) { l.tools = tools })
@@ -390,15 +391,112 @@ func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitR
 		return nil, b.refuse(jsonrpc.CodeInternalError, method, why)
 	case caps == nil || caps.Elicitation == nil:
 		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support elicitation")
+	case (p.Mode == "url" || p.URL != "") && caps.Elicitation.URL == nil:
+		return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support URL-mode elicitation")
 	}
 	cp := *p
 	cp.Meta = stripMeta(p.Meta)
 	if fc.newer {
 		return askFront[*mcp.ElicitResult](ctx, b, fc, method, &cp)
 	}
+	if p.ElicitationID != "" {
+		// A URL-mode elicitation: its end comes later, as a notification the
+		// front session asked must get.
+		b.g.elicitations.put(b.server, p.ElicitationID, fc.ss)
+	}
 	fctx, cancel := frontContext(fc, ctx)
 	defer cancel()
 	return fc.ss.Elicit(fctx, &cp)
+}
+
+// elicitationComplete forwards notifications/elicitation/complete to the front
+// session that was asked the URL-mode elicitation it ends, or, for one the gateway
+// did not forward, to the session of the call in flight (as a log message is); to
+// no other.
+func (b *backend) elicitationComplete(ctx context.Context, p *mcp.ElicitationCompleteParams) {
+	cp := *p
+	cp.Meta = stripMeta(p.Meta)
+	if ss := b.g.elicitations.take(b.server, p.ElicitationID); ss != nil {
+		b.g.broadcast.push(func() {
+			ctx, cancel := context.WithTimeout(b.g.ctx, 10*time.Second)
+			defer cancel()
+			_ = ss.NotifyElicitationComplete(ctx, &cp)
+		})
+		return
+	}
+	if fc, _ := b.g.calls.attribute(b.server); fc != nil && !fc.newer {
+		fc.out.push(func() { _ = fc.ss.NotifyElicitationComplete(fc.ctx, &cp) })
+	}
+}
+
+// elicitations are the URL-mode elicitations forwarded to front sessions, by server
+// and elicitation ID, for the notification that ends each: at most maxElicitations,
+// each kept for elicitationTTL.
+type elicitations struct {
+	mu    sync.Mutex
+	by    map[[2]string]elicited
+	order []elicitedKey // oldest first; an entry whose time by no longer has is stale
+}
+
+type elicited struct {
+	ss *mcp.ServerSession
+	at time.Time
+}
+
+type elicitedKey struct {
+	k  [2]string
+	at time.Time
+}
+
+const (
+	maxElicitations = 4096
+	elicitationTTL  = time.Hour
+)
+
+func (e *elicitations) put(server, id string, ss *mcp.ServerSession) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.by == nil {
+		e.by = map[[2]string]elicited{}
+	}
+	now := time.Now()
+	for len(e.order) > 0 {
+		o := e.order[0]
+		el, ok := e.by[o.k]
+		live := ok && el.at.Equal(o.at)
+		if live && now.Sub(o.at) < elicitationTTL && len(e.by) < maxElicitations {
+			break
+		}
+		if live {
+			delete(e.by, o.k)
+		}
+		e.order = e.order[1:]
+	}
+	if len(e.order) > 2*len(e.by)+64 { // mostly taken: compact
+		live := e.order[:0]
+		for _, o := range e.order {
+			if el, ok := e.by[o.k]; ok && el.at.Equal(o.at) {
+				live = append(live, o)
+			}
+		}
+		clear(e.order[len(live):])
+		e.order = live
+	}
+	k := [2]string{server, id}
+	e.by[k] = elicited{ss, now}
+	e.order = append(e.order, elicitedKey{k, now})
+}
+
+func (e *elicitations) take(server, id string) *mcp.ServerSession {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k := [2]string{server, id}
+	el, ok := e.by[k]
+	if !ok || time.Since(el.at) >= elicitationTTL {
+		return nil
+	}
+	delete(e.by, k)
+	return el.ss
 }
 
 // askFront asks a 2026-07-28 front client, through the parked call's next

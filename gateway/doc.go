@@ -42,7 +42,9 @@
 // the gateway closed, cancels the backend's call, see inflight.go; a backend that
 // cancels its sampling request cancels the front's),
 // list changes (the front sessions are told when a backend's lists change, reconnects
-// and reloads included), and the backends' sampling and elicitation requests, which
+// and reloads included), and the backends' sampling and elicitation requests (a
+// URL-mode elicitation's end, notifications/elicitation/complete, goes to the front
+// session that was asked it), which
 // go to the front client that made the call they serve (see backend.go for how that
 // client is found on each protocol version), as requests of the gateway's own on a
 // front session before 2026-07-28 and as input requests (SEP-2322: the backend's call

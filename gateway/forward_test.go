@@ -198,3 +198,65 @@ func TestGateway_SubscriptionFollowsReload(t *testing.T) {
 		t.Errorf("the new server is still subscribed after the last front unsubscribed: %v", got)
 	}
 }
+
+// TestGateway_URLElicitationComplete: a backend's URL-mode elicitation goes to the
+// front session that made the call, and the notification that ends it, sent once
+// the call is over, reaches that session and no other. (It reached none: the gateway
+// dropped notifications/elicitation/complete.)
+func TestGateway_URLElicitationComplete(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "login", Version: "1"}, nil)
+	mcp.AddTool(s, &mcp.Tool{Name: "login"}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Mode: "url", Message: "log in", URL: "https://example.com/login", ElicitationID: "el-7"})
+		if err != nil {
+			return nil, nil, err
+		}
+		ss := req.Session
+		go func() { // the user logs in, later
+			time.Sleep(50 * time.Millisecond)
+			_ = ss.NotifyElicitationComplete(context.Background(), &mcp.ElicitationCompleteParams{ElicitationID: "el-7"})
+		}()
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: res.Action}}}, nil, nil
+	})
+	sc := inMemory("login", testserver.Options{})
+	sc.Transport.InMemory.Server = s
+	sc.Transport.ProtocolVersion = "2025-11-25"
+	g := start(t, config(sc), gateway.Options{})
+	completed := make(chan string, 4)
+	client := func(who string) *mcp.ClientSession {
+		return front(t, g, &mcp.ClientOptions{
+			Capabilities: &mcp.ClientCapabilities{Elicitation: &mcp.ElicitationCapabilities{URL: &mcp.URLElicitationCapabilities{}}},
+			ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+				return &mcp.ElicitResult{Action: "accept"}, nil
+			},
+			ElicitationCompleteHandler: func(_ context.Context, req *mcp.ElicitationCompleteNotificationRequest) {
+				completed <- who + " " + req.Params.ElicitationID
+			},
+		}, "2025-11-25")
+	}
+	a, _ := client("A"), client("B")
+	waitTools(t, a, has("login__login"))
+	if res := call(t, a, "login__login", nil); text(res) != "accept" {
+		t.Fatalf("login: %q", text(res))
+	}
+	select {
+	case got := <-completed:
+		if got != "A el-7" {
+			t.Errorf("the completion reached %q, want A", got)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the elicitation's completion reached no front session")
+	}
+	time.Sleep(100 * time.Millisecond)
+	if len(completed) > 0 {
+		t.Errorf("the completion also reached %q", <-completed)
+	}
+
+	// A front client with forms only is not asked.
+	forms := front(t, g, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		t.Error("a front client without URL-mode elicitation was asked one")
+		return &mcp.ElicitResult{Action: "decline"}, nil
+	}}, "2025-11-25")
+	if res := call(t, forms, "login__login", nil); !res.IsError || !strings.Contains(text(res), "does not support URL-mode elicitation") {
+		t.Errorf("a front client with forms only: %q, want a refusal", text(res))
+	}
+}

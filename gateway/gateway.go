@@ -84,6 +84,8 @@ type Gateway struct {
 	calls    calls    // front requests in flight, by backend
 	inflight inflight // front requests in flight, to cancel
 	parked   parked   // 2026-07-28 front calls waiting for their client's answers
+	// elicitations are the URL-mode elicitations forwarded, for their end
+	elicitations elicitations
 
 	sessMu   sync.Mutex
 	levels   map[*mcp.ServerSession]mcp.LoggingLevel // set by 2025-11-25 front sessions
