@@ -178,7 +178,8 @@ type levelKey struct{}
 // withLogLevel is a sending middleware that puts the connection's log level in every
 // request's _meta: on protocol 2026-07-28 a server filters its log messages by the
 // level each request carries, not by logging/setLevel. Servers of older versions
-// ignore the key.
+// ignore the key. A request whose _meta the caller gave a more verbose level keeps
+// it.
 func withLogLevel(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		if lv, ok := ctx.Value(levelKey{}).(mcp.LoggingLevel); ok {
@@ -187,12 +188,25 @@ func withLogLevel(next mcp.MethodHandler) mcp.MethodHandler {
 				if m == nil {
 					m = map[string]any{}
 				}
-				m[mcp.MetaKeyLogLevel] = lv
+				if own, ok := m[mcp.MetaKeyLogLevel].(string); !ok || levelRank(mcp.LoggingLevel(own)) > levelRank(lv) {
+					m[mcp.MetaKeyLogLevel] = lv
+				}
 				p.SetMeta(m)
 			}
 		}
 		return next(ctx, method, req)
 	}
+}
+
+// levelRank orders log levels from the most verbose (debug, 0); an unknown level
+// ranks last.
+func levelRank(l mcp.LoggingLevel) int {
+	for i, x := range []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"} {
+		if x == l {
+			return i
+		}
+	}
+	return 8
 }
 
 // relisted is a session's relister of one kind of list, whatever the kind.

@@ -40,12 +40,14 @@ func (g *Gateway) ready(ctx context.Context, server string) (*mcpfsm.Conn, error
 
 // forwardMeta returns the _meta of a front request to send on to a backend: without
 // the protocol's own keys (a 2026-07-28 front request's protocol version, client info
-// and capabilities are the front's, not ours) and without the progress token (the
-// connection sets its own).
+// and capabilities are the front's, not ours) but for its log level (on 2026-07-28 a
+// client asks for a request's log messages with it; the connection keeps the more
+// verbose of it and its own), and without the progress token (the connection sets its
+// own).
 func forwardMeta(m mcp.Meta) mcp.Meta {
 	var out mcp.Meta
 	for k, v := range m {
-		if k == "progressToken" || strings.HasPrefix(k, "io.modelcontextprotocol/") {
+		if k == "progressToken" || strings.HasPrefix(k, "io.modelcontextprotocol/") && k != mcp.MetaKeyLogLevel {
 			continue
 		}
 		if out == nil {

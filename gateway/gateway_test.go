@@ -585,3 +585,48 @@ func TestGateway_SamplingOfACancelledCall(t *testing.T) {
 		t.Errorf("A's own sampling: %q", text(res))
 	}
 }
+
+// TestGateway_LogLevelOfANewerRequest: a 2026-07-28 front client asks for a call's log
+// messages with the level in its request's _meta; the backend (on 2026-07-28 too) is
+// given it, and its messages at or above it reach the client. (None did: the gateway
+// dropped the key with the protocol's others, and the backend sent nothing.) A front
+// session on 2025-11-25 that set a less verbose level does not lower it.
+func TestGateway_LogLevelOfANewerRequest(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	logs := make(chan string, 16)
+	cs := front(t, g, &mcp.ClientOptions{
+		LoggingMessageHandler: func(_ context.Context, req *mcp.LoggingMessageRequest) { logs <- fmt.Sprint(req.Params.Data) },
+	}, "2026-07-28")
+	waitTools(t, cs, has("a__log"))
+	logAt := func(level, msg string, meta mcp.Meta) string {
+		t.Helper()
+		res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__log", Arguments: map[string]any{"level": level, "text": msg}, Meta: meta})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return text(res)
+	}
+	info := mcp.Meta{mcp.MetaKeyLogLevel: "info"}
+	if got := logAt("warning", "loud", info); got != "sent" {
+		t.Errorf("a warning in a request at level info: the backend %s it", got)
+	}
+	if got := logAt("debug", "quiet", info); got != "filtered" {
+		t.Errorf("a debug message in a request at level info: the backend %s it", got)
+	}
+	select {
+	case got := <-logs:
+		if got != "loud" {
+			t.Errorf("the front got %q", got)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the backend's warning did not reach the front")
+	}
+
+	old := front(t, g, nil, "2025-11-25")
+	if err := old.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: "error"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := logAt("info", "still", info); got != "sent" {
+		t.Errorf("an info message in a request at level info, another session at error: the backend %s it", got)
+	}
+}
