@@ -1,6 +1,9 @@
 package gateway
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // SetBodyWait sets how long a request waits for room for its body, for the
 // handlers made until the returned function restores it.
@@ -32,4 +35,18 @@ func SetCutLinger(d time.Duration) (restore func()) {
 	old := cutLinger
 	cutLinger = d
 	return func() { cutLinger = old }
+}
+
+// EndGonePosts ends up to n POSTs of g's HTTP front whose client went away before
+// any request of theirs started, as Handler does, and returns how many it ended
+// before limit passed.
+func (g *Gateway) EndGonePosts(n int, limit time.Duration) int {
+	deadline := time.Now().Add(limit)
+	for i := range n {
+		if i%1000 == 0 && time.Now().After(deadline) {
+			return i
+		}
+		g.inflight.postDone(strconv.FormatUint(g.inflight.posts.Add(1), 10), true)
+	}
+	return n
 }

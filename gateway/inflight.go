@@ -117,10 +117,14 @@ type recentKey struct {
 	at  time.Time
 }
 
-// add adds key at now, forgetting the keys added over a minute before.
+// maxRecent bounds the keys kept: past it the oldest are forgotten early.
+const maxRecent = 1 << 16
+
+// add adds key at now, forgetting the keys added over a minute before (and the
+// oldest past maxRecent).
 func (r *recent) add(key string, now time.Time) {
 	i := 0
-	for ; i < len(r.order) && now.Sub(r.order[i].at) > time.Minute; i++ {
+	for ; i < len(r.order) && (now.Sub(r.order[i].at) > time.Minute || len(r.order)-i >= maxRecent); i++ {
 		if k := r.order[i]; r.at[k.key].Equal(k.at) { // not added again since
 			delete(r.at, k.key)
 		}
