@@ -555,25 +555,54 @@ func (g *Gateway) restore(servers []string) {
 }
 
 // askRoots lists a front session's roots, if it has them, and gives the backends the
-// union of every front session's roots.
+// union of every front session's roots. A session is asked once at a time: a change
+// it announces while it is asked makes one more ask when that one is over (a client
+// flooding roots/list_changed held a goroutine and a request per notification).
 func (g *Gateway) askRoots(ss *mcp.ServerSession) {
 	p := ss.InitializeParams()
 	if p == nil || p.Capabilities == nil || (p.Capabilities.RootsV2 == nil && !p.Capabilities.Roots.ListChanged) {
 		return
 	}
-	g.spawn(func() {
-		ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
-		defer cancel()
-		res, err := ss.ListRoots(ctx, nil)
-		if err != nil {
-			g.log.Debug("mcpfsm gateway: listing a front session's roots", "err", err)
-			return
-		}
-		g.sessMu.Lock()
-		g.roots[ss] = res.Roots
+	g.sessMu.Lock()
+	if _, asking := g.rootsAsked[ss]; asking {
+		g.rootsAsked[ss] = true // again, once this ask is over
 		g.sessMu.Unlock()
-		g.pushRoots()
-	})
+		return
+	}
+	g.rootsAsked[ss] = false
+	g.sessMu.Unlock()
+	if !g.spawn(func() {
+		for {
+			g.listRoots(ss)
+			g.sessMu.Lock()
+			if !g.rootsAsked[ss] {
+				delete(g.rootsAsked, ss)
+				g.sessMu.Unlock()
+				return
+			}
+			g.rootsAsked[ss] = false
+			g.sessMu.Unlock()
+		}
+	}) {
+		g.sessMu.Lock()
+		delete(g.rootsAsked, ss)
+		g.sessMu.Unlock()
+	}
+}
+
+// listRoots asks a front session for its roots and gives the backends the union.
+func (g *Gateway) listRoots(ss *mcp.ServerSession) {
+	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+	defer cancel()
+	res, err := ss.ListRoots(ctx, nil)
+	if err != nil {
+		g.log.Debug("mcpfsm gateway: listing a front session's roots", "err", err)
+		return
+	}
+	g.sessMu.Lock()
+	g.roots[ss] = res.Roots
+	g.sessMu.Unlock()
+	g.pushRoots()
 }
 
 // pushRoots gives the backends the union of the front sessions' roots.

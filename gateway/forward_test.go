@@ -2,12 +2,15 @@ package gateway_test
 
 import (
 	"context"
+	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/gateway"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -258,5 +261,99 @@ func TestGateway_URLElicitationComplete(t *testing.T) {
 	}}, "2025-11-25")
 	if res := call(t, forms, "login__login", nil); !res.IsError || !strings.Contains(text(res), "does not support URL-mode elicitation") {
 		t.Errorf("a front client with forms only: %q, want a refusal", text(res))
+	}
+}
+
+// TestGateway_RootsChangedFlood: a front client that floods
+// notifications/roots/list_changed and answers no roots/list is asked once at a time
+// (each notification spawned an ask that waited 10 s for the answer: 20,000
+// notifications, 20,000 goroutines and requests). Its answer, when it comes, is
+// given to the backends, and a change announced meanwhile is asked for once more.
+func TestGateway_RootsChangedFlood(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := g.Server().Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := ct.Connect(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(); _ = ss.Wait() })
+	ctx := callCtx(t)
+	send := func(id any, method, params string) {
+		t.Helper()
+		var jid jsonrpc.ID
+		if id != nil {
+			jid, _ = jsonrpc.MakeID(id)
+		}
+		if err := conn.Write(ctx, &jsonrpc.Request{ID: jid, Method: method, Params: json.RawMessage(params)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	asks := make(chan jsonrpc.ID, 100)
+	answers := make(chan *jsonrpc.Response, 10)
+	go func() {
+		for {
+			m, err := conn.Read(context.Background())
+			if err != nil {
+				return
+			}
+			switch m := m.(type) {
+			case *jsonrpc.Request:
+				if m.Method == "roots/list" {
+					select {
+					case asks <- m.ID:
+					default: // many: the test fails on the count
+					}
+				}
+			case *jsonrpc.Response:
+				answers <- m
+			}
+		}
+	}()
+	send(float64(1), "initialize", `{"protocolVersion":"2025-11-25","capabilities":{"roots":{"listChanged":true}},"clientInfo":{"name":"raw","version":"1"}}`)
+	<-answers
+	send(nil, "notifications/initialized", `{}`)
+	first := <-asks
+	before := runtime.NumGoroutine()
+	for range 5000 {
+		send(nil, "notifications/roots/list_changed", `{}`)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := len(asks); n > 0 {
+		t.Errorf("%d more roots/list while the first was unanswered", n)
+	}
+	if grown := runtime.NumGoroutine() - before; grown > 50 {
+		t.Errorf("%d more goroutines after 5,000 roots/list_changed", grown)
+	}
+	answer := func(id jsonrpc.ID, uri string) {
+		t.Helper()
+		if err := conn.Write(ctx, &jsonrpc.Response{ID: id, Result: json.RawMessage(`{"roots":[{"uri":"` + uri + `"}]}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer(first, "file:///stale")
+	select {
+	case again := <-asks:
+		answer(again, "file:///now")
+	case <-time.After(waitFor):
+		t.Fatal("the change announced during the first ask was not asked for")
+	}
+	deadline := time.Now().Add(waitFor)
+	for id := 2; ; id++ {
+		send(float64(id), "tools/call", `{"name":"a__roots","arguments":{}}`)
+		res := <-answers
+		var r mcp.CallToolResult
+		if res.Error != nil || json.Unmarshal(res.Result, &r) != nil {
+			t.Fatalf("a__roots: %v %s", res.Error, res.Result)
+		}
+		if got := text(&r); got == `["file:///now"]` {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the backend's roots: %s", got)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -87,13 +87,16 @@ type Gateway struct {
 	// elicitations are the URL-mode elicitations forwarded, for their end
 	elicitations elicitations
 
-	sessMu   sync.Mutex
-	levels   map[*mcp.ServerSession]mcp.LoggingLevel // set by 2025-11-25 front sessions
-	level    mcp.LoggingLevel                        // the backends', the most verbose of levels
-	roots    map[*mcp.ServerSession][]*mcp.Root
-	subs     map[*mcp.ServerSession]map[string]bool // front subscriptions, by session
-	subCount map[string]int                         // front subscriptions, by URI
-	subConn  map[string]route                       // the backend each subscribed URI went to
+	sessMu sync.Mutex
+	levels map[*mcp.ServerSession]mcp.LoggingLevel // set by 2025-11-25 front sessions
+	level  mcp.LoggingLevel                        // the backends', the most verbose of levels
+	roots  map[*mcp.ServerSession][]*mcp.Root
+	// rootsAsked are the front sessions being asked their roots: true if they
+	// announced a change meanwhile (see askRoots)
+	rootsAsked map[*mcp.ServerSession]bool
+	subs       map[*mcp.ServerSession]map[string]bool // front subscriptions, by session
+	subCount   map[string]int                         // front subscriptions, by URI
+	subConn    map[string]route                       // the backend each subscribed URI went to
 	// subTurns holds, per URI, the change of its front subscriptions and the
 	// backend subscribe or unsubscribe it leads to (see dropSub).
 	subTurns turn.Turns
@@ -135,7 +138,8 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: opts, log: opts.Logger, lists: map[string]*listing{}, dirty: make(chan struct{}, 1),
 		levels: map[*mcp.ServerSession]mcp.LoggingLevel{}, roots: map[*mcp.ServerSession][]*mcp.Root{},
-		subs: map[*mcp.ServerSession]map[string]bool{}, subCount: map[string]int{}, subConn: map[string]route{},
+		rootsAsked: map[*mcp.ServerSession]bool{},
+		subs:       map[*mcp.ServerSession]map[string]bool{}, subCount: map[string]int{}, subConn: map[string]route{},
 		reg: &table{tools: map[string]shownTool{}, prompts: map[string]shownPrompt{}, resources: map[string]shownResource{}},
 	}
 	g.calls.by, g.calls.linger = map[string]map[*frontCall]struct{}{}, cutLinger
