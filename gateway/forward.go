@@ -502,16 +502,62 @@ func (g *Gateway) applyLevel(ctx context.Context, servers []string) {
 			}()
 			continue
 		}
-		g.spawn(func() {
-			sctx, cancel := context.WithTimeout(g.ctx, 5*time.Minute)
-			defer cancel()
-			set(sctx)
-		})
+		// One waiting set per backend, whatever the number of changes meanwhile:
+		// it sets the level current when the backend has a session.
+		g.sessMu.Lock()
+		waiting := g.levelWaits[name]
+		g.levelWaits[name] = true
+		g.sessMu.Unlock()
+		if waiting {
+			continue
+		}
+		if !g.spawn(func() { g.levelWhenUp(name, c) }) {
+			g.sessMu.Lock()
+			delete(g.levelWaits, name)
+			g.sessMu.Unlock()
+		}
 	}
 	for range waiting {
 		<-done
 	}
 }
+
+// levelWhenUp sets a backend's log level, the one current then, once it has a session
+// (a backend whose calls fail fast, its breaker open, is tried again every
+// levelRetry), unless its connection is replaced or the gateway closes first.
+func (g *Gateway) levelWhenUp(name string, c *mcpfsm.Conn) {
+	defer func() {
+		g.sessMu.Lock()
+		delete(g.levelWaits, name)
+		g.sessMu.Unlock()
+	}()
+	for g.ctx.Err() == nil && g.m.Conn(name) == c {
+		wctx, cancel := context.WithTimeout(g.ctx, levelRetry)
+		err := c.WaitReady(wctx)
+		cancel()
+		if err == nil {
+			g.sessMu.Lock()
+			level := g.level
+			g.sessMu.Unlock()
+			sctx, cancel := context.WithTimeout(g.ctx, 5*time.Second)
+			err = c.SetLoggingLevel(sctx, &mcp.SetLoggingLevelParams{Level: level})
+			cancel()
+			if err == nil {
+				return
+			}
+			g.log.Debug("mcpfsm gateway: setting a backend's log level", "server", name, "err", err)
+		}
+		t := time.NewTimer(levelRetry)
+		select {
+		case <-t.C:
+		case <-g.ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// levelRetry is how often levelWhenUp looks again at a backend without a session.
+const levelRetry = time.Second
 
 // restore gives backends whose connection is new (a reload replaced or added it)
 // the front's log level and subscriptions.

@@ -90,7 +90,10 @@ type Gateway struct {
 	sessMu sync.Mutex
 	levels map[*mcp.ServerSession]mcp.LoggingLevel // set by 2025-11-25 front sessions
 	level  mcp.LoggingLevel                        // the backends', the most verbose of levels
-	roots  map[*mcp.ServerSession][]*mcp.Root
+	// levelWaits are the backends without a session that a goroutine waits for,
+	// to set their level (see applyLevel)
+	levelWaits map[string]bool
+	roots      map[*mcp.ServerSession][]*mcp.Root
 	// rootsAsked are the front sessions being asked their roots: true if they
 	// announced a change meanwhile (see askRoots)
 	rootsAsked map[*mcp.ServerSession]bool
@@ -138,8 +141,8 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: opts, log: opts.Logger, lists: map[string]*listing{}, dirty: make(chan struct{}, 1),
 		levels: map[*mcp.ServerSession]mcp.LoggingLevel{}, roots: map[*mcp.ServerSession][]*mcp.Root{},
-		rootsAsked: map[*mcp.ServerSession]bool{},
-		subs:       map[*mcp.ServerSession]map[string]bool{}, subCount: map[string]int{}, subConn: map[string]route{},
+		rootsAsked: map[*mcp.ServerSession]bool{}, levelWaits: map[string]bool{},
+		subs: map[*mcp.ServerSession]map[string]bool{}, subCount: map[string]int{}, subConn: map[string]route{},
 		reg: &table{tools: map[string]shownTool{}, prompts: map[string]shownPrompt{}, resources: map[string]shownResource{}},
 	}
 	g.calls.by, g.calls.linger = map[string]map[*frontCall]struct{}{}, cutLinger

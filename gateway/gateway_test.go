@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -628,5 +629,57 @@ func TestGateway_LogLevelOfANewerRequest(t *testing.T) {
 	}
 	if got := logAt("info", "still", info); got != "sent" {
 		t.Errorf("an info message in a request at level info, another session at error: the backend %s it", got)
+	}
+}
+
+// TestGateway_LevelWhileBackendDown: front sessions that set their log level again
+// and again while a backend is connecting hold one goroutine for it, not one each
+// (2,000 setLevel: 2,000 goroutines, each waiting up to 5 minutes); and a backend
+// whose breaker was open when the level was set is given it once it is back (it was
+// not: the one try failed fast, and the level was never set).
+func TestGateway_LevelWhileBackendDown(t *testing.T) {
+	ctl := filepath.Join(t.TempDir(), "control")
+	if err := testserver.WriteControl(ctl, testserver.ControlHangInitialize); err != nil {
+		t.Fatal(err)
+	}
+	b := inMemory("b", testserver.Options{Control: ctl})
+	b.Policies.ConnectTimeout = 200 * time.Millisecond
+	b.Policies.BreakerThreshold, b.Policies.BreakerCooldown, b.Policies.BreakerCooldownMax = 1, 500*time.Millisecond, 500*time.Millisecond
+	b.Policies.BreakerCooldownJitter = 0
+	slow := inMemory("slow", testserver.Options{HangInitialize: true}) // connecting, all along
+	slow.Policies.ConnectTimeout = time.Minute
+	g := start(t, config(inMemory("a", testserver.Options{}), b, slow), gateway.Options{StartupWait: -1})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("a__echo"))
+	for deadline := time.Now().Add(waitFor); g.Manager().Conn("b").Status().State != "breaker-open"; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("b never opened its breaker: %s", g.Manager().Conn("b").Status().State)
+		}
+	}
+	before := runtime.NumGoroutine()
+	for i := range 2000 {
+		level := mcp.LoggingLevel("info")
+		if i%2 == 1 {
+			level = "debug"
+		}
+		if err := cs.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: level}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grown := runtime.NumGoroutine() - before; grown > 50 {
+		t.Errorf("%d more goroutines after 2,000 setLevel with a backend down", grown)
+	}
+	if err := testserver.WriteControl(ctl); err != nil {
+		t.Fatal(err)
+	}
+	waitTools(t, cs, has("b__log"))
+	deadline := time.Now().Add(waitFor)
+	for {
+		if got := text(call(t, cs, "b__log", map[string]any{"level": "debug", "text": "x"})); got == "sent" {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("a debug message on the backend that was down: %s, want sent (the front's level is debug)", got)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
