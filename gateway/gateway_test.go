@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -683,3 +685,43 @@ func TestGateway_LevelWhileBackendDown(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestGateway_CollisionLoggedOnce: two servers without prefixes showing the same
+// names are logged once per name that collides, not again on every list change of
+// any backend (10 changes logged the 24 collisions 10 times more, and a backend
+// whose list keeps changing made the log grow without end).
+func TestGateway_CollisionLoggedOnce(t *testing.T) {
+	empty := ""
+	a, b := inMemory("a", testserver.Options{}), inMemory("b", testserver.Options{})
+	a.Prefix, b.Prefix = &empty, &empty
+	var warned atomic.Int64
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), "a name collides") {
+			warned.Add(1)
+		}
+		return len(p), nil
+	}), nil))
+	g := start(t, config(a, b), gateway.Options{Logger: log})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("echo"))
+	time.Sleep(100 * time.Millisecond) // both servers listed and settled
+	first := warned.Load()
+	if first == 0 {
+		t.Fatal("no collision logged")
+	}
+	for i := range 10 {
+		call(t, cs, "change_tools", nil) // a's list changes: extra comes and goes
+		if i%2 == 0 {
+			waitTools(t, cs, has("extra"))
+		} else {
+			waitTools(t, cs, func(n []string) bool { return !has("extra")(n) })
+		}
+	}
+	if got := warned.Load(); got != first {
+		t.Errorf("%d collisions logged after 10 list changes, %d before", got, first)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
