@@ -78,8 +78,9 @@ type Gateway struct {
 	table  atomic.Pointer[table]
 	dirty  chan struct{} // a list changed: the syncer recomputes the table
 
-	regMu sync.Mutex // the syncer's: what is registered on the front server
-	reg   *table
+	regMu   sync.Mutex // the syncer's: what is registered on the front server
+	reg     *table
+	refused map[string]*mcp.Tool // tools the front server refused, as they were
 
 	calls    calls    // front requests in flight, by backend
 	inflight inflight // front requests in flight, to cancel
@@ -141,7 +142,7 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 	g := &Gateway{
 		opts: opts, log: opts.Logger, lists: map[string]*listing{}, dirty: make(chan struct{}, 1),
 		levels: map[*mcp.ServerSession]mcp.LoggingLevel{}, roots: map[*mcp.ServerSession][]*mcp.Root{},
-		rootsAsked: map[*mcp.ServerSession]bool{}, levelWaits: map[string]bool{},
+		rootsAsked: map[*mcp.ServerSession]bool{}, levelWaits: map[string]bool{}, refused: map[string]*mcp.Tool{},
 		subs: map[*mcp.ServerSession]map[string]bool{}, subCount: map[string]int{}, subConn: map[string]route{},
 		reg: &table{tools: map[string]shownTool{}, prompts: map[string]shownPrompt{}, resources: map[string]shownResource{}},
 	}
@@ -431,13 +432,23 @@ func (g *Gateway) register(t *table) (refused []string) {
 	if len(gone) > 0 {
 		g.server.RemoveTools(gone...)
 	}
+	for name := range g.refused {
+		if _, ok := t.tools[name]; !ok {
+			delete(g.refused, name)
+		}
+	}
 	for name, st := range t.tools {
 		if prev, ok := old.tools[name]; ok && reflect.DeepEqual(prev.front, st.front) {
+			continue
+		}
+		if prev, ok := g.refused[name]; ok && reflect.DeepEqual(prev, st.front) {
+			refused = append(refused, name) // refused already, and logged
 			continue
 		}
 		if err := addTool(g.server, st.front, g.callTool); err != nil {
 			g.log.Warn("mcpfsm gateway: a tool cannot be shown", "server", st.server, "tool", st.name, "err", err)
 			refused = append(refused, name)
+			g.refused[name] = st.front
 		}
 	}
 	gone = gone[:0]

@@ -725,3 +725,45 @@ func TestGateway_CollisionLoggedOnce(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestGateway_RefusedToolLoggedOnce: a backend tool the front server refuses (its
+// input schema is not an object: a server on another SDK may list one) is left out
+// and logged once, not again (and tried again) on every list change of any backend.
+func TestGateway_RefusedToolLoggedOnce(t *testing.T) {
+	s := mcp.NewServer(&mcp.Implementation{Name: "odd", Version: "1"}, nil)
+	odd := &mcp.Tool{Name: "odd", InputSchema: map[string]any{"type": "object"}}
+	s.AddTool(odd, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return &mcp.CallToolResult{}, nil
+	})
+	odd.InputSchema = map[string]any{"type": "string"} // past the go-sdk's check: listed as is
+	sc := inMemory("odd", testserver.Options{})
+	sc.Transport.InMemory.Server = s
+	var warned atomic.Int64
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), "cannot be shown") {
+			warned.Add(1)
+		}
+		return len(p), nil
+	}), nil))
+	g := start(t, config(sc, inMemory("a", testserver.Options{})), gateway.Options{Logger: log})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("a__echo"))
+	time.Sleep(100 * time.Millisecond)
+	if n := warned.Load(); n != 1 {
+		t.Fatalf("the refused tool was logged %d times, want once", n)
+	}
+	for i := range 10 {
+		call(t, cs, "a__change_tools", nil)
+		if i%2 == 0 {
+			waitTools(t, cs, has("a__extra"))
+		} else {
+			waitTools(t, cs, func(n []string) bool { return !has("a__extra")(n) })
+		}
+	}
+	if n := warned.Load(); n != 1 {
+		t.Errorf("the refused tool was logged %d times after 10 list changes, want once", n)
+	}
+	if has("odd__odd")(toolNames(t, cs)) {
+		t.Error("the refused tool is listed")
+	}
+}
