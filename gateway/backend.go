@@ -299,6 +299,9 @@ func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		switch method {
 		case "elicitation/create":
 			if p, ok := req.GetParams().(*mcp.ElicitParams); ok {
+				// This runs on the SDK's goroutine for the request, outside the
+				// connection's handlers (whose panics are errors): params null
+				// must not reach elicit.
 				res, err := (&backend{g: g, server: server}).elicit(ctx, p)
 				if err != nil {
 					return nil, err
@@ -362,6 +365,9 @@ func stripMeta(m mcp.Meta) mcp.Meta {
 
 func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParams) (*mcp.CreateMessageWithToolsResult, error) {
 	const method = "sampling/createMessage"
+	if p == nil {
+		return nil, b.refuse(jsonrpc.CodeInvalidParams, method, "it has no params")
+	}
 	fc, why := b.g.callFor(ctx, b.server)
 	caps := fc.clientCaps()
 	switch {
@@ -384,6 +390,9 @@ func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParam
 
 func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
 	const method = "elicitation/create"
+	if p == nil {
+		return nil, b.refuse(jsonrpc.CodeInvalidParams, method, "it has no params")
+	}
 	fc, why := b.g.callFor(ctx, b.server)
 	caps := fc.clientCaps()
 	switch {

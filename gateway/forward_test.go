@@ -357,3 +357,22 @@ func TestGateway_RootsChangedFlood(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestGateway_BackendRequestWithoutParams: a backend that sends elicitation/create
+// with "params": null gets an invalid-params error; the gateway does not panic (it
+// did, on the go-sdk's goroutine for the request: the whole gateway went down).
+func TestGateway_BackendRequestWithoutParams(t *testing.T) {
+	g := start(t, config(rawBackend(t, "raw")), gateway.Options{})
+	cs := front(t, g, &mcp.ClientOptions{ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+		t.Error("the front client was asked an elicitation without params")
+		return &mcp.ElicitResult{Action: "decline"}, nil
+	}}, "2025-11-25")
+	waitTools(t, cs, has("raw__elicit_null"))
+	res := call(t, cs, "raw__elicit_null", nil)
+	var reply struct {
+		Error *jsonrpc.Error `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(text(res)), &reply); err != nil || reply.Error == nil || reply.Error.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("the backend got %q, want an invalid-params error", text(res))
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,13 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(rawBackendEnv) != "" {
+		rawBackendMain()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 const waitFor = 20 * time.Second
 

@@ -1,0 +1,91 @@
+package gateway_test
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/transport"
+)
+
+// rawBackendEnv makes the test binary a raw stdio backend (rawBackendMain): a server
+// that sends what no SDK's server would.
+const rawBackendEnv = "MCPFSM_GATEWAY_RAW_BACKEND"
+
+// rawBackend is a server of a config run as the test binary's raw backend, on
+// protocol 2025-11-25. Its tools each send the client one request, as JSON, during
+// the call, and answer with the client's response as text:
+//   - elicit_null: elicitation/create with "params": null.
+func rawBackend(t *testing.T, name string) mcpfsm.ServerConfig {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mcpfsm.ServerConfig{Name: name, Policies: quick(), Transport: transport.Config{
+		Name: name, ProtocolVersion: "2025-11-25",
+		Stdio: &transport.Stdio{Command: exe, Env: map[string]string{rawBackendEnv: "1"}},
+	}}
+}
+
+var rawRequests = map[string]string{
+	"elicit_null": `{"jsonrpc":"2.0","id":"raw-1","method":"elicitation/create","params":null}`,
+}
+
+func rawBackendMain() {
+	in := bufio.NewScanner(os.Stdin)
+	in.Buffer(make([]byte, 1<<20), 16<<20)
+	out := bufio.NewWriter(os.Stdout)
+	send := func(s string) {
+		out.WriteString(s + "\n")
+		out.Flush()
+	}
+	answer := func(id json.RawMessage, result any) {
+		data, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "result": result})
+		send(string(data))
+	}
+	for in.Scan() {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+			Params struct {
+				Name string `json:"name"`
+			} `json:"params"`
+		}
+		if json.Unmarshal(in.Bytes(), &m) != nil || m.ID == nil || m.Method == "" {
+			continue
+		}
+		switch m.Method {
+		case "initialize":
+			answer(m.ID, map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{}},
+				"serverInfo": map[string]any{"name": "raw", "version": "1"}})
+		case "tools/list":
+			var tools []any
+			for name := range rawRequests {
+				tools = append(tools, map[string]any{"name": name, "inputSchema": map[string]any{"type": "object"}})
+			}
+			answer(m.ID, map[string]any{"tools": tools})
+		case "tools/call":
+			send(rawRequests[m.Params.Name])
+			var reply string
+			for in.Scan() { // the client's response to it; other messages are ignored
+				var r struct {
+					ID     json.RawMessage `json:"id"`
+					Method string          `json:"method"`
+				}
+				if json.Unmarshal(in.Bytes(), &r) == nil && r.Method == "" && string(r.ID) == `"raw-1"` {
+					reply = in.Text()
+					break
+				}
+			}
+			answer(m.ID, map[string]any{"content": []any{map[string]any{"type": "text", "text": reply}}})
+		case "ping":
+			answer(m.ID, map[string]any{})
+		default:
+			send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no"}}`, m.ID))
+		}
+	}
+}
