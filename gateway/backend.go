@@ -551,8 +551,15 @@ func (b *backend) logMessage(ctx context.Context, p *mcp.LoggingMessageParams) {
 }
 
 // updated forwards notifications/resources/updated to the front sessions subscribed
-// to the resource (the SDK's server keeps who they are).
+// to the resource (the SDK's server keeps who they are), if the gateway subscribed to
+// it on this backend: another's word on a URI is not passed on.
 func (b *backend) updated(ctx context.Context, p *mcp.ResourceUpdatedNotificationParams) {
+	b.g.sessMu.Lock()
+	r, ok := b.g.subConn[p.URI]
+	b.g.sessMu.Unlock()
+	if !ok || r.server != b.server {
+		return
+	}
 	cp := *p
 	cp.Meta = stripMeta(p.Meta)
 	b.g.broadcast.push(func() {

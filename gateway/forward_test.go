@@ -376,3 +376,31 @@ func TestGateway_BackendRequestWithoutParams(t *testing.T) {
 		t.Errorf("the backend got %q, want an invalid-params error", text(res))
 	}
 }
+
+// TestGateway_UpdateFromAnotherServer: a backend's notifications/resources/updated
+// for a URI the front's subscription went to another server for is not passed on: a
+// backend cannot make the clients of another server's resource read it again (it
+// could, as often as it liked). The server behind the URI still can.
+func TestGateway_UpdateFromAnotherServer(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{}), rawBackend(t, "raw")), gateway.Options{})
+	updated := make(chan string, 16)
+	cs := front(t, g, &mcp.ClientOptions{ResourceUpdatedHandler: func(_ context.Context, req *mcp.ResourceUpdatedNotificationRequest) {
+		updated <- req.Params.URI
+	}}, "2025-11-25")
+	waitTools(t, cs, has("raw__spoof_update"))
+	waitTools(t, cs, has("a__touch"))
+	if err := cs.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	call(t, cs, "raw__spoof_update", nil)
+	call(t, cs, "a__touch", map[string]any{"uri": testserver.ResourceA}) // after the spoof, on another connection
+	select {
+	case <-updated:
+	case <-time.After(waitFor):
+		t.Fatal("the update of the server behind the URI did not reach the front")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := len(updated); n > 0 {
+		t.Errorf("%d more updates reached the front: another server's got through", n)
+	}
+}

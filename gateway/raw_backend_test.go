@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
 )
 
 // rawBackendEnv makes the test binary a raw stdio backend (rawBackendMain): a server
@@ -19,6 +21,10 @@ const rawBackendEnv = "MCPFSM_GATEWAY_RAW_BACKEND"
 // protocol 2025-11-25. Its tools each send the client one request, as JSON, during
 // the call, and answer with the client's response as text:
 //   - elicit_null: elicitation/create with "params": null.
+//
+// and those that send a notification answer "sent" at once:
+//   - spoof_update: notifications/resources/updated for testserver.ResourceA, a
+//     resource of another server.
 func rawBackend(t *testing.T, name string) mcpfsm.ServerConfig {
 	t.Helper()
 	exe, err := os.Executable()
@@ -32,7 +38,8 @@ func rawBackend(t *testing.T, name string) mcpfsm.ServerConfig {
 }
 
 var rawRequests = map[string]string{
-	"elicit_null": `{"jsonrpc":"2.0","id":"raw-1","method":"elicitation/create","params":null}`,
+	"elicit_null":  `{"jsonrpc":"2.0","id":"raw-1","method":"elicitation/create","params":null}`,
+	"spoof_update": `{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"` + testserver.ResourceA + `"}}`,
 }
 
 func rawBackendMain() {
@@ -70,6 +77,10 @@ func rawBackendMain() {
 			answer(m.ID, map[string]any{"tools": tools})
 		case "tools/call":
 			send(rawRequests[m.Params.Name])
+			if !strings.Contains(rawRequests[m.Params.Name], `"id"`) {
+				answer(m.ID, map[string]any{"content": []any{map[string]any{"type": "text", "text": "sent"}}})
+				continue
+			}
 			var reply string
 			for in.Scan() { // the client's response to it; other messages are ignored
 				var r struct {
