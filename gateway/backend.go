@@ -415,7 +415,48 @@ func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitR
 	}
 	fctx, cancel := frontContext(fc, ctx)
 	defer cancel()
+	if cp.RequestedSchema != nil {
+		// The go-sdk's ServerSession.Elicit checks an accepted answer's schema
+		// with its own rules, which refuse some the spec allows (a titled
+		// multi-select: items with a type and anyOf), and throws the answer
+		// away: the schema goes on the wire by elicitSchemaMiddleware instead,
+		// and the front client and the backend check the schema and the answer.
+		fctx = context.WithValue(fctx, elicitSchemaKey{}, cp.RequestedSchema)
+		cp.RequestedSchema = nil
+		if cp.Mode == "" {
+			cp.Mode = "form"
+		}
+	}
 	return fc.ss.Elicit(fctx, &cp)
+}
+
+// elicitSchemaKey keys the requested schema of an elicitation the gateway forwards to
+// a front session (see elicit).
+type elicitSchemaKey struct{}
+
+// elicitSchemaMiddleware is the front server's sending middleware: it puts back the
+// requested schema of an elicitation elicit forwards.
+func elicitSchemaMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if method == "elicitation/create" {
+			if schema := ctx.Value(elicitSchemaKey{}); schema != nil {
+				// ServerSession.Elicit sends a ServerRequest[Params]; anything else
+				// is not sent without its schema.
+				r, ok := req.(*mcp.ServerRequest[mcp.Params])
+				var ep *mcp.ElicitParams
+				if ok {
+					ep, ok = r.Params.(*mcp.ElicitParams)
+				}
+				if !ok || ep == nil {
+					return nil, fmt.Errorf("mcpfsm gateway: an elicitation to forward is a %T", req)
+				}
+				p := *ep
+				p.RequestedSchema = schema
+				req = &mcp.ServerRequest[mcp.Params]{Session: r.Session, Params: &p, Extra: r.Extra}
+			}
+		}
+		return next(ctx, method, req)
+	}
 }
 
 // elicitationComplete forwards notifications/elicitation/complete to the front

@@ -3,6 +3,8 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -402,5 +404,54 @@ func TestGateway_UpdateFromAnotherServer(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	if n := len(updated); n > 0 {
 		t.Errorf("%d more updates reached the front: another server's got through", n)
+	}
+}
+
+// TestGateway_ElicitationSchemaTheSDKRefuses: a backend's form with a titled
+// multi-select (items of type string with anyOf: the spec allows it, the go-sdk's
+// checks do not) reaches a 2025-11-25 front client, and the client's accepted answer
+// reaches the backend (the front server's ServerSession.Elicit checked the answer's
+// schema by the go-sdk's rules and threw the answer away: the backend got "elicit
+// schema property "choice" items must specify enum").
+func TestGateway_ElicitationSchemaTheSDKRefuses(t *testing.T) {
+	g := start(t, config(rawBackend(t, "raw")), gateway.Options{})
+	c := mcp.NewClient(&mcp.Implementation{Name: "front"}, &mcp.ClientOptions{
+		ElicitationHandler: func(context.Context, *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return nil, errors.New("not reached: the middleware answers") // advertises elicitation
+		},
+	})
+	var schema any
+	// The go-sdk's client refuses the schema too: this client answers before it.
+	c.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if p, ok := req.GetParams().(*mcp.ElicitParams); ok && method == "elicitation/create" {
+				schema = p.RequestedSchema
+				return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"choice": []any{"value2"}}}, nil
+			}
+			return next(ctx, method, req)
+		}
+	})
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := g.Server().Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := c.Connect(callCtx(t), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
+	waitTools(t, cs, has("raw__elicit_titled_multi"))
+	res := call(t, cs, "raw__elicit_titled_multi", nil)
+	var reply struct {
+		Result *mcp.ElicitResult `json:"result"`
+		Error  *jsonrpc.Error    `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(text(res)), &reply); err != nil || reply.Result == nil || reply.Result.Action != "accept" ||
+		fmt.Sprint(reply.Result.Content["choice"]) != "[value2]" {
+		t.Errorf("the backend got %s, want the accepted answer", text(res))
+	}
+	if !strings.Contains(fmt.Sprint(schema), "anyOf") {
+		t.Errorf("the front client was asked with the schema %v", schema)
 	}
 }

@@ -567,6 +567,7 @@ func (g *Gateway) newServer() *mcp.Server {
 		GetSessionID:            g.opts.SessionID,
 	})
 	s.AddReceivingMiddleware(g.frontMiddleware)
+	s.AddSendingMiddleware(elicitSchemaMiddleware)
 	if uri := g.opts.StatusResource; uri != "" {
 		s.AddResource(&mcp.Resource{
 			URI: uri, Name: "mcpfsm-gateway-status", MIMEType: "application/json",

@@ -21,6 +21,8 @@ const rawBackendEnv = "MCPFSM_GATEWAY_RAW_BACKEND"
 // protocol 2025-11-25. Its tools each send the client one request, as JSON, during
 // the call, and answer with the client's response as text:
 //   - elicit_null: elicitation/create with "params": null.
+//   - elicit_titled_multi: elicitation/create of a form with one titled
+//     multi-select, choice (items of type string with anyOf, as SEP-1330 allows).
 //
 // and those that send a notification answer "sent" at once:
 //   - spoof_update: notifications/resources/updated for testserver.ResourceA, a
@@ -38,7 +40,10 @@ func rawBackend(t *testing.T, name string) mcpfsm.ServerConfig {
 }
 
 var rawRequests = map[string]string{
-	"elicit_null":  `{"jsonrpc":"2.0","id":"raw-1","method":"elicitation/create","params":null}`,
+	"elicit_null": `{"jsonrpc":"2.0","id":"raw-1","method":"elicitation/create","params":null}`,
+	"elicit_titled_multi": `{"jsonrpc":"2.0","id":"raw-1","method":"elicitation/create","params":{"mode":"form","message":"pick",` +
+		`"requestedSchema":{"type":"object","properties":{"choice":{"type":"array","items":{"type":"string",` +
+		`"anyOf":[{"const":"value1","title":"First"},{"const":"value2","title":"Second"}]}}}}}}`,
 	"spoof_update": `{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"` + testserver.ResourceA + `"}}`,
 }
 
