@@ -81,7 +81,7 @@ type NextMove struct {
 
 // A SessionStatus describes the session calls use.
 type SessionStatus struct {
-	ID       string        `json:"id,omitempty"` // the MCP session ID; "" for stdio and some others
+	ID       string        `json:"id,omitempty"` // the MCP session ID's first characters (see sessionTag); "" for stdio and some others
 	Started  time.Time     `json:"started"`
 	Age      time.Duration `json:"age"`
 	InFlight int64         `json:"inFlight"` // requests in flight on it
@@ -132,9 +132,21 @@ func (c *Conn) Status() Status {
 	}
 	if s := c.current.Load(); s != nil {
 		info, _ := c.Server()
+		info.SessionID = sessionTag(info.SessionID)
 		st.Session = &SessionStatus{ID: info.SessionID, Started: s.start, Age: time.Since(s.start), InFlight: s.inflight.Load(), Server: info}
 	}
 	return st
+}
+
+// sessionTag is what a status shows of an MCP session ID: its first characters (at
+// most 8, and half of it), enough to find it in a server's log. The whole ID lets
+// whoever reaches the server send requests in the session, and a status is shown
+// to others (the live page, mcpfsm status, the gateway's status resource).
+func sessionTag(id string) string {
+	if id == "" {
+		return ""
+	}
+	return id[:min(8, len(id)/2)] + "…"
 }
 
 // transportKind names the transport of cfg.

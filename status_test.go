@@ -374,3 +374,40 @@ func TestStatusDecodes(t *testing.T) {
 		t.Errorf("decoded %+v, %v from %s", out, err, data)
 	}
 }
+
+// TestStatusSessionIDTagged: a status shows the first characters of an MCP session
+// ID, not the ID, which lets whoever reaches the server send requests in the
+// session (a status goes to the live page, mcpfsm status and the gateway's status
+// resource); Conn.Server has it whole.
+func TestStatusSessionIDTagged(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	c, err := Open(transport.Config{Name: "tagged", HTTP: &transport.HTTP{URL: h.URL()}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	info, ok := c.Server()
+	if !ok || len(info.SessionID) < 16 {
+		t.Fatalf("Server: %+v, %v, want a session ID", info, ok)
+	}
+	st := c.Status()
+	if st.Session == nil {
+		t.Fatal("no session in the status")
+	}
+	want := info.SessionID[:8] + "…"
+	if st.Session.ID != want || st.Session.Server.SessionID != want {
+		t.Errorf("the status shows session %q and %q, want %q", st.Session.ID, st.Session.Server.SessionID, want)
+	}
+	data, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), info.SessionID) {
+		t.Errorf("the status's JSON holds the whole session ID:\n%s", data)
+	}
+}
