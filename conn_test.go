@@ -2,9 +2,13 @@ package mcpfsm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -179,5 +183,101 @@ func TestToolRelistsCoalesce(t *testing.T) {
 		if n := lists.Load(); n != 3 { // connect's, the first re-list's, and one more
 			t.Errorf("%d listings for 51 notifications, want 3 (connect's, then two re-lists)", n)
 		}
+	})
+}
+
+// TestCallResultTheSDKCannotRead: a server that answers a call with a result the
+// go-sdk cannot read (a content type it does not know, as a server on a later
+// protocol may send) answered: the call fails with cause server, is not sent again,
+// and the session stays (it was taken for lost: torn down, a stdio server
+// respawned, a read-only call sent twice, every call in flight failed, and three
+// such answers opened the breaker). Over stdio and streamable HTTP, with the answer
+// as JSON and as an event stream.
+func TestCallResultTheSDKCannotRead(t *testing.T) {
+	cfgs := []transport.Config{
+		{Name: "raw", Stdio: &transport.Stdio{Command: testserver.Build(t), Args: []string{"-raw"}}},
+	}
+	for _, sse := range []bool{false, true} {
+		srv := httptest.NewServer(strangeServer(sse))
+		t.Cleanup(srv.Close)
+		cfgs = append(cfgs, transport.Config{Name: fmt.Sprintf("http-sse-%v", sse), HTTP: &transport.HTTP{URL: srv.URL}})
+	}
+	for _, cfg := range cfgs {
+		t.Run(cfg.Name, func(t *testing.T) {
+			c := open(t, cfg, nil, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := c.WaitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for range 4 { // past the breaker's threshold, were they counted
+				var report CallReport
+				_, err := c.Conn.CallTool(WithReport(ctx, &report), &mcp.CallToolParams{Name: "strange"})
+				var ce *CallError
+				if !errors.As(err, &ce) || !strings.Contains(err.Error(), `unrecognized content type "bogus"`) {
+					t.Fatalf("strange: %v, want a *CallError saying the content type", err)
+				}
+				if ce.Cause != states.CauseServer || report.Attempts > 1 || errors.Is(err, ErrMayHaveRun) {
+					t.Errorf("strange: cause %s, retried %v, may have run %v, want server, neither: %v",
+						ce.Cause, report.Attempts > 1, errors.Is(err, ErrMayHaveRun), err)
+				}
+			}
+			if err := c.Conn.Ping(ctx, nil); err != nil {
+				t.Errorf("a ping after them: %v (state %s)", err, c.State())
+			}
+			for _, tr := range c.transitions() {
+				if tr.From == states.Ready {
+					t.Errorf("the connection left ready: %v\n%s", tr, c.timeline())
+				}
+			}
+		})
+	}
+}
+
+// strangeServer is a stateless streamable HTTP MCP server, written by hand, whose
+// tool strange answers with a content of type "bogus" (as JSON, or as an event
+// stream if sse).
+func strangeServer(sse bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if len(req.ID) == 0 {
+			w.WriteHeader(http.StatusAccepted) // a notification
+			return
+		}
+		var result any
+		switch req.Method {
+		case "initialize":
+			result = map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{}},
+				"serverInfo": map[string]any{"name": "strange", "version": "0"}}
+		case "tools/list":
+			result = map[string]any{"tools": []any{map[string]any{"name": "strange", "inputSchema": map[string]any{"type": "object"}}}}
+		case "tools/call":
+			result = map[string]any{"content": []any{map[string]any{"type": "bogus", "text": "?"}}}
+		case "ping":
+			result = map[string]any{}
+		}
+		msg := map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result}
+		if result == nil {
+			msg = map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32601, "message": "no " + req.Method}}
+		}
+		data, _ := json.Marshal(msg)
+		if sse {
+			w.Header().Set("Content-Type", "text/event-stream")
+			fmt.Fprintf(w, "event: message\ndata: %s\n\n", data)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(data)
 	})
 }

@@ -153,7 +153,7 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 		noise = states.CauseArtifact
 	}
 	status, dial := 0, false // the HTTP status of the answer that failed, if any; during a dial
-	notJSON, notMCP := false, false
+	notJSON, notMCP, answered := false, false, false
 	for _, e := range path {
 		switch e.(type) {
 		case *json.UnsupportedTypeError, *json.UnsupportedValueError, *json.MarshalerError:
@@ -168,6 +168,7 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 			}
 			dial = dial || te.Op == transport.OpDial
 			notJSON, notMCP = notJSON || te.NotJSON, notMCP || te.NotMCP
+			answered = answered || te.Answered
 		}
 	}
 	// What the HTTP status says comes first: a 401 whose body holds a JSON-RPC
@@ -230,6 +231,13 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 				return states.CauseTimeout
 			}
 		}
+	}
+	if answered {
+		// Nothing above says the connection failed, and the server's answer came:
+		// the error is the SDK's reading of it (a content type it does not know, a
+		// field of the wrong kind). The server answered, wrongly; the session is
+		// sound, whoever is closing.
+		return states.CauseServer
 	}
 	return noise
 }

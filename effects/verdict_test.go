@@ -73,6 +73,11 @@ func TestClassifyStatusFirst(t *testing.T) {
 		{&transport.Error{Op: transport.OpDial, Err: fmt.Errorf("fork/exec: %w", syscall.EACCES)}, states.CauseConfig, true},
 		{errors.Join(io.EOF, syscall.ENOENT), states.CauseConfig, true},
 		{rpc, states.CauseServer, true},
+		// The answer came, and the SDK could not read it: the server's.
+		{&transport.Error{Op: transport.OpCallTool, Answered: true, Err: fmt.Errorf("calling: %w", errors.New(`unrecognized content type "x"`))}, states.CauseServer, true},
+		// The answer came, and then the connection broke: that counts.
+		{&transport.Error{Op: transport.OpCallTool, Answered: true, Err: io.EOF}, states.CauseLost, false},
+		{&transport.Error{Op: transport.OpCallTool, Answered: true, Err: context.DeadlineExceeded}, states.CauseTimeout, true},
 	} {
 		for _, own := range []bool{false, true} {
 			if own && !c.ownToo {

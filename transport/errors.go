@@ -90,7 +90,12 @@ type Error struct {
 	// JSON nor an event stream (an HTML page, say): the URL is not an MCP
 	// endpoint.
 	NotMCP bool
-	Err    error // the cause, as the SDK (or the OS) returned it
+	// Answered is set when the server's JSON-RPC answer to the request came
+	// whole (a request's, not a probe's): an error that says nothing of the
+	// connection is then the SDK's reading of that answer (a content type it
+	// does not know, a field of the wrong kind), and the session is sound.
+	Answered bool
+	Err      error // the cause, as the SDK (or the OS) returned it
 
 	red *redactor // nil for an Error built outside this package
 }

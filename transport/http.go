@@ -258,6 +258,9 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 		switch mt, _, _ := mime.ParseMediaType(ct); {
 		case mt == "application/json":
 			body.sniff = rec // the first byte tells JSON from garbage
+			if post {
+				body.whole = rec // read whole: the server answered
+			}
 		case isEventStream(ct):
 		case resp.ContentLength != 0:
 			rec.notMCP.Store(true)
@@ -269,6 +272,9 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 		m := newSSEMarks(body, rt.order)
 		if listen {
 			m.listens = rt.listens
+		}
+		if post {
+			m.answered = rec // a POST's stream carries its request's answer
 		}
 		resp.Body = m
 	case listen && (resp.StatusCode < 200 || resp.StatusCode > 299):
@@ -362,12 +368,18 @@ var sdkHeaders = map[string]bool{
 // context.
 type statusKey struct{}
 
-// answers is what the HTTP answers to one request of the session said.
+// answers is what the answers to one request of the session said: over HTTP, its
+// status and body; over any transport, whether the server answered it.
 type answers struct {
-	status  atomic.Int32 // the status of a non-2xx answer, if any
-	sent    atomic.Bool  // a POST may have reached the server (see Error.Sent)
-	notJSON atomic.Bool  // an answer said it was JSON and was not (see Error.NotJSON)
-	notMCP  atomic.Bool  // a 2xx answer was neither JSON nor an event stream (see Error.NotMCP)
+	status   atomic.Int32 // the status of a non-2xx answer, if any
+	sent     atomic.Bool  // a POST may have reached the server (see Error.Sent)
+	notJSON  atomic.Bool  // an answer said it was JSON and was not (see Error.NotJSON)
+	notMCP   atomic.Bool  // a 2xx answer was neither JSON nor an event stream (see Error.NotMCP)
+	answered atomic.Bool  // the server's JSON-RPC answer came (see Error.Answered)
+	// id is the request's JSON-RPC ID, on a connection that tells its answer by it
+	// (endConn); set and read on the request's goroutine.
+	id    jsonrpc.ID
+	hasID bool
 }
 
 // withStatus returns ctx with a place for what the HTTP answers say.
@@ -384,11 +396,16 @@ type releasingBody struct {
 	release func()
 	left    int64    // bytes that may still be read; negative: no limit
 	sniff   *answers // while set, the body is JSON until its first byte says otherwise
+	whole   *answers // set: told the body was read whole (a POST's JSON answer)
 }
 
 // Read reads the body, up to the limit.
 func (b *releasingBody) Read(p []byte) (int, error) {
 	n, err := b.read(p)
+	if err == io.EOF && b.whole != nil {
+		b.whole.answered.Store(true)
+		b.whole = nil
+	}
 	if b.sniff != nil {
 		for _, c := range p[:n] {
 			switch c {

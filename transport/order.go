@@ -264,6 +264,9 @@ type sseMarks struct {
 	notes   int    // notifications on this stream since its last mark
 	err     error
 	listens *listens // on the stream of a subscriptions/listen: shown each message
+	// answered, on a POST's stream, is told when an answer passes: the server
+	// answered the POST's request (its stream carries that answer).
+	answered *answers
 }
 
 func newSSEMarks(body io.ReadCloser, o *order) *sseMarks {
@@ -336,6 +339,9 @@ func (m *sseMarks) line() {
 	case kindNote:
 		m.notes++
 	case kindAnswer:
+		if m.answered != nil {
+			m.answered.answered.Store(true)
+		}
 		if m.notes > 0 {
 			m.notes = 0
 			m.out = append(m.out, "event: message\ndata: "...)

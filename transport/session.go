@@ -115,6 +115,9 @@ type Session struct {
 	broken  atomic.Pointer[error] // why our side brought the session down (see breakDown)
 	order   order                 // the order of the server's notifications and answers (order.go)
 	listens listens               // subscriptions on 2026-07-28, as orderConn sees them (subscribe.go)
+	// awaiting are the requests written on an endConn whose answer has not been
+	// read, by JSON-RPC ID: the answer read tells their record (see answers).
+	awaiting sync.Map // jsonrpc.ID → *answers
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -213,11 +216,23 @@ func (c *endConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		first := err // only a failed read allocates
 		c.readErr.CompareAndSwap(nil, &first)
 	}
+	if r, ok := msg.(*jsonrpc.Response); ok {
+		if rec, ok := c.s.awaiting.LoadAndDelete(r.ID); ok {
+			rec.(*answers).answered.Store(true)
+		}
+	}
 	return msg, err
 }
 
-// Write implements mcp.Connection.
+// Write implements mcp.Connection. A request made under a record of its answers
+// (Session.withStatus) is told by its ID when its answer is read.
 func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if r, ok := msg.(*jsonrpc.Request); ok && r.IsCall() {
+		if rec, ok := ctx.Value(statusKey{}).(*answers); ok {
+			rec.id, rec.hasID = r.ID, true
+			c.s.awaiting.Store(r.ID, rec)
+		}
+	}
 	err := c.Connection.Write(ctx, msg)
 	if err != nil && ctx.Err() == nil {
 		first := err
@@ -558,6 +573,7 @@ func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Cal
 	}
 	ctx, status := s.withStatus(ctx)
 	res, err := s.cs.CallTool(ctx, &cp)
+	s.done(status)
 	if err != nil {
 		return nil, s.wrap(OpCallTool, cp.Name, err, status)
 	}
@@ -575,6 +591,7 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 	for pages := 1; ; pages++ {
 		pctx, status := s.withStatus(ctx)
 		res, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{Cursor: cursor})
+		s.done(status)
 		if err != nil {
 			return nil, s.wrap(OpListTools, "", err, status)
 		}
@@ -655,6 +672,7 @@ func (s *Session) probe(ctx context.Context) error {
 	if !s.pingless.Load() {
 		pctx, status := s.withStatus(ctx)
 		err := s.cs.Ping(pctx, nil)
+		s.done(status)
 		if err == nil {
 			return nil
 		}
@@ -667,7 +685,9 @@ func (s *Session) probe(ctx context.Context) error {
 	}
 	pctx, status := s.withStatus(ctx)
 	pctx = context.WithValue(pctx, probeKey{}, s.listed.Load())
-	if _, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{}); err != nil {
+	_, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{})
+	s.done(status)
+	if err != nil {
 		return s.wrap(OpProbe, "", err, status)
 	}
 	return nil
@@ -840,7 +860,9 @@ func (s *Session) InitializeResult() *mcp.InitializeResult { return s.cs.Initial
 // derived from it, for its requests.
 func (s *Session) Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error {
 	ctx, status := s.withStatus(ctx)
-	if err := f(ctx, s.cs); err != nil {
+	err := f(ctx, s.cs)
+	s.done(status)
+	if err != nil {
 		return s.wrap(op, name, err, status)
 	}
 	return nil
@@ -862,14 +884,17 @@ func (s *Session) ClientSession() *mcp.ClientSession { return s.cs }
 // String describes the session's server without secrets.
 func (s *Session) String() string { return s.desc }
 
-// withStatus returns ctx with a place for the HTTP status of the request made under
-// it, for an HTTP session; other sessions have no status to record, and skip the
-// allocation.
+// withStatus returns ctx with a place for what the answers to the request made
+// under it say (its HTTP status, whether the server answered). Call done with it.
 func (s *Session) withStatus(ctx context.Context) (context.Context, *answers) {
-	if !s.http {
-		return ctx, nil
-	}
 	return withStatus(ctx)
+}
+
+// done forgets the request of rec, whose answer may never come (it was cancelled).
+func (s *Session) done(rec *answers) {
+	if rec != nil && rec.hasID {
+		s.awaiting.Delete(rec.id)
+	}
 }
 
 // wrap returns err as an *Error of op, with what the HTTP answers said, if
@@ -880,6 +905,8 @@ func (s *Session) wrap(op, tool string, err error, status *answers) error {
 		e.HTTPStatus = int(status.status.Load())
 		e.Sent = status.sent.Load()
 		e.NotJSON, e.NotMCP = status.notJSON.Load(), status.notMCP.Load()
+		// A probe's answer that cannot be read is no sign of health.
+		e.Answered = status.answered.Load() && op != OpProbe && op != OpDial
 	}
 	var ae *AuthError
 	if e.HTTPStatus == 0 && errors.As(err, &ae) {

@@ -17,11 +17,12 @@ import (
 //
 // It answers server/discover with method-not-found (so the client falls back
 // to initialize), initialize with protocol 2025-11-25 and the tools
-// capability, ping, and tools/list with one tool, ask {method}: it sends the
+// capability, ping, and tools/list with two tools. ask {method} sends the
 // client a request of that method (elicitation/create, sampling/createMessage,
 // roots/list or any other, with params that are valid for the three), waits up
 // to 10 s for the client's answer, and returns that answer's JSON-RPC message
-// as the tool's text. Anything else is method-not-found.
+// as the tool's text. strange returns a content of type "bogus", which no
+// client knows. Anything else is method-not-found.
 
 // rawMessage is any JSON-RPC message.
 type rawMessage struct {
@@ -95,14 +96,22 @@ func serveRaw(in io.Reader, out io.Writer) error {
 			reply.Result = map[string]any{"tools": []any{map[string]any{
 				"name":        "ask",
 				"inputSchema": map[string]any{"type": "object", "properties": map[string]any{"method": map[string]any{"type": "string"}}},
+			}, map[string]any{
+				"name":        "strange",
+				"inputSchema": map[string]any{"type": "object"},
 			}}}
 		case "tools/call":
 			var p struct {
+				Name      string `json:"name"`
 				Arguments struct {
 					Method string `json:"method"`
 				} `json:"arguments"`
 			}
 			_ = json.Unmarshal(m.Params, &p)
+			if p.Name == "strange" {
+				reply.Result = map[string]any{"content": []any{map[string]any{"type": "bogus", "text": "?"}}}
+				break
+			}
 			pmu.Lock()
 			next++
 			id := fmt.Sprintf(`"raw-%d"`, next)
