@@ -437,14 +437,7 @@ type tokenError struct {
 func (e *tokenError) Error() string {
 	var re *oauth2.RetrieveError
 	if errors.As(e.err, &re) && re.Response != nil {
-		msg := fmt.Sprintf("%s: the token endpoint answered %s", e.what, re.Response.Status)
-		if re.ErrorCode != "" {
-			msg += ": " + capText(re.ErrorCode, 64)
-			if re.ErrorDescription != "" {
-				msg += " (" + capText(re.ErrorDescription, 200) + ")"
-			}
-		}
-		return msg
+		return e.what + ": " + retrieveText(re)
 	}
 	var ue *url.Error
 	if errors.As(e.err, &ue) {
@@ -454,6 +447,47 @@ func (e *tokenError) Error() string {
 }
 
 func (e *tokenError) Unwrap() error { return e.err }
+
+// retrieveText describes a token endpoint's refusal without its body.
+func retrieveText(re *oauth2.RetrieveError) string {
+	msg := "the token endpoint answered " + re.Response.Status
+	if re.ErrorCode != "" {
+		msg += ": " + capText(re.ErrorCode, 64)
+		if re.ErrorDescription != "" {
+			msg += " (" + capText(re.ErrorDescription, 200) + ")"
+		}
+	}
+	return msg
+}
+
+// flowError is an error of the go-sdk's authorization code flow whose text
+// quotes a token endpoint's refusal as retrieveText does: the oauth2 package
+// quotes the whole response body (up to 1 MB), and an authorization server's
+// error page may echo what it was sent (the code, the PKCE verifier, the
+// client secret). It wraps the error unchanged.
+type flowError struct {
+	text string
+	err  error
+}
+
+func (e *flowError) Error() string { return e.text }
+func (e *flowError) Unwrap() error { return e.err }
+
+// quietFlow returns err, with the text of a token endpoint's refusal in it
+// replaced by retrieveText's (see flowError).
+func quietFlow(err error) error {
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) || re.Response == nil {
+		return err
+	}
+	text := err.Error()
+	if full := re.Error(); strings.Contains(text, full) {
+		text = strings.Replace(text, full, retrieveText(re), 1)
+	} else {
+		text = retrieveText(re) // quoted some other way: say only what is safe
+	}
+	return &flowError{text: text, err: err}
+}
 
 // kind names how a describes its credentials, for Config.String.
 func (a *Auth) kind() string {

@@ -248,6 +248,7 @@ func TestAuthBadInput(t *testing.T) {
 		{"hanging token endpoint", authtest.Options{HangToken: true}, "token exchange failed"},
 		{"redirect to another host", authtest.Options{RedirectMetadata: "http://127.0.0.2:1/elsewhere-metadata"}, "another origin"},
 		{"insufficient scope loop", authtest.Options{NeverGrant: "admin"}, "refused the request again"},
+		{"token endpoint echoing the form", authtest.Options{EchoToken: true}, "token exchange failed: the token endpoint answered 400 Bad Request"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := authServer(t, tc.opts, false)

@@ -561,7 +561,7 @@ func (o *OAuth) obtain(ctx context.Context, req *http.Request, resp *http.Respon
 	r.Body = http.NoBody
 	o.log.Info("mcpfsm: authorizing", "server", o.server, "status", resp.StatusCode, "challenge", ch.String())
 	if err := o.inner.Authorize(ctx, req, &r); err != nil {
-		return fmt.Errorf("authorization failed: %w", authFlowError(err, ctx))
+		return fmt.Errorf("authorization failed: %w", authFlowError(quietFlow(err), ctx))
 	}
 	return nil
 }

@@ -56,6 +56,7 @@ type Options struct {
 	MalformedMetadata bool   // the authorization server's metadata is not JSON
 	RedirectMetadata  string // the authorization server's metadata redirects to this URL (another host)
 	NeverGrant        string // a scope every MCP request needs that the server never grants
+	EchoToken         bool   // the token endpoint answers 400 with a text page that quotes the form it was sent
 }
 
 // Server is the authorization server and the protected MCP endpoint on one
@@ -299,6 +300,13 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		case <-s.hang:
 		case <-r.Context().Done():
 		}
+		return
+	}
+	if s.opts.EchoToken {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = w.Write(append([]byte("bad request: "), body...))
 		return
 	}
 	if err := r.ParseForm(); err != nil {
