@@ -205,6 +205,7 @@ func (c *Conn) noSession(r request, st states.State, err error, first *CallError
 	if first != nil {
 		ce := *first
 		ce.Err = fmt.Errorf("%w (not retried: %w)", first.Err, err)
+		ce.resend = true
 		return &ce
 	}
 	cause := states.CauseNone

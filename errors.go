@@ -50,6 +50,9 @@ type CallError struct {
 	Err     error
 
 	unsent bool // the request was never sent: it found no session to run on
+	// resend: the request was to be sent again (its first attempt's session broke,
+	// and it is safe to send again) and found no session to send it on.
+	resend bool
 }
 
 func (e *CallError) Error() string {

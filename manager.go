@@ -250,9 +250,24 @@ func (m *Manager) SetRoots(roots ...*mcp.Root) error {
 }
 
 // on runs a request on a server's connection. A request that found the connection
-// closed before it was ever sent, because a Reload replaced the connection, is sent
-// on the replacement: it never ran.
-func on[T any](ctx context.Context, m *Manager, server string, f func(*Conn) (T, error)) (T, error) {
+// closed because a Reload replaced it is sent on the replacement when it never ran
+// (it was not sent before the close), or when it was to be sent again anyway (the
+// close broke the session under a request that is safe to send again: a read, a
+// subscribe, an idempotent tool).
+func on[T any](_ context.Context, m *Manager, server string, f func(*Conn) (T, error)) (T, error) {
+	return onConn(m, server, false, f)
+}
+
+// onState is on for a request that changes the session state (Subscribe,
+// Unsubscribe, SetLoggingLevel): one that succeeded on a connection a Reload replaced
+// meanwhile is made again on the replacement, which took the session state of the old
+// one when it was opened, perhaps before this change was recorded there.
+func onState(m *Manager, server string, f func(*Conn) error) error {
+	_, err := onConn(m, server, true, func(c *Conn) (struct{}, error) { return struct{}{}, f(c) })
+	return err
+}
+
+func onConn[T any](m *Manager, server string, state bool, f func(*Conn) (T, error)) (T, error) {
 	var zero T
 	for range 3 {
 		m.mu.Lock()
@@ -265,8 +280,12 @@ func on[T any](ctx context.Context, m *Manager, server string, f func(*Conn) (T,
 			return zero, fmt.Errorf("mcpfsm: %w %q", ErrUnknownServer, server)
 		}
 		res, err := f(mc.conn)
+		replaced := func() bool { c := m.Conn(server); return c != nil && c != mc.conn }
 		var ce *CallError
-		if err != nil && errors.Is(err, ErrClosed) && errors.As(err, &ce) && ce.unsent && m.Conn(server) != mc.conn {
+		if err != nil && errors.Is(err, ErrClosed) && errors.As(err, &ce) && (ce.unsent || ce.resend) && replaced() {
+			continue
+		}
+		if err == nil && state && replaced() {
 			continue
 		}
 		return res, err
@@ -321,14 +340,12 @@ func (m *Manager) ReadResource(ctx context.Context, server string, p *mcp.ReadRe
 
 // Subscribe subscribes to a resource of a server (see Conn.Subscribe).
 func (m *Manager) Subscribe(ctx context.Context, server string, p *mcp.SubscribeParams) error {
-	_, err := on(ctx, m, server, func(c *Conn) (struct{}, error) { return struct{}{}, c.Subscribe(ctx, p) })
-	return err
+	return onState(m, server, func(c *Conn) error { return c.Subscribe(ctx, p) })
 }
 
 // Unsubscribe cancels a subscription to a resource of a server.
 func (m *Manager) Unsubscribe(ctx context.Context, server string, p *mcp.UnsubscribeParams) error {
-	_, err := on(ctx, m, server, func(c *Conn) (struct{}, error) { return struct{}{}, c.Unsubscribe(ctx, p) })
-	return err
+	return onState(m, server, func(c *Conn) error { return c.Unsubscribe(ctx, p) })
 }
 
 // Complete asks a server to complete an argument.
@@ -338,8 +355,7 @@ func (m *Manager) Complete(ctx context.Context, server string, p *mcp.CompletePa
 
 // SetLoggingLevel sets a server's log level (see Conn.SetLoggingLevel).
 func (m *Manager) SetLoggingLevel(ctx context.Context, server string, p *mcp.SetLoggingLevelParams) error {
-	_, err := on(ctx, m, server, func(c *Conn) (struct{}, error) { return struct{}{}, c.SetLoggingLevel(ctx, p) })
-	return err
+	return onState(m, server, func(c *Conn) error { return c.SetLoggingLevel(ctx, p) })
 }
 
 // Ping pings a server.

@@ -4,8 +4,13 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
 
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
@@ -152,5 +157,99 @@ func TestManagerCloseWaitsForReloadsDrops(t *testing.T) {
 	}
 	if st := hc.State(); st != states.Closed {
 		t.Errorf("Manager.Close returned while the removed connection is %s", st)
+	}
+}
+
+// TestReloadMovesRequestsInFlight: a Reload that changes a server's lifecycle spec
+// closes its old connection at once, breaking the requests in flight on it. Those
+// that are safe to send again (a subscribe, an idempotent tool) are sent on the new
+// connection, as after any session that broke under them; one that may have run is
+// not. (They once failed with "not retried: machine closed", and a Subscribe that
+// failed so was never made on the new connection.)
+func TestReloadMovesRequestsInFlight(t *testing.T) {
+	gate := make(chan struct{})
+	began := make(chan string, 16)
+	var runs sync.Map // tool or URI → *atomic.Int32
+	hold := func(what string) {
+		n, _ := runs.LoadOrStore(what, new(atomic.Int32))
+		if n.(*atomic.Int32).Add(1) > 1 {
+			return // the second time, on the new connection: at once
+		}
+		began <- what
+		<-gate // a server that goes on when its client is gone
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "held"}, &mcp.ServerOptions{
+		SubscribeHandler: func(_ context.Context, r *mcp.SubscribeRequest) error {
+			hold(r.Params.URI)
+			return nil
+		},
+		UnsubscribeHandler: func(context.Context, *mcp.UnsubscribeRequest) error { return nil },
+	})
+	srv.AddResource(&mcp.Resource{URI: "test://held", Name: "held"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{}, nil
+	})
+	for _, tool := range []struct {
+		name       string
+		idempotent bool
+	}{{"same", true}, {"bump", false}} {
+		srv.AddTool(&mcp.Tool{Name: tool.name, InputSchema: &jsonschema.Schema{Type: "object"}, Annotations: &mcp.ToolAnnotations{IdempotentHint: tool.idempotent}},
+			func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+				hold(tool.name)
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "done"}}}, nil
+			})
+	}
+	other, err := LoadSpec("other.yaml", DefaultSpecYAML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfgWith := func(spec *machine.Spec) *Config {
+		return &Config{Servers: []ServerConfig{{
+			Name: "held", Transport: transport.Config{Name: "held", InMemory: &transport.InMemory{Server: srv}},
+			Spec: spec, Policies: *fastPolicies(),
+		}}}
+	}
+	m, err := NewManager(cfgWith(DefaultSpec()), ManagerOptions{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	subscribed := make(chan error, 1)
+	go func() { subscribed <- m.Subscribe(ctx, "held", &mcp.SubscribeParams{URI: "test://held"}) }()
+	called := map[string]chan error{}
+	for _, tool := range []string{"same", "bump"} {
+		called[tool] = make(chan error, 1)
+		go func() {
+			_, err := m.CallTool(ctx, "held", &mcp.CallToolParams{Name: tool})
+			called[tool] <- err
+		}()
+	}
+	for range 3 {
+		select {
+		case <-began:
+		case <-ctx.Done():
+			t.Fatal("the requests never reached the server")
+		}
+	}
+	if res, err := m.Reload(ctx, cfgWith(other)); err != nil || len(res.Reconnected) != 1 {
+		t.Fatalf("Reload = %v, %v", res, err)
+	}
+	close(gate)
+	if err := <-subscribed; err != nil {
+		t.Errorf("Subscribe in flight across the Reload: %v", err)
+	}
+	if subs := m.Conn("held").Subscriptions(); !slices.Contains(subs, "test://held") {
+		t.Errorf("the new connection's subscriptions are %q, want test://held", subs)
+	}
+	if err := <-called["same"]; err != nil {
+		t.Errorf("an idempotent call in flight across the Reload: %v", err)
+	}
+	if err := <-called["bump"]; !errors.Is(err, ErrMayHaveRun) {
+		t.Errorf("a call that may have run, in flight across the Reload: %v, want ErrMayHaveRun", err)
+	}
+	n, _ := runs.Load("bump")
+	if got := n.(*atomic.Int32).Load(); got != 1 {
+		t.Errorf("bump ran %d times, want 1", got)
 	}
 }
