@@ -227,7 +227,9 @@ func (p *configParser) server(sf machine.Field, spec *machine.Spec, specFile str
 			}
 		}
 		st := &transport.Stdio{}
-		if cmd, ok := p.expand(body["command"].Value, "command"); ok && p.noNUL(body["command"].Value, what+" command", cmd) {
+		if cmd, ok := p.expand(body["command"].Value, "command"); ok && cmd == "" {
+			p.r.Errorf(body["command"].Value, "%s command is empty", what)
+		} else if ok && p.noNUL(body["command"].Value, what+" command", cmd) {
 			// A command with a slash is a path, always: made absolute, it can neither
 			// be looked up in PATH (filepath.Join(".", "./server") is "server") nor be
 			// taken relative to cwd (as exec does with a relative path).

@@ -428,3 +428,30 @@ func TestMessagesBoundedAndEscaped(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigEmptyFromEnv: a value that ${VAR} leaves empty is refused where it is
+// written, as the same value written empty is. An empty command passed the config and
+// failed only at NewManager, with no file:line:column ("mcp server "a": config: stdio:
+// the command is empty").
+func TestConfigEmptyFromEnv(t *testing.T) {
+	lookup := env(map[string]string{"EMPTY": ""})
+	for _, body := range []string{
+		`a: {command: "${EMPTY}"}`,
+		`a: {command: "${EMPTY}${EMPTY}"}`,
+		`a: {url: "${EMPTY}"}`,
+	} {
+		data := "version: 1\nservers:\n  " + body + "\n"
+		cfg, err := mcpfsm.ParseConfig("c.yaml", []byte(data), lookup)
+		if err == nil {
+			for _, s := range cfg.Servers {
+				if verr := s.Transport.Validate(); verr != nil {
+					t.Errorf("%s: accepted, and its transport does not validate: %v", body, verr)
+				}
+			}
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "c.yaml:3:") {
+			t.Errorf("%s: %v, want the error at c.yaml:3", body, err)
+		}
+	}
+}
