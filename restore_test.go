@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -81,5 +82,44 @@ func TestSubscribeDuringRestoreKeepsItsDeadline(t *testing.T) {
 	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Subscribe: %v", err)
+	}
+}
+
+// TestUnsubscribeWhenTheServerDies: an Unsubscribe sent on a session whose server has
+// just died fails with it, and its retry finds no session (the breaker opens, or
+// nothing comes up before its deadline). No server holds the subscription any more, as
+// when no session was up to begin with, and the Unsubscribe forgets it. It once failed
+// and kept it: the next session, once the server was back, subscribed again.
+func TestUnsubscribeWhenTheServerDies(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	pol := fastPolicies()
+	pol.KeepaliveInterval = time.Hour // the Unsubscribe finds the death
+	c := open(t, httpConfig(h), pol, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	h.Stop()
+	uctx, ucancel := context.WithTimeout(ctx, time.Second)
+	defer ucancel()
+	if err := c.Unsubscribe(uctx, &mcp.UnsubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Errorf("Unsubscribe as the server died: %v (state %s)", err, c.State())
+	}
+	if subs := c.Subscriptions(); len(subs) != 0 {
+		t.Errorf("after Unsubscribe, Subscriptions = %q", subs)
+	}
+	h.Restart(true)
+	c.waitState(states.Ready, 10*time.Second)
+	res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "state"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := testserver.State(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Subscriptions) != 0 {
+		t.Errorf("the session after the server came back is subscribed to %q", st.Subscriptions)
 	}
 }

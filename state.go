@@ -2,6 +2,7 @@ package mcpfsm
 
 import (
 	"context"
+	"errors"
 	"slices"
 
 	"github.com/mcpfsm/mcpfsm/effects"
@@ -55,7 +56,8 @@ func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 
 // Unsubscribe cancels a subscription; later sessions do not restore it. With no
 // session up (the server is down, or the connection fails fast), there is nothing to
-// tell a server: the subscription is forgotten at once.
+// tell a server: the subscription is forgotten at once. So it is when the session it
+// is sent on breaks under it and no other is up to send it again on.
 func (c *Conn) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error {
 	uri := orEmpty(p).URI
 	return c.changeState(ctx, "resources/unsubscribe", uri, true, func(ctx context.Context, s transport.Client) error {
@@ -79,7 +81,8 @@ func (c *Conn) Subscriptions() []string {
 // know of the change: it is sent there too. (A session that comes up after the record
 // restores it: restore and swap hold stateMu, as the record does.) A change that
 // only takes something away (offline) is recorded at once when no session is up: no
-// server holds it, and the next session's restore will not give it.
+// server holds it, and the next session's restore will not give it; so is one whose
+// session broke under it with no session up to send it again on.
 func (c *Conn) changeState(ctx context.Context, method, name string, offline bool, f func(context.Context, transport.Client) error, record func()) error {
 	if offline {
 		c.stateMu.Lock()
@@ -100,7 +103,13 @@ func (c *Conn) changeState(ctx context.Context, method, name string, offline boo
 		return err
 	}
 	if err := send(); err != nil {
-		return err
+		var ce *CallError
+		if !offline || !errors.As(err, &ce) || !(ce.unsent || ce.resend) {
+			return err
+		}
+		// It found no session to run on, or the session it was sent on broke and
+		// no other was up to send it on again: no server holds the session state
+		// any more, as if no session had been up when it began.
 	}
 	c.stateMu.Lock()
 	record()
