@@ -415,7 +415,7 @@ func (c *Conn) ReadResource(ctx context.Context, p *mcp.ReadResourceParams) (*mc
 		uri = p.URI
 	}
 	return send(ctx, c, "resources/read", uri, effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ReadResourceResult, error) {
-		return cs.ReadResource(ctx, own(p))
+		return transport.ReadResource(ctx, cs, own(p))
 	})
 }
 

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -632,5 +634,54 @@ func TestNilArgumentsSentAsObject(t *testing.T) {
 		if got := string(req.Params.Arguments); got != "{}" {
 			t.Errorf("arguments on the wire = %s, want {}: %s", got, b)
 		}
+	}
+}
+
+// TestReadResourceKeepsNothing: on protocol 2026-07-28 the go-sdk's client keeps every
+// resources/read result in its session, by URI, whatever its ttlMs, until the URI is
+// read again: a long-lived connection reading many resources held everything it ever
+// read (500 reads of 100 KiB: 54 MiB, for the session's life). A Conn's reads leave
+// nothing there, and each reaches the server, a ttlMs notwithstanding.
+func TestReadResourceKeepsNothing(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "big"}, nil)
+	body := strings.Repeat("x", 128<<10)
+	var reads atomic.Int64
+	srv.AddResourceTemplate(&mcp.ResourceTemplate{URITemplate: "big://{id}", Name: "big"}, func(_ context.Context, r *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		reads.Add(1)
+		res := &mcp.ReadResourceResult{Contents: []*mcp.ResourceContents{{URI: r.Params.URI, Text: body}}}
+		res.TTLMs = 60_000
+		return res, nil
+	})
+	c := open(t, transport.Config{Name: "big", InMemory: &transport.InMemory{Server: srv}}, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := c.Server(); info.ProtocolVersion < "2026-07-28" {
+		t.Fatalf("protocol %s: the SDK caches reads from 2026-07-28 on", info.ProtocolVersion)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	const n = 250
+	for i := range n {
+		res, err := c.ReadResource(ctx, &mcp.ReadResourceParams{URI: fmt.Sprintf("big://%d", i)})
+		if err != nil || len(res.Contents) != 1 || len(res.Contents[0].Text) != len(body) {
+			t.Fatalf("read %d: %v", i, err)
+		}
+	}
+	if grew := int64(heap()) - int64(before); grew > 12<<20 {
+		t.Errorf("the heap grew by %d MiB over %d reads of 128 KiB whose results were dropped", grew>>20, n)
+	}
+	if _, err := c.ReadResource(ctx, &mcp.ReadResourceParams{URI: "big://0"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := reads.Load(); got != n+1 {
+		t.Errorf("the server read %d times, want %d: every read reaches it, and nothing else does", got, n+1)
 	}
 }

@@ -94,7 +94,8 @@ func (sc *sharedClient) toolsChanged(_ context.Context, req *mcp.ToolListChanged
 // NewClient returns an SDK client for this package's sessions (see
 // Options.MCPClient): mcp.NewClient(impl, opts) with the sending middleware
 // that keeps tools/list results out of the SDK's cache (which Probe and
-// ListTools need), and that advertises no roots capability unless
+// ListTools need), the one that keeps resources/read results out of it (see
+// ReadResource), and that advertises no roots capability unless
 // opts.Capabilities asks for it (the SDK's nil Capabilities means roots, and
 // a server that asks a client for roots it does not serve may hang), and the
 // receiving middleware that keeps the order of a session's notifications and
@@ -114,7 +115,7 @@ func NewClient(impl *mcp.Implementation, opts *mcp.ClientOptions) *mcp.Client {
 		o.Capabilities = &mcp.ClientCapabilities{}
 	}
 	c := mcp.NewClient(impl, &o)
-	c.AddSendingMiddleware(uncachedToolLists)
+	c.AddSendingMiddleware(uncachedToolLists, uncachedReads)
 	c.AddReceivingMiddleware(passMarks)
 	markable(c)
 	return c

@@ -79,7 +79,10 @@
 // 2026-07-28), the first page of tools/list, at once and for the rest of the
 // session. The session's client never caches tools/list results, so that
 // request reaches the server even when the server gives them a TTL (the SDK
-// would otherwise answer from its cache on 2026-07-28).
+// would otherwise answer from its cache on 2026-07-28). Nor does it keep
+// resources/read results: [ReadResource] reaches the server every time and
+// leaves no copy in the SDK's session, which would otherwise keep every
+// result it ever read, by URI, for the session's life.
 //
 // # Errors
 //
