@@ -373,3 +373,30 @@ func TestBearerTokenRedacted(t *testing.T) {
 		t.Errorf("the error quotes the bearer token: %v", err)
 	}
 }
+
+// A refresh that fails for a reason of the token endpoint's (a 503 here; a timeout,
+// a network error) is tried again by the next request that needs it: only a refusal
+// of the grant (invalid_grant) is not. It once counted as a refusal: after a blip of
+// the token endpoint, a good refresh token was never used again, and a headless
+// session needed a login.
+func TestRefreshAfterTokenEndpointOutage(t *testing.T) {
+	srv := authServer(t, authtest.Options{}, false)
+	store := &FileStore{Dir: t.TempDir()}
+	s := dial(t, authConfig(srv, &Auth{Fetcher: authtest.Fetcher(nil), RedirectURL: redirect, Store: store}, false), Options{})
+	if err := authEcho(t, s, "one"); err != nil {
+		t.Fatal(err)
+	}
+	headless := dial(t, authConfig(srv, &Auth{Store: store}, false), Options{})
+	srv.Expire()
+	srv.Outage.Store(true)
+	if err := authEcho(t, headless, "two"); err == nil {
+		t.Fatal("a call succeeded with an expired token while the token endpoint was down")
+	}
+	srv.Outage.Store(false)
+	if err := authEcho(t, headless, "three"); err != nil {
+		t.Errorf("the token endpoint is back and the refresh token good: %v", err)
+	}
+	if n := srv.Refreshes.Load(); n != 1 {
+		t.Errorf("%d refreshes, want 1", n)
+	}
+}

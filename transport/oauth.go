@@ -417,7 +417,8 @@ func (o *OAuth) renewable(c *Credentials) bool {
 
 // renew gets a new access token for c (generation gen) without a user: a
 // refresh, or a client credentials grant. A refresh token refused is not tried
-// again until the credentials change.
+// again until the credentials change; one that could not be tried (no answer, a
+// 5xx) is tried again by the next request that needs it.
 func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, o.client)
 	var tok *oauth2.Token
@@ -437,7 +438,7 @@ func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 	}
 	if err != nil {
 		o.mu.Lock()
-		if o.gen == gen {
+		if o.gen == gen && refusedGrant(err) {
 			o.badRefresh, o.refreshErr = gen+1, err
 		}
 		o.lastErr = err
@@ -451,6 +452,19 @@ func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 	o.adopt(&n, o.cfg.Grant == GrantClientCredentials)
 	o.log.Debug("mcpfsm: token renewed", "server", o.server, "expiry", tok.Expiry)
 	return nil
+}
+
+// refusedGrant reports whether err is the token endpoint's refusal of a grant (an
+// OAuth error answer, 4xx: invalid_grant, invalid_client), which asking again will
+// not change; not a failure to get an answer (a network error, a timeout, a 5xx,
+// 408 or 429), which it may.
+func refusedGrant(err error) bool {
+	var re *oauth2.RetrieveError
+	if !errors.As(err, &re) || re.Response == nil {
+		return false
+	}
+	st := re.Response.StatusCode
+	return st >= 400 && st < 500 && st != http.StatusRequestTimeout && st != http.StatusTooManyRequests
 }
 
 func (o *OAuth) clientCredentials(tokenURL string, scopes []string, style oauth2.AuthStyle) *clientcredentials.Config {

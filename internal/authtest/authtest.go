@@ -79,6 +79,10 @@ type Server struct {
 	revoked  bool
 	nclients int
 
+	// Outage, while set, makes the token endpoint answer 503 (a transient failure,
+	// not a refusal of the grant).
+	Outage atomic.Bool
+
 	// Counters.
 	Authorizations atomic.Int64 // /authorize visits
 	CodeExchanges  atomic.Int64 // authorization_code grants
@@ -295,6 +299,10 @@ func (s *Server) authorize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) token(w http.ResponseWriter, r *http.Request) {
+	if s.Outage.Load() {
+		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+		return
+	}
 	if s.opts.HangToken {
 		select {
 		case <-s.hang:
