@@ -308,3 +308,49 @@ func TestScenario_TokenStoreSurvivesRestart(t *testing.T) {
 		t.Errorf("token file: %v, %v", info, err)
 	}
 }
+
+// TestScenario_TokenEndpointOutageRecovers: the token expires while the token
+// endpoint is down (503). Nothing refused the credentials: the call fails as one
+// whose server is down would (ErrAuthServerUnavailable, cause lost, not
+// ErrUnauthorized), and once the endpoint is back the connection recovers by itself,
+// within a breaker cooldown. It once went to unauthorized, saying "login required",
+// and waited out auth_recheck_interval (30 minutes) for a refresh token that was
+// good all along; and, the refresh having failed once, never refreshed again.
+func TestScenario_TokenEndpointOutageRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newAuthBubble(t, authtest.Options{ClientID: "pre", Scopes: []string{"mcp"}},
+			&transport.Auth{RedirectURL: testRedirect, LoginHint: "mcpfsm auth login servers.yaml remote"}, nil)
+		ctx := context.Background()
+		access, refresh, expiry := b.srv.Issue("mcp")
+		if err := b.c.SetCredentials(ctx, b.creds(access, refresh, expiry, "mcp")); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, b.c, states.Ready)
+		b.srv.Outage.Store(true)
+		b.srv.Expire()
+		err := b.echo(ctx, "during")
+		var ce *CallError
+		if !errors.As(err, &ce) || ce.Cause != states.CauseLost || !errors.Is(err, transport.ErrAuthServerUnavailable) ||
+			errors.Is(err, ErrUnauthorized) || errors.Is(err, transport.ErrLoginRequired) {
+			t.Errorf("the call during the outage: %v", err)
+		}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		b.srv.Outage.Store(false)
+		back := time.Now()
+		waitFor(t, b.c, states.Ready)
+		if d, bound := time.Since(back), b.c.Policies().BreakerCooldownMax+b.c.Policies().ConnectTimeout; d > bound {
+			t.Errorf("ready %v after the token endpoint came back, want within %v\n%s", d, bound, b.timeline())
+		}
+		if n := b.count(states.Unauthorized); n != 0 {
+			t.Errorf("went unauthorized %d times\n%s", n, b.timeline())
+		}
+		if err := b.echo(ctx, "after"); err != nil {
+			t.Fatal(err)
+		}
+		if n := b.srv.Refreshes.Load(); n != 1 {
+			t.Errorf("%d refreshes, want 1", n)
+		}
+		b.close(t)
+	})
+}

@@ -125,6 +125,41 @@ const (
 // nil).
 var ErrLoginRequired = errors.New("login required")
 
+// ErrAuthServerUnavailable is wrapped by the error of a request whose
+// credentials had to be renewed (they had expired, or the server refused
+// them) and could not be, because the authorization server gave no answer (a
+// network error, a timeout, a 5xx): nothing was refused, and asking again
+// later may work without a user. Such a request fails as one whose server
+// could not be reached does (its HTTP status is not kept, and it is not an
+// *AuthError), so that a connection retries it as a server that is down, not
+// as refused credentials.
+var ErrAuthServerUnavailable = errors.New("the authorization server gave no answer")
+
+// authUnavailable is the error of an authorization whose grant (a refresh, a
+// client credentials grant) got no answer: see ErrAuthServerUnavailable.
+type authUnavailable struct{ err error }
+
+func (e *authUnavailable) Error() string {
+	return "the credentials could not be renewed: " + ErrAuthServerUnavailable.Error() + ": " + e.err.Error()
+}
+
+func (e *authUnavailable) Unwrap() []error { return []error{ErrAuthServerUnavailable, e.err} }
+
+// unanswered reports whether err, the failure of a token request (a
+// *tokenError), is a failure to get an answer rather than a refusal.
+func unanswered(err error) bool {
+	var te *tokenError
+	return errors.As(err, &te) && !refusedGrant(err)
+}
+
+// unavailableError is what a session's HTTP client returns for a request
+// whose credentials could not be renewed for want of an answer (see
+// ErrAuthServerUnavailable), marked rejected by the transport for the SDK.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string   { return e.err.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{e.err, errRejected} }
+
 // An AuthError is the error of a request the server refused for its
 // credentials (HTTP 401 or 403) when no better ones could be had. Its text
 // never holds a token or a client secret.

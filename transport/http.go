@@ -156,7 +156,19 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		drainClose(resp.Body)
 		aerr = errors.New("the server refused the request again with new credentials")
 	}
-	if rec, _ := ctx.Value(statusKey{}).(*answers); rec != nil {
+	rec, _ := ctx.Value(statusKey{}).(*answers)
+	if ua := (*authUnavailable)(nil); errors.As(aerr, &ua) {
+		// Nothing was refused for good: the request failed as if its server
+		// could not be reached, and the server ran nothing.
+		if rec != nil {
+			rec.status.CompareAndSwap(int32(status), 0)
+			if req.Method == http.MethodPost {
+				rec.sent.Store(false)
+			}
+		}
+		return nil, &unavailableError{aerr}
+	}
+	if rec != nil {
 		rec.status.Store(int32(status))
 	}
 	return nil, &refusedError{&AuthError{Status: status, Challenge: ch, Err: aerr}}

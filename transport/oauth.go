@@ -554,7 +554,16 @@ func (o *OAuth) authorizeLocked(ctx context.Context, req *http.Request, resp *ht
 		}
 	}
 	err := o.obtain(ctx, req, resp, ch, nil)
-	if err != nil && refreshErr != nil {
+	switch {
+	case err == nil:
+		return nil
+	case refreshErr != nil && errors.Is(err, ErrLoginRequired) && unanswered(refreshErr):
+		// No user here, and the refresh that would have done without one got no
+		// answer: a login is not what is needed.
+		return &authUnavailable{refreshErr}
+	case o.cfg.Grant == GrantClientCredentials && unanswered(err):
+		return &authUnavailable{err}
+	case refreshErr != nil:
 		return fmt.Errorf("%w; before that, %w", err, refreshErr)
 	}
 	return err
