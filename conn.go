@@ -99,6 +99,9 @@ type Conn struct {
 	listMu  sync.Mutex // orders list deliveries with changes of the current session
 	sent    delivered  // under listMu
 
+	// rootsMu orders SetRoots calls (see SetRoots).
+	rootsMu sync.Mutex
+
 	// The session state carried from session to session: see state.go.
 	stateMu   sync.Mutex
 	stateVer  uint64 // counts the changes of the session state, for restores to notice
@@ -389,13 +392,21 @@ func (c *Conn) SetRoots(roots ...*mcp.Root) error {
 	if c.shared {
 		return errors.New("mcpfsm: the roots of a Manager's connection are the Manager's: use Manager.SetRoots")
 	}
+	// The sessions are told outside stateMu: a server that does not take the
+	// notification holds SetRoots (the go-sdk gives it 10 s), not the restore of a
+	// new session, nor Subscribe, Subscriptions and Roots. rootsMu keeps the
+	// changes of the client's roots in the order of the SetRoots calls.
+	c.rootsMu.Lock()
+	defer c.rootsMu.Unlock()
 	c.stateMu.Lock()
-	defer c.stateMu.Unlock()
 	if c.opts.Roots == nil {
+		c.stateMu.Unlock()
 		return errors.New("mcpfsm: the connection was opened without roots (Options.Roots), so it does not advertise them")
 	}
-	setRoots(c.client, c.opts.Roots, roots)
+	old := c.opts.Roots
 	c.keepRoots(roots)
+	c.stateMu.Unlock()
+	setRoots(c.client, old, roots)
 	return nil
 }
 

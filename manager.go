@@ -55,6 +55,8 @@ type ManagerOptions struct {
 type Manager struct {
 	opts ManagerOptions
 
+	rootsMu sync.Mutex // orders SetRoots calls (see SetRoots)
+
 	mu      sync.Mutex
 	closed  bool
 	conns   map[string]*managed
@@ -230,21 +232,34 @@ func (m *Manager) Listed() []Tool {
 // have been nil): servers that ask get them from now on, and every session is sent
 // notifications/roots/list_changed.
 func (m *Manager) SetRoots(roots ...*mcp.Root) error {
+	// The servers are told outside m.mu: a server that does not take the
+	// notification holds SetRoots (the go-sdk gives each round 10 s), not every
+	// request of the Manager, which takes m.mu to find its connection. rootsMu keeps
+	// the changes of the clients' roots in the order of the SetRoots calls; a client
+	// made meanwhile (a Reload) starts with m.roots, already the new ones.
+	m.rootsMu.Lock()
+	defer m.rootsMu.Unlock()
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if m.opts.Roots == nil {
+		m.mu.Unlock()
 		return errors.New("mcpfsm: the Manager was made without roots (ManagerOptions.Roots), so it does not advertise them")
 	}
+	var clients []*mcp.Client
 	for kind, c := range m.clients {
 		if kind&kindRoots != 0 {
-			setRoots(c, m.roots, roots)
+			clients = append(clients, c)
 		}
 	}
+	old := m.roots
 	m.roots = slices.Clone(roots)
 	for _, mc := range m.conns {
 		mc.conn.stateMu.Lock()
 		mc.conn.keepRoots(roots)
 		mc.conn.stateMu.Unlock()
+	}
+	m.mu.Unlock()
+	for _, c := range clients {
+		setRoots(c, old, roots)
 	}
 	return nil
 }

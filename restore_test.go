@@ -1,8 +1,13 @@
 package mcpfsm
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -122,4 +127,109 @@ func TestUnsubscribeWhenTheServerDies(t *testing.T) {
 	if len(st.Subscriptions) != 0 {
 		t.Errorf("the session after the server came back is subscribed to %q", st.Subscriptions)
 	}
+}
+
+// rootsDeafServer is an HTTP test server that never answers the POST of a
+// notifications/roots/list_changed (until the test ends), and serves everything else.
+func rootsDeafServer(t *testing.T) string {
+	ms := testserver.New(testserver.Options{})
+	inner := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return ms }, nil)
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if strings.Contains(string(body), "notifications/roots/list_changed") {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		close(release)
+		for ss := range ms.Sessions() {
+			_ = ss.Close()
+		}
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	return srv.URL
+}
+
+// TestSetRootsDeafServerBlocksNothing: a server that does not take the
+// notifications/roots/list_changed of a SetRoots holds it for as long as the go-sdk
+// gives each notification round (10 s, twice: the roots removed, then those added).
+// Manager.SetRoots held the Manager's lock all that time, and every request to every
+// server, which takes that lock to find its connection, waited past its deadline (a
+// call with a 1 s deadline returned after 19.8 s); Conn.SetRoots held the session
+// state's lock, so that Roots, Subscriptions and a new session's restore (the owner,
+// and so Close) waited too.
+func TestSetRootsDeafServerBlocksNothing(t *testing.T) {
+	pol := *fastPolicies()
+	t.Run("manager", func(t *testing.T) {
+		cfg := &Config{Servers: []ServerConfig{
+			{Name: "deaf", Transport: transport.Config{Name: "deaf", HTTP: &transport.HTTP{URL: rootsDeafServer(t)}}, Policies: pol},
+			{Name: "ok", Transport: transport.Config{Name: "ok", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}, Policies: pol},
+		}}
+		m, err := NewManager(cfg, ManagerOptions{Logger: quietLogger(), Roots: []*mcp.Root{{URI: "file:///a"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close(context.Background())
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, s := range []string{"deaf", "ok"} {
+			if err := m.Conn(s).WaitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		set := make(chan error, 1)
+		go func() { set <- m.SetRoots(&mcp.Root{URI: "file:///b"}) }()
+		time.Sleep(200 * time.Millisecond) // SetRoots waits on the deaf server
+		cctx, ccancel := context.WithTimeout(ctx, time.Second)
+		defer ccancel()
+		start := time.Now()
+		_, err = m.CallTool(cctx, "ok", &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+		if d := time.Since(start); err != nil || d > 2*time.Second {
+			t.Errorf("a call to the other server with a 1 s deadline: %v after %v", err, d)
+		}
+		if err := m.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		if err := <-set; err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("conn", func(t *testing.T) {
+		c := open(t, transport.Config{Name: "deaf", HTTP: &transport.HTTP{URL: rootsDeafServer(t)}}, &pol, func(o *Options) {
+			o.Roots = []*mcp.Root{{URI: "file:///a"}}
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		set := make(chan error, 1)
+		go func() { set <- c.SetRoots(&mcp.Root{URI: "file:///b"}) }()
+		time.Sleep(200 * time.Millisecond)
+		start := time.Now()
+		roots, subs := c.Roots(), c.Subscriptions()
+		if d := time.Since(start); d > time.Second || len(roots) != 1 || roots[0].URI != "file:///b" || len(subs) != 0 {
+			t.Errorf("Roots and Subscriptions: %v, %v after %v", roots, subs, d)
+		}
+		n := c.count(states.Replacing, states.Retiring)
+		c.Reconnect()
+		c.waitFor(func(states.State) bool { return c.count(states.Replacing, states.Retiring) > n }, 3*time.Second)
+		start = time.Now()
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+		defer ccancel()
+		if err := c.Close(cctx); err != nil || time.Since(start) > 2*time.Second {
+			t.Errorf("Close: %v after %v", err, time.Since(start))
+		}
+		if err := <-set; err != nil {
+			t.Error(err)
+		}
+	})
 }
