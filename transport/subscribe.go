@@ -425,7 +425,7 @@ func newProtocol(cs *mcp.ClientSession) bool {
 func (s *Session) Subscribe(ctx context.Context, uri string) error {
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
 		if !s.listens.on || !newProtocol(cs) {
-			return cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+			return s.sdkSubscribe(ctx, cs, uri)
 		}
 		release, err := s.listens.turns.Acquire(ctx, uri)
 		if err != nil {
@@ -452,7 +452,7 @@ func (s *Session) Subscribe(ctx context.Context, uri string) error {
 // awaitListen subscribes cs to w's resource and waits for the server's word on the
 // listen, if one was sent (the SDK sends none for a resource it is subscribed to).
 func (s *Session) awaitListen(ctx context.Context, cs *mcp.ClientSession, w *listenWait) error {
-	if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: w.uri}); err != nil {
+	if err := s.sdkSubscribe(ctx, cs, w.uri); err != nil {
 		return err
 	}
 	if !s.listens.wasSent(w) {
@@ -470,6 +470,22 @@ func (s *Session) awaitListen(ctx context.Context, cs *mcp.ClientSession, w *lis
 	case <-s.life.Done():
 		return mcp.ErrConnectionClosed
 	}
+}
+
+// sdkSubscribe is cs.Subscribe, undone if the session is closing. On 2026-07-28
+// the SDK's Close cancels the subscriptions/listen calls the session holds, each
+// awaited by a goroutine of its own; one registered after (a Subscribe racing the
+// close) would never be cancelled, and its goroutine would hold the closed session
+// for ever. Close marks the session closing before it closes the SDK's.
+func (s *Session) sdkSubscribe(ctx context.Context, cs *mcp.ClientSession, uri string) error {
+	err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
+	if s.closing.Load() && newProtocol(cs) {
+		_ = cs.Unsubscribe(context.WithoutCancel(ctx), &mcp.UnsubscribeParams{URI: uri})
+		if err == nil {
+			err = mcp.ErrConnectionClosed // the SDK's Subscribe does not await its listen
+		}
+	}
+	return err
 }
 
 // Unsubscribe cancels the session's subscription to uri, once no Subscribe for it is

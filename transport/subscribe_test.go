@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -300,5 +302,40 @@ func TestSubscribeHTTPListenAnswers(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSubscribeRacingCloseLeavesNoListen: the go-sdk's Close cancels the
+// subscriptions/listen calls its session holds; a Subscribe that registers its
+// listen after that (it raced the close) was never cancelled, and its goroutine
+// waited for ever, holding the closed session. On 2026-07-28 the SDK's Subscribe of
+// a closed session even returns nil (the listen is sent without awaiting), so the
+// Subscribe reported success too.
+func TestSubscribeRacingCloseLeavesNoListen(t *testing.T) {
+	listening := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "mcp.callSubscriptionsListen")
+	}
+	before := listening()
+	for range 20 {
+		s := dial(t, Config{Name: "mem", InMemory: &InMemory{Server: testserver.New(testserver.Options{})}}, Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		closed := make(chan struct{})
+		go func() {
+			_ = s.Close(ctx)
+			close(closed)
+		}()
+		<-closed
+		if err := s.Subscribe(ctx, testserver.ResourceA); err == nil {
+			t.Errorf("Subscribe on a closed session: no error")
+		}
+		cancel()
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for listening() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := listening() - before; n > 0 {
+		t.Errorf("%d subscriptions/listen goroutines of closed sessions are left", n)
 	}
 }
