@@ -345,7 +345,7 @@ func (c *Conn) Tools(ctx context.Context, p *mcp.ListToolsParams) iter.Seq2[*mcp
 // ListPrompts lists one page of the server's prompts. Prompts walks every page.
 func (c *Conn) ListPrompts(ctx context.Context, p *mcp.ListPromptsParams) (*mcp.ListPromptsResult, error) {
 	return send(ctx, c, "prompts/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListPromptsResult, error) {
-		return cs.ListPrompts(ctx, orEmpty(own(p)))
+		return transport.ListPrompts(ctx, cs, orEmpty(own(p)))
 	})
 }
 
@@ -374,7 +374,7 @@ func (c *Conn) GetPrompt(ctx context.Context, p *mcp.GetPromptParams) (*mcp.GetP
 // ListResources lists one page of the server's resources. Resources walks every page.
 func (c *Conn) ListResources(ctx context.Context, p *mcp.ListResourcesParams) (*mcp.ListResourcesResult, error) {
 	return send(ctx, c, "resources/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourcesResult, error) {
-		return cs.ListResources(ctx, orEmpty(own(p)))
+		return transport.ListResources(ctx, cs, orEmpty(own(p)))
 	})
 }
 
@@ -393,7 +393,7 @@ func (c *Conn) Resources(ctx context.Context, p *mcp.ListResourcesParams) iter.S
 // ResourceTemplates walks every page.
 func (c *Conn) ListResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplatesParams) (*mcp.ListResourceTemplatesResult, error) {
 	return send(ctx, c, "resources/templates/list", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (*mcp.ListResourceTemplatesResult, error) {
-		return cs.ListResourceTemplates(ctx, orEmpty(own(p)))
+		return transport.ListResourceTemplates(ctx, cs, orEmpty(own(p)))
 	})
 }
 
@@ -520,7 +520,7 @@ func listAll[T any](ctx context.Context, s *session, method string, page func(co
 }
 
 func listPromptsPage(ctx context.Context, cs *mcp.ClientSession, cursor string) ([]*mcp.Prompt, string, error) {
-	res, err := cs.ListPrompts(ctx, &mcp.ListPromptsParams{Cursor: cursor})
+	res, err := transport.ListPrompts(ctx, cs, &mcp.ListPromptsParams{Cursor: cursor})
 	if err != nil {
 		return nil, "", err
 	}
@@ -532,7 +532,7 @@ func listResources(ctx context.Context, s *session) (resourceList, error) {
 	var l resourceList
 	var err error
 	l.resources, err = listAll(ctx, s, "resources/list", func(ctx context.Context, cs *mcp.ClientSession, cursor string) ([]*mcp.Resource, string, error) {
-		res, err := cs.ListResources(ctx, &mcp.ListResourcesParams{Cursor: cursor})
+		res, err := transport.ListResources(ctx, cs, &mcp.ListResourcesParams{Cursor: cursor})
 		if err != nil {
 			return nil, "", err
 		}
@@ -542,7 +542,7 @@ func listResources(ctx context.Context, s *session) (resourceList, error) {
 		return l, err
 	}
 	l.templates, err = listAll(ctx, s, "resources/templates/list", func(ctx context.Context, cs *mcp.ClientSession, cursor string) ([]*mcp.ResourceTemplate, string, error) {
-		res, err := cs.ListResourceTemplates(ctx, &mcp.ListResourceTemplatesParams{Cursor: cursor})
+		res, err := transport.ListResourceTemplates(ctx, cs, &mcp.ListResourceTemplatesParams{Cursor: cursor})
 		if err != nil {
 			return nil, "", err
 		}

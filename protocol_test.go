@@ -685,3 +685,83 @@ func TestReadResourceKeepsNothing(t *testing.T) {
 		t.Errorf("the server read %d times, want %d: every read reaches it, and nothing else does", got, n+1)
 	}
 }
+
+// TestListsKeepNothing: the go-sdk's client (2026-07-28) keeps every page of prompts,
+// resources and templates it lists, by the cursor that asked for it, until that cursor
+// is asked for again: against a server whose cursors differ from one listing to the
+// next, every walk of a list left its pages in the session (300 walks of a 64 KiB page:
+// 20 MiB, unbounded). A Conn's listings leave nothing there.
+func TestListsKeepNothing(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "rotating"}, nil)
+	srv.AddPrompt(&mcp.Prompt{Name: "p"}, func(context.Context, *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+		return &mcp.GetPromptResult{}, nil
+	})
+	srv.AddResource(&mcp.Resource{URI: "test://r", Name: "r"}, func(context.Context, *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
+		return &mcp.ReadResourceResult{}, nil
+	})
+	var n atomic.Int64
+	big := strings.Repeat("d", 64<<10)
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			var cursor string
+			switch p := req.GetParams().(type) {
+			case *mcp.ListPromptsParams:
+				cursor = p.Cursor
+			case *mcp.ListResourcesParams:
+				cursor = p.Cursor
+			default:
+				return next(ctx, method, req)
+			}
+			// Two pages; the second's cursor is new each time, as if it held a time.
+			next := ""
+			if cursor == "" {
+				next = fmt.Sprintf("page-2-%d", n.Add(1))
+			}
+			switch method {
+			case "prompts/list":
+				r := &mcp.ListPromptsResult{Prompts: []*mcp.Prompt{{Name: "p", Description: big}}, NextCursor: next}
+				r.TTLMs = 60_000
+				return r, nil
+			default:
+				r := &mcp.ListResourcesResult{Resources: []*mcp.Resource{{URI: "test://r", Name: "r", Description: big}}, NextCursor: next}
+				r.TTLMs = 60_000
+				return r, nil
+			}
+		}
+	})
+	c := open(t, transport.Config{Name: "rotating", InMemory: &transport.InMemory{Server: srv}}, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	before := heap()
+	const walks = 150
+	for range walks {
+		got := 0
+		for _, err := range c.Prompts(ctx, nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got++
+		}
+		for _, err := range c.Resources(ctx, nil) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got++
+		}
+		if got != 4 {
+			t.Fatalf("a walk listed %d items, want 4 (two pages each; none from a cache)", got)
+		}
+	}
+	if grew := int64(heap()) - int64(before); grew > 8<<20 {
+		t.Errorf("the heap grew by %d MiB over %d walks whose results were dropped", grew>>20, walks)
+	}
+}

@@ -82,7 +82,9 @@
 // would otherwise answer from its cache on 2026-07-28). Nor does it keep
 // resources/read results: [ReadResource] reaches the server every time and
 // leaves no copy in the SDK's session, which would otherwise keep every
-// result it ever read, by URI, for the session's life.
+// result it ever read, by URI, for the session's life; [ListPrompts],
+// [ListResources] and [ListResourceTemplates] do the same for pages, which the
+// SDK keeps by cursor.
 //
 // # Errors
 //
