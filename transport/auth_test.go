@@ -16,6 +16,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm/internal/authtest"
 	"github.com/mcpfsm/mcpfsm/internal/testutil"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/oauth2"
 )
@@ -398,5 +399,36 @@ func TestRefreshAfterTokenEndpointOutage(t *testing.T) {
 	}
 	if n := srv.Refreshes.Load(); n != 1 {
 		t.Errorf("%d refreshes, want 1", n)
+	}
+}
+
+// TestFetcherIgnoringItsContext: an Auth.Fetcher that does not heed its context (a
+// user's code waiting for a browser) held the request that needed it, and with it a
+// connect (past connect_timeout) and the connection's Close, for as long as it
+// pleased. The request now ends with its context: an *AuthError, in time.
+func TestFetcherIgnoringItsContext(t *testing.T) {
+	srv := authServer(t, authtest.Options{}, false)
+	release := make(chan struct{})
+	defer close(release)
+	deaf := func(context.Context, *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
+		<-release
+		return nil, errors.New("the user went away")
+	}
+	cfg := authConfig(srv, &Auth{Fetcher: deaf, RedirectURL: redirect}, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second) // as a machine's effect: the dial's deadline is Options.Deadline
+	defer cancel()
+	const within = 1500 * time.Millisecond
+	start := time.Now()
+	s, err := Dial(ctx, cfg, Options{Deadline: start.Add(within)})
+	if err == nil {
+		_ = s.Close(ctx)
+		t.Fatal("dial succeeded")
+	}
+	if d := time.Since(start); d > within+500*time.Millisecond {
+		t.Errorf("the dial returned after %v, want by its deadline (%v)", d, within)
+	}
+	var ae *AuthError
+	if !errors.As(err, &ae) {
+		t.Errorf("err = %v, want an *AuthError", err)
 	}
 }

@@ -583,11 +583,39 @@ func (o *OAuth) obtain(ctx context.Context, req *http.Request, resp *http.Respon
 	r := *resp
 	r.Body = http.NoBody
 	o.log.Info("mcpfsm: authorizing", "server", o.server, "status", resp.StatusCode, "challenge", ch.String())
-	if err := o.inner.Authorize(ctx, req, &r); err != nil {
+	// The flow runs the caller's Fetcher, which may not heed ctx: the request (a
+	// connect, and so the connection's Close) does not wait past ctx for it. A
+	// fetcher that returns later has its goroutine end then; credentials it got are
+	// adopted, unsaved until the server accepts them, as any authorization's.
+	done := make(chan error, 1)
+	go func() { done <- o.inner.Authorize(ctx, req, &r) }()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// A flow that heeds ctx returns at once, saying where it was; it is given
+		// flowGrace for that, but not past the dial it is part of.
+		grace := flowGrace
+		if dial, ok := ctx.Value(dialDeadlineKey{}).(time.Time); ok {
+			grace = max(0, min(grace, time.Until(dial)))
+		}
+		t := time.NewTimer(grace)
+		select {
+		case err = <-done:
+		case <-t.C:
+			err = fmt.Errorf("%w (the authorization code fetcher did not return)", context.Cause(ctx))
+		}
+		t.Stop()
+	}
+	if err != nil {
 		return fmt.Errorf("authorization failed: %w", authFlowError(quietFlow(err), ctx))
 	}
 	return nil
 }
+
+// flowGrace is how long an authorization flow whose context has ended is given to
+// return its own error before the request stops waiting for it.
+const flowGrace = 200 * time.Millisecond
 
 // authFlowError adds to err why the authorization's context ended, if it did:
 // the SDK's errors say "context deadline exceeded" without whose deadline.
