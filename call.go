@@ -339,7 +339,7 @@ func (c *Conn) Tools(ctx context.Context, p *mcp.ListToolsParams) iter.Seq2[*mcp
 			return nil, "", err
 		}
 		return res.Tools, res.NextCursor, nil
-	}, func(p *mcp.ListToolsParams, cursor string) { p.Cursor = cursor })
+	}, func(p *mcp.ListToolsParams, cursor string) { p.Cursor = cursor }, c.listError("tools/list"))
 }
 
 // ListPrompts lists one page of the server's prompts. Prompts walks every page.
@@ -357,7 +357,7 @@ func (c *Conn) Prompts(ctx context.Context, p *mcp.ListPromptsParams) iter.Seq2[
 			return nil, "", err
 		}
 		return res.Prompts, res.NextCursor, nil
-	}, func(p *mcp.ListPromptsParams, cursor string) { p.Cursor = cursor })
+	}, func(p *mcp.ListPromptsParams, cursor string) { p.Cursor = cursor }, c.listError("prompts/list"))
 }
 
 // GetPrompt gets a prompt.
@@ -386,7 +386,7 @@ func (c *Conn) Resources(ctx context.Context, p *mcp.ListResourcesParams) iter.S
 			return nil, "", err
 		}
 		return res.Resources, res.NextCursor, nil
-	}, func(p *mcp.ListResourcesParams, cursor string) { p.Cursor = cursor })
+	}, func(p *mcp.ListResourcesParams, cursor string) { p.Cursor = cursor }, c.listError("resources/list"))
 }
 
 // ListResourceTemplates lists one page of the server's resource templates.
@@ -405,7 +405,7 @@ func (c *Conn) ResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplat
 			return nil, "", err
 		}
 		return res.ResourceTemplates, res.NextCursor, nil
-	}, func(p *mcp.ListResourceTemplatesParams, cursor string) { p.Cursor = cursor })
+	}, func(p *mcp.ListResourceTemplatesParams, cursor string) { p.Cursor = cursor }, c.listError("resources/templates/list"))
 }
 
 // ReadResource reads a resource.
@@ -452,6 +452,15 @@ func own[P any, PP interface {
 	return cp
 }
 
+// listError makes an error of a list's walk (past the caps, a repeated cursor) a
+// *CallError of method, as every error of a request is: the server answered,
+// wrongly.
+func (c *Conn) listError(method string) func(error) error {
+	return func(err error) error {
+		return &CallError{Server: c.name, Method: method, State: c.m.State(), Cause: states.CauseServer, Err: err}
+	}
+}
+
 // orEmpty returns p, or a new zero P when p is nil.
 func orEmpty[P any](p *P) *P {
 	if p == nil {
@@ -463,7 +472,9 @@ func orEmpty[P any](p *P) *P {
 // pages iterates over a paginated list, following cursors, for at most
 // transport.MaxListPages pages and transport.MaxListItems items; a server that repeats
 // a cursor, or keeps going past the caps, ends the iteration with an error.
-func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *P) ([]T, string, error), setCursor func(*P, string)) iter.Seq2[T, error] {
+// wrap makes the iteration's own errors (past the caps, a repeated cursor) the
+// caller's kind.
+func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *P) ([]T, string, error), setCursor func(*P, string), wrap func(error) error) iter.Seq2[T, error] {
 	return func(yield func(T, error) bool) {
 		var zero T
 		p := *first
@@ -471,7 +482,7 @@ func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *
 		items := 0
 		for n := 0; ; n++ {
 			if n >= transport.MaxListPages {
-				yield(zero, fmt.Errorf("%w: more than %d pages", transport.ErrListTooLong, transport.MaxListPages))
+				yield(zero, wrap(fmt.Errorf("%w: more than %d pages", transport.ErrListTooLong, transport.MaxListPages)))
 				return
 			}
 			list, next, err := page(ctx, &p)
@@ -481,7 +492,7 @@ func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *
 			}
 			for _, it := range list {
 				if items++; items > transport.MaxListItems {
-					yield(zero, fmt.Errorf("%w: more than %d items", transport.ErrListTooLong, transport.MaxListItems))
+					yield(zero, wrap(fmt.Errorf("%w: more than %d items", transport.ErrListTooLong, transport.MaxListItems)))
 					return
 				}
 				if !yield(it, nil) {
@@ -492,7 +503,7 @@ func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *
 				return
 			}
 			if seen[next] {
-				yield(zero, fmt.Errorf("%w: the server repeated the cursor %q", transport.ErrListTooLong, capText(next, 64)))
+				yield(zero, wrap(fmt.Errorf("%w: the server repeated the cursor %q", transport.ErrListTooLong, capText(next, 64))))
 				return
 			}
 			seen[next] = true
@@ -508,7 +519,7 @@ func listAll[T any](ctx context.Context, s *session, method string, page func(co
 	err := s.s.Request(ctx, transport.OpRequest, method, func(ctx context.Context, cs *mcp.ClientSession) error {
 		for item, err := range pages(ctx, new(struct{ cursor string }), func(ctx context.Context, p *struct{ cursor string }) ([]T, string, error) {
 			return page(ctx, cs, p.cursor)
-		}, func(p *struct{ cursor string }, c string) { p.cursor = c }) {
+		}, func(p *struct{ cursor string }, c string) { p.cursor = c }, func(err error) error { return err }) {
 			if err != nil {
 				return err
 			}

@@ -281,3 +281,53 @@ func strangeServer(sse bool) http.Handler {
 		_, _ = w.Write(data)
 	})
 }
+
+// TestIteratorErrorsAreCallErrors: an iterator's own errors (a server that repeats a
+// cursor, or lists past the caps) are *CallErrors, as every error of a request is
+// (README), with the method and cause server; they were plain errors.
+func TestIteratorErrorsAreCallErrors(t *testing.T) {
+	var loop atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(w, "POST only", http.StatusMethodNotAllowed)
+			return
+		}
+		var req struct {
+			ID     json.RawMessage `json:"id"`
+			Method string          `json:"method"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.ID) == 0 {
+			w.WriteHeader(http.StatusAccepted)
+			return
+		}
+		result := map[string]any{}
+		switch req.Method {
+		case "initialize":
+			result = map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"prompts": map[string]any{}},
+				"serverInfo": map[string]any{"name": "cursors", "version": "0"}}
+		case "prompts/list":
+			result = map[string]any{"prompts": []any{map[string]any{"name": "p"}}}
+			if loop.Load() {
+				result["nextCursor"] = "again"
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result})
+	}))
+	t.Cleanup(srv.Close)
+	c := open(t, transport.Config{Name: "cursors", HTTP: &transport.HTTP{URL: srv.URL}}, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	loop.Store(true)
+	var last error
+	for _, err := range c.Conn.Prompts(ctx, nil) {
+		last = err
+	}
+	var ce *CallError
+	if !errors.As(last, &ce) || ce.Method != "prompts/list" || ce.Cause != states.CauseServer || !errors.Is(last, transport.ErrListTooLong) {
+		t.Errorf("a walk of a list whose cursor repeats ended with %#v (%v), want a *CallError of prompts/list, cause server, wrapping ErrListTooLong", last, last)
+	}
+}
