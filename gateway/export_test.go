@@ -50,3 +50,11 @@ func (g *Gateway) EndGonePosts(n int, limit time.Duration) int {
 	}
 	return n
 }
+
+// SetMaxParked sets how many calls may be parked at once per backend, until the
+// returned function restores it.
+func SetMaxParked(n int) (restore func()) {
+	old := maxParked
+	maxParked = n
+	return func() { maxParked = old }
+}

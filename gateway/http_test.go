@@ -428,3 +428,63 @@ func TestGateway_ParkedCallNotInFlight(t *testing.T) {
 func toolErr(err error) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
 }
+
+// TestGateway_ParkedCallsBounded: past maxParked calls parked at once to a backend
+// (their clients asked and not calling again), the oldest is given up: its
+// client's retry is told the requestState is not held, and the others go on. (They
+// were bounded only by the connection's 256 requests to the front at once, each
+// held up to five minutes: clients that never call again held them all, and every
+// other client's sampling there was refused.)
+func TestGateway_ParkedCallsBounded(t *testing.T) {
+	defer gateway.SetMaxParked(2)()
+	s := inMemory("a", testserver.Options{})
+	s.Transport.ProtocolVersion = "2025-11-25"
+	g := start(t, config(s), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	asked, release := make(chan struct{}, 3), make(chan struct{})
+	cs := httpFrontWith(t, url, "2026-07-28", nil, &mcp.ClientOptions{
+		ElicitationHandler: func(ctx context.Context, req *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			asked <- struct{}{}
+			<-release
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"answer": "late"}}, nil
+		},
+	})
+	waitTools(t, cs, has("a__elicit"))
+	results := make(chan string, 3)
+	for i := range 3 {
+		go func() {
+			res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__elicit", Arguments: map[string]any{"message": fmt.Sprint(i)}})
+			switch {
+			case err != nil:
+				results <- err.Error()
+			default:
+				results <- text(res)
+			}
+		}()
+		select {
+		case <-asked: // parked, in this order
+		case <-time.After(waitFor):
+			t.Fatalf("call %d was never parked", i)
+		}
+	}
+	close(release)
+	var answered, refused int
+	for range 3 {
+		select {
+		case r := <-results:
+			switch {
+			case strings.Contains(r, "late"):
+				answered++
+			case strings.Contains(r, "not one this gateway holds"):
+				refused++
+			default:
+				t.Errorf("a parked call ended with %q", r)
+			}
+		case <-time.After(waitFor):
+			t.Fatal("a parked call did not end")
+		}
+	}
+	if answered != 2 || refused != 1 {
+		t.Errorf("three calls parked at a bound of two: %d answered, %d refused, want 2 and 1", answered, refused)
+	}
+}

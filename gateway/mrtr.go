@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 // what the backend asks, while the backend's call waits, parked; the client's retry,
 // carrying the answers and the parked call's requestState, resumes it. A parked call
 // lives in this gateway process (behind several replicas, the retry must reach the
-// same one) and is cancelled if no retry comes within parkTimeout.
+// same one) and is cancelled if no retry comes within parkTimeout, or when more than
+// maxParked wait on one backend and it is the oldest.
 
 // parkTimeout is how long a parked call waits for its front client's retry.
 const parkTimeout = 5 * time.Minute
@@ -79,10 +81,19 @@ func (p *parking) ask(ctx context.Context, params mcp.InputRequest) (mcp.InputRe
 	}
 }
 
+// maxParked is the most calls parked at once to one backend: past it the oldest is
+// given up (cancelled; its client's retry is told the requestState is not held).
+// A backend's connection runs at most 256 of its requests to the front at once, and
+// each parked call holds one: clients that never call again (2026-07-28 clients are
+// not told apart) would otherwise hold them all, for parkTimeout, and every other
+// client's sampling and elicitation there would be refused. A variable for tests.
+var maxParked = 64
+
 // parked are the parked calls, by requestState.
 type parked struct {
-	mu sync.Mutex
-	by map[string]*parkedCall
+	mu    sync.Mutex
+	by    map[string]*parkedCall
+	order map[string][]string // by backend, the requestStates in the order parked (some taken since)
 }
 
 type parkedCall struct {
@@ -95,7 +106,7 @@ func (ps *parked) put(p *parking) string {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.by == nil {
-		ps.by = map[string]*parkedCall{}
+		ps.by, ps.order = map[string]*parkedCall{}, map[string][]string{}
 	}
 	pc := &parkedCall{p: p}
 	pc.timer = time.AfterFunc(parkTimeout, func() {
@@ -104,6 +115,19 @@ func (ps *parked) put(p *parking) string {
 		}
 	})
 	ps.by[token] = pc
+	server := p.fc.server
+	// The requestStates of server still parked, this one last; the oldest past
+	// maxParked given up.
+	order := slices.DeleteFunc(ps.order[server], func(t string) bool { return ps.by[t] == nil })
+	order = append(order, token)
+	for len(order) > maxParked {
+		old := ps.by[order[0]]
+		delete(ps.by, order[0])
+		old.timer.Stop()
+		old.p.cancel()
+		order = order[1:]
+	}
+	ps.order[server] = order
 	return token
 }
 
@@ -134,6 +158,7 @@ func (ps *parked) closeAll() {
 		pc.p.cancel()
 		delete(ps.by, token)
 	}
+	ps.order = nil
 }
 
 // roundTrip runs a front request on a 2026-07-28 front: a new call (fc, whose parking
