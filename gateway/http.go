@@ -113,6 +113,9 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 				return
 			}
 			defer done()
+			// Once its answer starts, the session it opened (if any) is counted
+			// as open: no longer as opening too.
+			w = &answerStarts{ResponseWriter: w, started: done}
 		}
 		// A POST's answer comes on its response. If the client goes away before
 		// it (the SDK's server returns then), nobody can receive it: the requests
@@ -227,3 +230,22 @@ func (w *deadlineWriter) FlushError() error {
 }
 
 func (w *deadlineWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// answerStarts calls started when the answer's header is written (or its body,
+// which writes it), before the client can have it.
+type answerStarts struct {
+	http.ResponseWriter
+	started func()
+}
+
+func (w *answerStarts) WriteHeader(code int) {
+	w.started()
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *answerStarts) Write(p []byte) (int, error) {
+	w.started()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *answerStarts) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -58,7 +58,8 @@ func newLimits(server *mcp.Server, o HTTPOptions) *limits {
 
 // openSession admits a request that may open a stateful session (a POST without
 // a session's ID) if there is room for one more, and returns the function to call
-// when it has been served.
+// when its answer starts (its session, if it opened one, is then counted as open)
+// or it has been served, whichever comes first (it may be called again).
 func (l *limits) openSession() (done func(), ok bool) {
 	if l.maxSessions < 0 {
 		return func() {}, true
@@ -78,10 +79,13 @@ func (l *limits) openSession() (done func(), ok bool) {
 		return nil, false
 	}
 	l.opening++
+	var once sync.Once
 	return func() {
-		l.mu.Lock()
-		l.opening--
-		l.mu.Unlock()
+		once.Do(func() {
+			l.mu.Lock()
+			l.opening--
+			l.mu.Unlock()
+		})
 	}, true
 }
 

@@ -387,3 +387,29 @@ func TestGateway_GonePostsCheap(t *testing.T) {
 		t.Errorf("a call took %v", took)
 	}
 }
+
+// TestGateway_MaxSessionsBackToBack: a session's initialize counts once, as soon as
+// its answer is out: a client that opens sessions one after the other, closing
+// each, at a cap of one more than it holds, is never refused (the request that
+// opened a session was still counted as opening one until its handler returned,
+// after the client had its answer: the next initialize could be refused).
+func TestGateway_MaxSessionsBackToBack(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{MaxSessions: 2})
+	resp := post(t, url, initializeBody, "", "") // held throughout
+	resp.Body.Close()
+	for i := range 200 {
+		resp := post(t, url, initializeBody, "", "")
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("initialize %d, the others closed, at a cap of 2 with one held: %s", i, resp.Status)
+		}
+		req, _ := http.NewRequest("DELETE", url, nil)
+		req.Header.Set("Mcp-Session-Id", resp.Header.Get("Mcp-Session-Id"))
+		dresp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dresp.Body.Close()
+	}
+}
