@@ -234,10 +234,29 @@ func TestCallResultTheSDKCannotRead(t *testing.T) {
 	}
 }
 
-// strangeServer is a stateless streamable HTTP MCP server, written by hand, whose
-// tool strange answers with a content of type "bogus" (as JSON, or as an event
-// stream if sse).
+// strangeServer is a server of rawHTTPServer whose tool strange answers with a
+// content of type "bogus" (as JSON, or as an event stream if sse).
 func strangeServer(sse bool) http.Handler {
+	return rawHTTPServer(sse, func(method string) any {
+		switch method {
+		case "initialize":
+			return map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{}},
+				"serverInfo": map[string]any{"name": "strange", "version": "0"}}
+		case "tools/list":
+			return map[string]any{"tools": []any{map[string]any{"name": "strange", "inputSchema": map[string]any{"type": "object"}}}}
+		case "tools/call":
+			return map[string]any{"content": []any{map[string]any{"type": "bogus", "text": "?"}}}
+		case "ping":
+			return map[string]any{}
+		}
+		return nil
+	})
+}
+
+// rawHTTPServer is a stateless streamable HTTP MCP server written by hand, which
+// sends what the SDK's would not: each request's result is answer(its method) (nil:
+// method not found), as JSON or, if sse, as an event stream; a notification gets 202.
+func rawHTTPServer(sse bool, answer func(method string) any) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
@@ -255,20 +274,8 @@ func strangeServer(sse bool) http.Handler {
 			w.WriteHeader(http.StatusAccepted) // a notification
 			return
 		}
-		var result any
-		switch req.Method {
-		case "initialize":
-			result = map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{}},
-				"serverInfo": map[string]any{"name": "strange", "version": "0"}}
-		case "tools/list":
-			result = map[string]any{"tools": []any{map[string]any{"name": "strange", "inputSchema": map[string]any{"type": "object"}}}}
-		case "tools/call":
-			result = map[string]any{"content": []any{map[string]any{"type": "bogus", "text": "?"}}}
-		case "ping":
-			result = map[string]any{}
-		}
-		msg := map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result}
-		if result == nil {
+		msg := map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": answer(req.Method)}
+		if msg["result"] == nil {
 			msg = map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32601, "message": "no " + req.Method}}
 		}
 		data, _ := json.Marshal(msg)
@@ -287,32 +294,19 @@ func strangeServer(sse bool) http.Handler {
 // (README), with the method and cause server; they were plain errors.
 func TestIteratorErrorsAreCallErrors(t *testing.T) {
 	var loop atomic.Bool
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			http.Error(w, "POST only", http.StatusMethodNotAllowed)
-			return
-		}
-		var req struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.ID) == 0 {
-			w.WriteHeader(http.StatusAccepted)
-			return
-		}
-		result := map[string]any{}
-		switch req.Method {
+	srv := httptest.NewServer(rawHTTPServer(false, func(method string) any {
+		switch method {
 		case "initialize":
-			result = map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"prompts": map[string]any{}},
+			return map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"prompts": map[string]any{}},
 				"serverInfo": map[string]any{"name": "cursors", "version": "0"}}
 		case "prompts/list":
-			result = map[string]any{"prompts": []any{map[string]any{"name": "p"}}}
+			result := map[string]any{"prompts": []any{map[string]any{"name": "p"}}}
 			if loop.Load() {
 				result["nextCursor"] = "again"
 			}
+			return result
 		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": result})
+		return map[string]any{}
 	}))
 	t.Cleanup(srv.Close)
 	c := open(t, transport.Config{Name: "cursors", HTTP: &transport.HTTP{URL: srv.URL}}, nil, nil)
