@@ -483,19 +483,8 @@ func (b *backend) elicitationComplete(ctx context.Context, p *mcp.ElicitationCom
 // and elicitation ID, for the notification that ends each: at most maxElicitations,
 // each kept for elicitationTTL.
 type elicitations struct {
-	mu    sync.Mutex
-	by    map[[2]string]elicited
-	order []elicitedKey // oldest first; an entry whose time by no longer has is stale
-}
-
-type elicited struct {
-	ss *mcp.ServerSession
-	at time.Time
-}
-
-type elicitedKey struct {
-	k  [2]string
-	at time.Time
+	mu sync.Mutex
+	by expiring[[2]string, *mcp.ServerSession]
 }
 
 const (
@@ -506,47 +495,14 @@ const (
 func (e *elicitations) put(server, id string, ss *mcp.ServerSession) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.by == nil {
-		e.by = map[[2]string]elicited{}
-	}
-	now := time.Now()
-	for len(e.order) > 0 {
-		o := e.order[0]
-		el, ok := e.by[o.k]
-		live := ok && el.at.Equal(o.at)
-		if live && now.Sub(o.at) < elicitationTTL && len(e.by) < maxElicitations {
-			break
-		}
-		if live {
-			delete(e.by, o.k)
-		}
-		e.order = e.order[1:]
-	}
-	if len(e.order) > 2*len(e.by)+64 { // mostly taken: compact
-		live := e.order[:0]
-		for _, o := range e.order {
-			if el, ok := e.by[o.k]; ok && el.at.Equal(o.at) {
-				live = append(live, o)
-			}
-		}
-		clear(e.order[len(live):])
-		e.order = live
-	}
-	k := [2]string{server, id}
-	e.by[k] = elicited{ss, now}
-	e.order = append(e.order, elicitedKey{k, now})
+	e.by.put([2]string{server, id}, ss, time.Now())
 }
 
 func (e *elicitations) take(server, id string) *mcp.ServerSession {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	k := [2]string{server, id}
-	el, ok := e.by[k]
-	if !ok || time.Since(el.at) >= elicitationTTL {
-		return nil
-	}
-	delete(e.by, k)
-	return el.ss
+	ss, _ := e.by.take([2]string{server, id}, time.Now())
+	return ss
 }
 
 // askFront asks a 2026-07-28 front client, through the parked call's next

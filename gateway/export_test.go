@@ -18,7 +18,7 @@ func SetBodyWait(d time.Duration) (restore func()) {
 func (g *Gateway) Remembered() (deleted, gone int) {
 	g.inflight.mu.Lock()
 	defer g.inflight.mu.Unlock()
-	return len(g.inflight.deleted.at), len(g.inflight.gone.at)
+	return g.inflight.deleted.len(), g.inflight.gone.len()
 }
 
 // AttributedParks reports whether the front call a backend's own request would be

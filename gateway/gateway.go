@@ -147,6 +147,9 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 		reg: &table{tools: map[string]shownTool{}, prompts: map[string]shownPrompt{}, resources: map[string]shownResource{}},
 	}
 	g.calls.by, g.calls.linger = map[string]map[*frontCall]struct{}{}, cutLinger
+	g.inflight.gone = expiring[string, struct{}]{ttl: time.Minute, max: maxRemembered}
+	g.inflight.deleted = expiring[string, struct{}]{ttl: time.Minute, max: maxRemembered}
+	g.elicitations.by = expiring[[2]string, *mcp.ServerSession]{ttl: elicitationTTL, max: maxElicitations}
 	g.opened, g.unsettled, g.listed = make(chan struct{}), map[string]bool{}, map[string]bool{}
 	for _, sc := range cfg.Servers {
 		g.unsettled[sc.Name] = true

@@ -23,10 +23,14 @@ type inflight struct {
 	posts   atomic.Uint64 // numbers the POSTs of stateful sessions (postHeader)
 	mu      sync.Mutex
 	reqs    map[*context.CancelFunc]origin
-	gone    recent // POSTs whose client went away before a request of theirs started
-	deleted recent // sessions deleted: their requests are cancelled as they start
-	closed  bool   // the gateway closed: requests are cancelled as they start
+	gone    expiring[string, struct{}] // POSTs whose client went away before a request of theirs started
+	deleted expiring[string, struct{}] // sessions deleted: their requests are cancelled as they start
+	closed  bool                       // the gateway closed: requests are cancelled as they start
 }
+
+// maxRemembered bounds the POSTs gone and the sessions deleted inflight remembers
+// (each for a minute): past it the oldest are forgotten early.
+const maxRemembered = 1 << 16
 
 // origin is where a front request came from.
 type origin struct {
@@ -71,7 +75,7 @@ func (f *inflight) postDone(id string, gone bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.cancel(func(o origin) bool { return o.post == id }) == 0 {
-		f.gone.add(id, time.Now())
+		f.gone.put(id, struct{}{}, time.Now())
 	}
 }
 
@@ -85,63 +89,23 @@ func (f *inflight) postDone(id string, gone bool) {
 func (f *inflight) sessionDeleted(id string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.deleted.add(id, time.Now())
+	f.deleted.put(id, struct{}{}, time.Now())
 	f.cancel(func(o origin) bool { return o.ss != nil && o.ss.ID() == id })
 }
 
 // ended reports whether a request from o is to be cancelled as it starts; f.mu is
 // held.
 func (f *inflight) ended(o origin) bool {
-	if o.post != "" && f.gone.has(o.post) {
+	if _, gone := f.gone.get(o.post, time.Now()); gone && o.post != "" {
 		return true
 	}
 	if o.ss != nil {
 		if id := o.ss.ID(); id != "" {
-			return f.deleted.has(id)
+			_, deleted := f.deleted.get(id, time.Now())
+			return deleted
 		}
 	}
 	return false
-}
-
-// recent is a set of keys, each kept for a minute after it was added. Keys are
-// forgotten oldest first, as they were added: an add costs no more than the keys
-// it forgets (a scan of every key, under inflight's lock, which every front request
-// takes, cost a POST whose client went away 0.7 ms with a thousand a second).
-type recent struct {
-	at    map[string]time.Time
-	order []recentKey // in the order added
-}
-
-type recentKey struct {
-	key string
-	at  time.Time
-}
-
-// maxRecent bounds the keys kept: past it the oldest are forgotten early.
-const maxRecent = 1 << 16
-
-// add adds key at now, forgetting the keys added over a minute before (and the
-// oldest past maxRecent).
-func (r *recent) add(key string, now time.Time) {
-	i := 0
-	for ; i < len(r.order) && (now.Sub(r.order[i].at) > time.Minute || len(r.order)-i >= maxRecent); i++ {
-		if k := r.order[i]; r.at[k.key].Equal(k.at) { // not added again since
-			delete(r.at, k.key)
-		}
-		r.order[i] = recentKey{}
-	}
-	r.order = r.order[i:]
-	if r.at == nil {
-		r.at = map[string]time.Time{}
-	}
-	r.at[key] = now
-	r.order = append(r.order, recentKey{key, now})
-}
-
-// has reports whether key was added (and not yet forgotten).
-func (r *recent) has(key string) bool {
-	_, ok := r.at[key]
-	return ok
 }
 
 // close cancels every request in flight, and every one that starts from now on.

@@ -5,24 +5,48 @@ import (
 	"time"
 )
 
-// TestRecent: a key is kept a minute after it was last added, and forgetting
-// touches only the keys that are old.
-func TestRecent(t *testing.T) {
-	var r recent
+// TestExpiring: an entry is kept ttl after it was last put, at most max of them,
+// and forgetting touches only the entries that are old.
+func TestExpiring(t *testing.T) {
+	e := expiring[string, int]{ttl: time.Minute, max: 3}
 	t0 := time.Unix(1000, 0)
-	r.add("a", t0)
-	r.add("b", t0.Add(30*time.Second))
-	r.add("a", t0.Add(50*time.Second)) // again: its first add must not forget it
-	r.add("c", t0.Add(61*time.Second))
-	if !r.has("a") || !r.has("b") || !r.has("c") {
-		t.Fatalf("at 61 s: a %v b %v c %v, want all kept", r.has("a"), r.has("b"), r.has("c"))
+	has := func(k string, now time.Time) bool { _, ok := e.get(k, now); return ok }
+	e.put("a", 1, t0)
+	e.put("b", 2, t0.Add(30*time.Second))
+	e.put("a", 3, t0.Add(50*time.Second)) // again: its first put must not forget it
+	e.put("c", 4, t0.Add(61*time.Second))
+	at := t0.Add(61 * time.Second)
+	if !has("a", at) || !has("b", at) || !has("c", at) {
+		t.Fatalf("at 61 s: a %v b %v c %v, want all kept", has("a", at), has("b", at), has("c", at))
 	}
-	r.add("d", t0.Add(100*time.Second))
-	if r.has("b") || !r.has("a") || !r.has("c") || !r.has("d") {
-		t.Errorf("at 100 s: a %v b %v c %v d %v, want b alone forgotten", r.has("a"), r.has("b"), r.has("c"), r.has("d"))
+	if v, _ := e.get("a", at); v != 3 {
+		t.Errorf("a = %d, want the last put, 3", v)
 	}
-	r.add("e", t0.Add(200*time.Second))
-	if len(r.at) != 1 || len(r.order) != 1 {
-		t.Errorf("at 200 s: %d keys, %d in order, want 1 and 1", len(r.at), len(r.order))
+	at = t0.Add(100 * time.Second)
+	e.put("d", 5, at)
+	if has("b", at) || !has("a", at) || !has("c", at) || !has("d", at) {
+		t.Errorf("at 100 s: a %v b %v c %v d %v, want b alone forgotten", has("a", at), has("b", at), has("c", at), has("d", at))
+	}
+	// Past max, the oldest goes first, expired or not.
+	e.put("e", 6, at)
+	if has("a", at) || !has("c", at) || !has("d", at) || !has("e", at) || e.len() != 3 {
+		t.Errorf("four put at a max of 3: a %v c %v d %v e %v, %d kept; want a forgotten", has("a", at), has("c", at), has("d", at), has("e", at), e.len())
+	}
+	if v, ok := e.take("d", at); !ok || v != 5 || has("d", at) {
+		t.Errorf("take d = %d %v, then kept %v; want 5, then gone", v, ok, has("d", at))
+	}
+	// Taken entries leave no trace that grows: many puts and takes keep order short.
+	for i := range 10000 {
+		k := string(rune('A' + i%50))
+		e.put(k, i, at)
+		e.take(k, at)
+	}
+	if len(e.order) > 2*e.len()+64+1 {
+		t.Errorf("after 10,000 puts and takes, %d in order for %d kept", len(e.order), e.len())
+	}
+	at = t0.Add(200 * time.Second)
+	e.put("z", 0, at)
+	if e.len() != 1 || len(e.order) != 1 {
+		t.Errorf("at 200 s: %d kept, %d in order, want 1 and 1", e.len(), len(e.order))
 	}
 }
