@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -83,7 +84,7 @@ func (g *Gateway) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 		p.Arguments = req.Params.Arguments
 	}
 	res, err := forward(g, ctx, req.Session, req, st.server, request[*mcp.CallToolResult]{
-		what:  fmt.Sprintf("tools/call %q", req.Params.Name),
+		method: "tools/call", name: req.Params.Name,
 		state: req.Params.RequestState, responses: req.Params.InputResponses,
 		send: func(ctx context.Context, c *mcpfsm.Conn, fc *frontCall) (*mcp.CallToolResult, error) {
 			if req.Params.GetProgressToken() != nil {
@@ -103,9 +104,9 @@ func (g *Gateway) callTool(ctx context.Context, req *mcp.CallToolRequest) (*mcp.
 
 // A request is how forward sends one kind of front request.
 type request[R any] struct {
-	// what names the request, its method and name or URI (a retry resumes only a
-	// parked call of the same request).
-	what string
+	// method and name (or URI) name the request: a retry resumes only a parked
+	// call of the same request (see what).
+	method, name string
 	// state and responses are a 2026-07-28 front request's multi-round-trip
 	// fields: a retry of a call the gateway parked (see mrtr.go).
 	state     string
@@ -118,6 +119,10 @@ type request[R any] struct {
 	// JSON-RPC error otherwise).
 	failed func(text string) (R, error)
 }
+
+// what names the request, as a parked call remembers it (on 2026-07-28 only: the
+// others do not pay for it).
+func (r request[R]) what() string { return r.method + " " + strconv.Quote(r.name) }
 
 // forward runs a front request on a backend: at once if the backend has a session
 // (or within ReadyWait), failing with the backend's state and last failure otherwise;
@@ -148,7 +153,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 		newer = v.ProtocolVersion() >= "2026-07-28"
 	}
 	if newer && r.state != "" && r.inputRequired != nil {
-		return roundTrip(g, ctx, nil, streamOf(ctx, ss, req), r.what, r.state, r.responses, nil, r.inputRequired)
+		return roundTrip(g, ctx, nil, streamOf(ctx, ss, req), r.what(), r.state, r.responses, nil, r.inputRequired)
 	}
 	c, err := g.ready(ctx, server)
 	if err != nil {
@@ -159,12 +164,12 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 	}
 	var p *parking
 	if newer && r.inputRequired != nil {
-		p = newParking(r.what)
+		p = newParking(r.what())
 	}
 	fc := g.calls.start(ctx, ss, req, server, p)
 	ctx = context.WithValue(ctx, frontCallKey{}, fc)
 	if p != nil {
-		return roundTrip(g, ctx, fc, frontStream{}, r.what, "", nil, func(bctx context.Context) (R, error) {
+		return roundTrip(g, ctx, fc, frontStream{}, p.what, "", nil, func(bctx context.Context) (R, error) {
 			res, err := r.send(bctx, c, fc)
 			fc.out.flush(bctx) // as below: the call's progress and log messages first
 			return answer(bctx, res, err)
@@ -215,7 +220,7 @@ func (g *Gateway) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mc
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: g.table.Load().unknown("prompt", req.Params.Name)}
 	}
 	return forward(g, ctx, req.Session, req, sp.server, request[*mcp.GetPromptResult]{
-		what:  fmt.Sprintf("prompts/get %q", req.Params.Name),
+		method: "prompts/get", name: req.Params.Name,
 		state: req.Params.RequestState, responses: req.Params.InputResponses,
 		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.GetPromptResult, error) {
 			return c.GetPrompt(ctx, &mcp.GetPromptParams{Name: sp.name, Arguments: req.Params.Arguments, Meta: forwardMeta(req.Params.Meta)})
@@ -232,7 +237,7 @@ func (g *Gateway) readResource(ctx context.Context, req *mcp.ReadResourceRequest
 		return nil, mcp.ResourceNotFoundError(req.Params.URI)
 	}
 	return forward(g, ctx, req.Session, req, r.server, request[*mcp.ReadResourceResult]{
-		what:  fmt.Sprintf("resources/read %q", req.Params.URI),
+		method: "resources/read", name: req.Params.URI,
 		state: req.Params.RequestState, responses: req.Params.InputResponses,
 		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.ReadResourceResult, error) {
 			return c.ReadResource(ctx, &mcp.ReadResourceParams{URI: req.Params.URI, Meta: forwardMeta(req.Params.Meta)})
