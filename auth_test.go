@@ -102,6 +102,18 @@ func (b *authBubble) echo(ctx context.Context, text string) error {
 }
 
 // creds are credentials of the pre-registered client.
+// login gives the connection credentials the server just issued (scope mcp), waits
+// for it to be ready, and returns the tokens.
+func (b *authBubble) login(t *testing.T) (access, refresh string) {
+	t.Helper()
+	access, refresh, expiry := b.srv.Issue("mcp")
+	if err := b.c.SetCredentials(context.Background(), b.creds(access, refresh, expiry, "mcp")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, b.c, states.Ready)
+	return access, refresh
+}
+
 func (b *authBubble) creds(access, refresh string, expiry time.Time, scopes ...string) *transport.Credentials {
 	return &transport.Credentials{
 		TokenURL: b.srv.URL + "/token", ClientID: "pre", Scopes: scopes,
@@ -173,11 +185,7 @@ func TestScenario_RevokedTokenParksUnauthorized(t *testing.T) {
 		b := newAuthBubble(t, authtest.Options{ClientID: "pre", Scopes: []string{"mcp"}},
 			&transport.Auth{RedirectURL: testRedirect, LoginHint: "mcpfsm auth login servers.yaml remote"}, nil)
 		ctx := context.Background()
-		access, refresh, expiry := b.srv.Issue("mcp")
-		if err := b.c.SetCredentials(ctx, b.creds(access, refresh, expiry, "mcp")); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, b.c, states.Ready)
+		access, refresh := b.login(t)
 		if err := b.echo(ctx, "before"); err != nil {
 			t.Fatal(err)
 		}
@@ -214,12 +222,8 @@ func TestScenario_RevokedTokenParksUnauthorized(t *testing.T) {
 		if b.c.State() != states.Unauthorized {
 			t.Errorf("state %s after an hour", b.c.State())
 		}
-		access, refresh, expiry = b.srv.Issue("mcp")
 		start = time.Now()
-		if err := b.c.SetCredentials(ctx, b.creds(access, refresh, expiry, "mcp")); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, b.c, states.Ready)
+		access, _ = b.login(t)
 		if d := time.Since(start); d != 0 {
 			t.Errorf("ready after %v of virtual time, want at once", d)
 		}
@@ -321,11 +325,7 @@ func TestScenario_TokenEndpointOutageRecovers(t *testing.T) {
 		b := newAuthBubble(t, authtest.Options{ClientID: "pre", Scopes: []string{"mcp"}},
 			&transport.Auth{RedirectURL: testRedirect, LoginHint: "mcpfsm auth login servers.yaml remote"}, nil)
 		ctx := context.Background()
-		access, refresh, expiry := b.srv.Issue("mcp")
-		if err := b.c.SetCredentials(ctx, b.creds(access, refresh, expiry, "mcp")); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, b.c, states.Ready)
+		b.login(t)
 		// The connection may have gone unauthorized before the credentials were
 		// set (it starts without them): only what follows the outage counts.
 		before := b.count(states.Unauthorized)

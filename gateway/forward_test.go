@@ -38,16 +38,7 @@ func TestGateway_Forwarding(t *testing.T) {
 			}
 			c := mcp.NewClient(&mcp.Implementation{Name: "front"}, copts)
 			c.AddRoots(&mcp.Root{URI: "file:///front"})
-			st, ct := mcp.NewInMemoryTransports()
-			ss, err := g.Server().Connect(context.Background(), st, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cs, err := c.Connect(callCtx(t), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
+			cs := frontOf(t, g, c, "2025-11-25")
 			waitTools(t, cs, has("a__elicit"))
 
 			if res := call(t, cs, "a__elicit", map[string]any{"message": "yes?"}); res.IsError || !strings.Contains(text(res), "from the front: yes?") {
@@ -431,16 +422,7 @@ func TestGateway_ElicitationSchemaTheSDKRefuses(t *testing.T) {
 			return next(ctx, method, req)
 		}
 	})
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := g.Server().Connect(context.Background(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := c.Connect(callCtx(t), ct, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cs.Close(); _ = ss.Wait() })
+	cs := frontOf(t, g, c, "2025-11-25")
 	waitTools(t, cs, has("raw__elicit_titled_multi"))
 	res := call(t, cs, "raw__elicit_titled_multi", nil)
 	var reply struct {

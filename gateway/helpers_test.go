@@ -85,18 +85,24 @@ func start(t *testing.T, cfg *mcpfsm.Config, opts gateway.Options) *gateway.Gate
 // (the newest if ""), closed when the test ends (before the gateway).
 func front(t *testing.T, g *gateway.Gateway, copts *mcp.ClientOptions, version string) *mcp.ClientSession {
 	t.Helper()
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := g.Server().Connect(context.Background(), st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if copts == nil {
 		copts = &mcp.ClientOptions{}
 	}
 	if copts.Capabilities == nil {
 		copts.Capabilities = &mcp.ClientCapabilities{}
 	}
-	c := mcp.NewClient(&mcp.Implementation{Name: "front", Version: "1"}, copts)
+	return frontOf(t, g, mcp.NewClient(&mcp.Implementation{Name: "front", Version: "1"}, copts), version)
+}
+
+// frontOf connects c (a client the test made, with middleware or roots of its own)
+// to the gateway's server in memory, as front does.
+func frontOf(t *testing.T, g *gateway.Gateway, c *mcp.Client, version string) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := g.Server().Connect(context.Background(), st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	cs, err := c.Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: version})

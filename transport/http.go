@@ -394,7 +394,9 @@ type answers struct {
 	hasID bool
 }
 
-// withStatus returns ctx with a place for what the HTTP answers say.
+// withStatus returns ctx with a place for what the answers to the request made
+// under it say (its HTTP status, whether the server answered). A session's request
+// calls Session.done with it.
 func withStatus(ctx context.Context) (context.Context, *answers) {
 	rec := new(answers)
 	return context.WithValue(ctx, statusKey{}, rec), rec

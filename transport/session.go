@@ -101,7 +101,6 @@ type Session struct {
 	life context.Context    // ends when the session is forced down or closed
 	kill context.CancelCauseFunc
 
-	http     bool                        // the session speaks HTTP (streamable or SSE): statuses are recorded
 	pingless atomic.Bool                 // latched: the server refused ping (method-not-found or invalid-params)
 	listed   atomic.Pointer[[]*mcp.Tool] // the first page of tools, as ListTools last listed it
 	closing  atomic.Bool                 // Close was called
@@ -361,7 +360,6 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		onEnd:   opts.OnEnd,
 		closed:  make(chan struct{}),
 		watched: make(chan struct{}),
-		http:    cfg.httpConfig() != nil,
 	}
 	if s.log == nil {
 		s.log = discardLogger
@@ -571,7 +569,7 @@ func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Cal
 		cp = *p
 		cp.Meta = maps.Clone(p.Meta)
 	}
-	ctx, status := s.withStatus(ctx)
+	ctx, status := withStatus(ctx)
 	res, err := s.cs.CallTool(ctx, &cp)
 	s.done(status)
 	if err != nil {
@@ -589,7 +587,7 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 	seen := map[string]bool{}
 	cursor := ""
 	for pages := 1; ; pages++ {
-		pctx, status := s.withStatus(ctx)
+		pctx, status := withStatus(ctx)
 		res, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{Cursor: cursor})
 		s.done(status)
 		if err != nil {
@@ -670,7 +668,7 @@ type probeRun struct {
 // probe is Probe's request, made on the calling goroutine.
 func (s *Session) probe(ctx context.Context) error {
 	if !s.pingless.Load() {
-		pctx, status := s.withStatus(ctx)
+		pctx, status := withStatus(ctx)
 		err := s.cs.Ping(pctx, nil)
 		s.done(status)
 		if err == nil {
@@ -683,7 +681,7 @@ func (s *Session) probe(ctx context.Context) error {
 			s.logAt(slog.LevelInfo, "the server refuses ping: probing with tools/list from now on")
 		}
 	}
-	pctx, status := s.withStatus(ctx)
+	pctx, status := withStatus(ctx)
 	pctx = context.WithValue(pctx, probeKey{}, s.listed.Load())
 	_, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{})
 	s.done(status)
@@ -859,7 +857,7 @@ func (s *Session) InitializeResult() *mcp.InitializeResult { return s.cs.Initial
 // empty), redacted and capped like every other. f must use ctx, or a context
 // derived from it, for its requests.
 func (s *Session) Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error {
-	ctx, status := s.withStatus(ctx)
+	ctx, status := withStatus(ctx)
 	err := f(ctx, s.cs)
 	s.done(status)
 	if err != nil {
@@ -884,13 +882,8 @@ func (s *Session) ClientSession() *mcp.ClientSession { return s.cs }
 // String describes the session's server without secrets.
 func (s *Session) String() string { return s.desc }
 
-// withStatus returns ctx with a place for what the answers to the request made
-// under it say (its HTTP status, whether the server answered). Call done with it.
-func (s *Session) withStatus(ctx context.Context) (context.Context, *answers) {
-	return withStatus(ctx)
-}
-
-// done forgets the request of rec, whose answer may never come (it was cancelled).
+// done forgets the request of rec (withStatus), whose answer may never come (it
+// was cancelled).
 func (s *Session) done(rec *answers) {
 	if rec != nil && rec.hasID {
 		s.awaiting.Delete(rec.id)
