@@ -5,10 +5,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -52,6 +55,10 @@ func TestStatusPageInBrowser(t *testing.T) {
 	healthy := testserver.StartHTTP(t, testserver.Options{})
 	dead := testserver.StartHTTP(t, testserver.Options{})
 	dead.Stop()
+	// Its port is held while it is down, refusing connections: another test's
+	// server that took the free port answered 404, and the dead server was parked
+	// (config) instead of failing.
+	release := holdPort(t, strings.TrimSuffix(strings.TrimPrefix(dead.URL(), "http://"), "/mcp"))
 	cfg := writeConfig(t, fmt.Sprintf(`version: 1
 policies: {backoff_base: 100ms, backoff_max: 300ms, breaker_threshold: 3, breaker_cooldown: 400ms, breaker_cooldown_max: 800ms, keepalive_interval: 2s}
 servers:
@@ -131,6 +138,7 @@ servers:
 	}
 	artifact(t, "live-page-failing.png", shot)
 
+	release()
 	dead.Restart(false)
 	page = wait("the dead server back, ready", func(p map[string]pageServer) bool {
 		return p["dead"].State == "ready" && p["dead"].Current == "ready" && p["healthy"].State == "ready"
@@ -145,4 +153,38 @@ servers:
 	if code := run.stop(t); code != 0 {
 		t.Errorf("mcpfsm run exited %d: %s", code, run.stderr.String())
 	}
+}
+
+// holdPort binds addr (a port just freed) without listening on it, so that a
+// connection to it is refused as to a dead server while no other server can take
+// the port, until release.
+func holdPort(t *testing.T, addr string) (release func()) {
+	t.Helper()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		t.Fatalf("holding %q: %v", addr, err)
+	}
+	syscall.ForkLock.RLock()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err == nil {
+		syscall.CloseOnExec(fd) // not inherited by the CLI or chromium
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sa := &syscall.SockaddrInet4{Port: int(ap.Port()), Addr: ap.Addr().As4()}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if err = syscall.Bind(fd, sa); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		syscall.Close(fd)
+		t.Fatalf("holding the dead server's port: %v", err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { syscall.Close(fd) }) }
+	t.Cleanup(release)
+	return release
 }
