@@ -369,7 +369,7 @@ func (g *Gateway) setList(server string, f func(*listing)) {
 // difference on the front server (which notifies the front sessions of it).
 func (g *Gateway) syncer() {
 	defer g.wg.Done()
-	var collided map[string]bool // logged, and still so
+	var warned map[warning]bool // logged, and still so
 	for {
 		select {
 		case <-g.ctx.Done():
@@ -406,16 +406,16 @@ func (g *Gateway) syncer() {
 		for server := range listed {
 			g.settle(server) // its names are registered: the front may list them
 		}
-		// Each collision is logged once, when it appears: every list change
+		// Each warning is logged once, when it appears: every list change
 		// (another backend's, a reconnect's) recomputes them all.
-		now := make(map[string]bool, len(t.collisions))
-		for _, c := range t.collisions {
-			now[c] = true
-			if !collided[c] {
-				g.log.Warn("mcpfsm gateway: a name collides", "collision", c)
+		now := make(map[warning]bool, len(t.warnings))
+		for _, w := range t.warnings {
+			now[w] = true
+			if !warned[w] {
+				g.log.Warn("mcpfsm gateway: "+w.what, "detail", w.detail)
 			}
 		}
-		collided = now
+		warned = now
 	}
 }
 

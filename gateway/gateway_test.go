@@ -7,8 +7,10 @@ import (
 	"log/slog"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -719,6 +721,58 @@ func TestGateway_CollisionLoggedOnce(t *testing.T) {
 	}
 	if got := warned.Load(); got != first {
 		t.Errorf("%d collisions logged after 10 list changes, %d before", got, first)
+	}
+}
+
+// TestGateway_LLMNameWarned: a shown tool name that common LLM APIs refuse (a dot
+// from a prefix, more than 64 characters) is logged once, naming the tool and its
+// server, and still shown and callable; a good name is not logged, and list changes
+// log nothing again.
+func TestGateway_LLMNameWarned(t *testing.T) {
+	dotted, long, good := "files.v2", strings.Repeat("p", 60), "ok"
+	a, b, c := inMemory("a", testserver.Options{}), inMemory("b", testserver.Options{}), inMemory("c", testserver.Options{})
+	a.Prefix, b.Prefix, c.Prefix = &dotted, &long, &good
+	var mu sync.Mutex
+	var lines []string
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), "function-name rule") {
+			mu.Lock()
+			lines = append(lines, string(p))
+			mu.Unlock()
+		}
+		return len(p), nil
+	}), nil))
+	g := start(t, config(a, b, c), gateway.Options{Logger: log})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, func(n []string) bool { return has("files.v2__echo")(n) && has(long+"__echo")(n) && has("ok__echo")(n) })
+	if got := text(call(t, cs, "files.v2__echo", map[string]any{"text": "hi"})); got != "hi" {
+		t.Errorf("files.v2__echo: %q, want hi", got)
+	}
+	time.Sleep(100 * time.Millisecond) // every server listed and settled
+	logged := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
+	}
+	first := logged()
+	for _, want := range []string{`tool \"files.v2__echo\" of server \"a\"`, `tool \"` + long + `__echo\" of server \"b\"`} {
+		if n := len(slices.DeleteFunc(slices.Clone(first), func(l string) bool { return !strings.Contains(l, want) })); n != 1 {
+			t.Errorf("%s logged %d times, want once:\n%s", want, n, strings.Join(first, ""))
+		}
+	}
+	if i := slices.IndexFunc(first, func(l string) bool { return strings.Contains(l, `server \"c\"`) }); i >= 0 {
+		t.Errorf("a good name logged: %s", first[i])
+	}
+	for i := range 4 {
+		call(t, cs, "ok__change_tools", nil) // c's list changes: extra comes and goes
+		if i%2 == 0 {
+			waitTools(t, cs, has("ok__extra"))
+		} else {
+			waitTools(t, cs, func(n []string) bool { return !has("ok__extra")(n) })
+		}
+	}
+	if got := logged(); len(got) != len(first) {
+		t.Errorf("%d warnings after 4 list changes, %d before:\n%s", len(got), len(first), strings.Join(got, ""))
 	}
 }
 

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -95,9 +96,20 @@ type table struct {
 	templates []shownTemplate          // in config order, then the backend's
 	rules     []rules                  // the config's, in its order
 	sep       string
-	// collisions says, for each name two servers would show, who kept it.
-	collisions []string
+	// warnings are what is wrong with the names shown, each a sentence: a name
+	// two servers would show (who kept it), a tool name an LLM API would refuse.
+	warnings []warning
 }
+
+// A warning is something wrong with the names a table shows, for the log.
+type warning struct {
+	what, detail string
+}
+
+// llmName is the function-name rule of common LLM APIs (OpenAI's, Anthropic's):
+// a host that hands the gateway's tools to one may be refused them all when one
+// breaks it. MCP allows more (dots, 128 characters).
+var llmName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 // compute builds the table from the rules (config order) and the backends' lists. A
 // name claimed twice goes to the first claimer in config order (within one server,
@@ -108,7 +120,7 @@ func compute(rs []rules, sep string, lists map[string]*listing) *table {
 		resources: map[string]shownResource{}, rules: rs, sep: sep,
 	}
 	collide := func(kind, name, winner, loser string) {
-		t.collisions = append(t.collisions, fmt.Sprintf("%s %q of server %q hides server %q's", kind, name, winner, loser))
+		t.warnings = append(t.warnings, warning{"a name collides", fmt.Sprintf("%s %q of server %q hides server %q's", kind, name, winner, loser)})
 	}
 	templates := map[string]bool{}
 	for i := range rs {
@@ -125,6 +137,10 @@ func compute(rs []rules, sep string, lists map[string]*listing) *table {
 			if prev, dup := t.tools[name]; dup {
 				collide("tool", name, prev.server, r.server)
 				continue
+			}
+			if !llmName.MatchString(name) {
+				t.warnings = append(t.warnings, warning{"a tool name breaks the function-name rule of common LLM APIs",
+					fmt.Sprintf("tool %q of server %q is not %s: a host handing it to such an API may be refused every tool; rename it (rename:) or shorten the prefix", name, r.server, llmName)})
 			}
 			f := *tool
 			f.Name = name
