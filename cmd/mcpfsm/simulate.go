@@ -130,8 +130,12 @@ func scenarioList() string {
 	var b strings.Builder
 	b.WriteString("\n")
 	builtin := simulate.Builtin()
+	width := 0
 	for _, name := range simulate.BuiltinNames() {
-		fmt.Fprintf(&b, "  %-14s %s (%s)\n", name, builtin[name].Description, builtin[name].Duration)
+		width = max(width, len(name))
+	}
+	for _, name := range simulate.BuiltinNames() {
+		fmt.Fprintf(&b, "  %-*s  %s (%s)\n", width, name, builtin[name].Description, builtin[name].Duration)
 	}
 	return b.String()
 }
