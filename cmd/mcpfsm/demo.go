@@ -25,13 +25,15 @@ example MCP server in this process (streamable HTTP on loopback), opens one
 mcpfsm connection to it with short policies, and plays a fault tour:
 
   1. connect, and call the stateful counter tool;
-  2. the server restarts and forgets its sessions: the next call is retried
+  2. a planned reconnect: the new session opens while the old one serves,
+     then the old one closes; no call waits and no budget is spent;
+  3. the server restarts and forgets its sessions: the next call is retried
      on a new session, transparently (HTTP 404, session expired);
-  3. the server freezes: a probe finds it, the session is torn down, the
+  4. the server freezes: a probe finds it, the session is torn down, the
      reconnects time out until the breaker opens, and calls fail fast;
-  4. the server thaws: a trial connect after the cooldown succeeds, the
+  5. the server thaws: a trial connect after the cooldown succeeds, the
      breaker closes, and calls work again;
-  5. the server goes down and comes back: the same, seen from a dead server.
+  6. the server goes down and comes back: the same, seen from a dead server.
 
 Every transition is printed as it happens, with its trigger and cause, and a
 summary ends the tour. It takes about fifteen seconds.`, stderr)
