@@ -164,6 +164,10 @@ be refreshed. Tokens and secrets are never shown.`, stderr)
 		case h == nil || h.Auth == nil:
 		case h.Auth.Token != nil:
 			r.Auth = "bearer token"
+		case h.Auth.Grant == transport.GrantClientCredentials:
+			// Its tokens are had again from the config's secret, never stored,
+			// and there is no login to run.
+			r.Auth = "oauth " + string(h.Auth.Grant)
 		default:
 			r.Auth = "oauth " + string(orDefault(h.Auth.Grant))
 			if fsStore, ok := h.Auth.Store.(*transport.FileStore); ok {

@@ -98,3 +98,33 @@ func TestAuthLoginAndStatus(t *testing.T) {
 		t.Errorf("login to a stdio server: exit %d\n%s", code, errOut)
 	}
 }
+
+// TestAuthStatusClientCredentials: a server on the client credentials flow has no
+// login to run (auth login refuses it) and nothing in the token store (its tokens are
+// had again from the config's secret): auth status shows no token state and no store
+// for it, and never tells to run auth login (docs/auth.md).
+func TestAuthStatusClientCredentials(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "servers.yaml")
+	text := "version: 1\nservers:\n  jobs:\n    url: https://jobs.example.com/mcp\n    auth:\n      grant: client_credentials\n      client_id: scheduler\n      client_secret: \"${MCPFSM_TEST_JOBS_SECRET}\"\n      store: tokens\n"
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("MCPFSM_TEST_JOBS_SECRET", "s3cret")
+	out, errOut, code := runCLI(t, "auth", "status", cfg)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 2 {
+		t.Fatalf("status: exit %d\n%s%s", code, out, errOut)
+	}
+	if f := strings.Fields(lines[1]); strings.Contains(out, "auth login") || len(f) != 6 || f[3] != "-" || f[5] != "-" {
+		t.Errorf("status of a client credentials server, want no token state and no store:\n%s", out)
+	}
+	out, _, _ = runCLI(t, "auth", "status", "--json", cfg)
+	if strings.Contains(out, `"token"`) || strings.Contains(out, `"store"`) {
+		t.Errorf("status --json of a client credentials server, want no token and no store:\n%s", out)
+	}
+	_, errOut, code = runCLI(t, "auth", "login", cfg, "jobs")
+	if code != 1 || !strings.Contains(errOut, "nothing to log in to") {
+		t.Errorf("login to a client credentials server: exit %d\n%s", code, errOut)
+	}
+}
