@@ -14,9 +14,10 @@ import (
 func runExampleServer(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("example-server", "[--http ADDR] [--crash-after DURATION]", `
 Serve the project's example MCP server: over stdio by default, or over
-streamable HTTP on ADDR (such as 127.0.0.1:8931). Its tools: echo, counter (counts
-per session), slow (sleeps), hold, crash (dies), change_tools (makes the tool list
-change), pid, stats. The example config (examples/servers.yaml) runs it.
+streamable HTTP on ADDR (such as 127.0.0.1:8931). Its tools include echo, counter
+(counts per session), slow (sleeps), hold, crash (dies), change_tools (makes the tool
+list change), pid and stats; mcpfsm ls lists them all, with its prompt, resources and
+a resource template. The example config (examples/servers.yaml) runs it.
 
 --crash-after makes the server exit abruptly after that long, as a flaky server
 would, so that mcpfsm run shows a crash, a backoff and a respawn.`, stderr)
