@@ -93,7 +93,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most HTTP front sessions open at once; one more gets 503 (0: no bound)")
 	bodyMemory := fs.Int64("body-memory", gateway.DefaultBodyMemory>>20, "MiB of request bodies the HTTP front holds at once; a request finding no room waits up to 10s, then gets 503 (0: no bound)")
 	readyWait := fs.Duration("ready-wait", 0, "how long a request waits for a server that has no session (0: fail at once)")
-	startupWait := fs.Duration("startup-wait", 5*time.Second, "at startup, how long listing waits for the servers to list theirs (negative: not at all)")
+	startupWait := fs.Duration("startup-wait", 5*time.Second, "at startup, how long listing waits for the servers to list theirs (0: not at all)")
 	statusURI := fs.String("status-resource", "", "serve every server's status as JSON at this resource URI (such as mcpfsm://status)")
 	var sf statusFlags
 	sf.add(fs)
@@ -119,6 +119,9 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			fmt.Fprintln(stderr, "mcpfsm serve: --token-env goes with --http")
 			return 2
 		}
+	}
+	if *startupWait <= 0 {
+		*startupWait = -1 // not at all: to package gateway, 0 is its default
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := gateway.Options{

@@ -618,3 +618,28 @@ func TestServeStopsWithStdoutUnread(t *testing.T) {
 		t.Fatalf("still running 60s after SIGTERM with its stdout unread\nstderr:\n%s", stderr.String())
 	}
 }
+
+// TestServeStartupWaitZero: --startup-wait 0 waits for no server at startup (the
+// help said so of a negative one only, and 0 waited 5 s: a zero StartupWait is package
+// gateway's default): a tools/list finds the gateway's lists as they are, at once.
+func TestServeStartupWaitZero(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hang"), []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "servers.yaml")
+	if err := os.WriteFile(cfg, []byte("version: 1\nservers:\n  slow:\n    command: ./hang\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, url := startServeHTTP(t, "--startup-wait", "0", cfg)
+	cs := connectHTTP(t, url, "2025-11-25")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := cs.ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("tools/list took %s with --startup-wait 0, want no wait", took.Round(time.Millisecond))
+	}
+}
