@@ -150,9 +150,8 @@ func BuiltinNames() []string {
 //	transport: http                # or stdio; http by default
 //	timeline:                      # the server's condition from each instant on
 //	  - {at: 0s, server: up}
-//	  - {at: 10m, server: down}    # up, down, frozen, restart (an instant), missing or garbage
-//	  - {at: 12m, server: up}
-//	repeat: 10m                    # optional: replay the timeline every 10m
+//	  - {at: 8m, server: down}     # up, down, frozen, restart (an instant), missing or garbage
+//	repeat: 10m                    # optional: replay the changes before 10m every 10m
 //	calls: {every: 30s, timeout: 10s, idempotent: false}   # optional
 //	latency: {connect: 20ms, probe: 2ms, call: 5ms, close: 5ms}  # optional
 //

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/simulate"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 )
 
@@ -327,5 +328,37 @@ func TestReadmeSimulateSample(t *testing.T) {
 	out, _, code := runCLI(t, "simulate", "--summary", "dead-hour")
 	if code != 0 || !strings.HasPrefix(out, sample) {
 		t.Errorf("the README's sample is stale; simulate prints:\n%s\nthe README has:\n%s", out, sample)
+	}
+}
+
+// TestSimulateHelpSample: the scenario file that simulate --help shows loads as it is
+// and does what its name says: the server goes down again and again. (Its timeline
+// once went down at 10m with repeat: 10m, which replays only the changes before 10m:
+// the server went down once in two hours.)
+func TestSimulateHelpSample(t *testing.T) {
+	help, _, code := runCLI(t, "simulate", "--help")
+	i, j := strings.Index(help, "A scenario file:\n\n"), strings.Index(help, "\nThe same seed")
+	if code != 0 || i < 0 || j < i {
+		t.Fatalf("simulate --help: exit %d, no sample scenario:\n%s", code, help)
+	}
+	var sample strings.Builder
+	for _, line := range strings.Split(help[i+len("A scenario file:\n\n"):j], "\n") {
+		if strings.HasPrefix(line, "(") {
+			break
+		}
+		sample.WriteString(strings.TrimPrefix(line, "  ") + "\n")
+	}
+	sc, err := simulate.Load("sample.yaml", []byte(sample.String()))
+	if err != nil {
+		t.Fatalf("the sample does not load: %v\n%s", err, sample.String())
+	}
+	downs := 0
+	for _, c := range sc.Timeline {
+		if c.Condition == simulate.Down {
+			downs++
+		}
+	}
+	if want := int(sc.Duration/(10*time.Minute)) - 1; downs < want {
+		t.Errorf("the sample's server goes down %d times in %s, want at least %d:\n%s", downs, sc.Duration, want, sample.String())
 	}
 }

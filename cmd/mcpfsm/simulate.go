@@ -31,11 +31,13 @@ A scenario file:
   transport: http                # or stdio: a dying stdio server is seen at once
   timeline:                      # the server's condition from each instant on
     - {at: 0s, server: up}
-    - {at: 10m, server: down}    # up, down, frozen, or restart (forgets sessions)
-    - {at: 12m, server: up}
-  repeat: 10m                    # optional: replay the timeline every 10m
+    - {at: 8m, server: down}     # up, down, frozen, restart (forgets sessions),
+                                 # missing (its command) or garbage (on its stdout)
+  repeat: 10m                    # optional: replay the changes before 10m every 10m
   calls: {every: 30s, timeout: 10s}      # optional
   latency: {connect: 20ms, probe: 2ms}   # optional
+
+(the server is down for two minutes every ten)
 
 The same seed gives the same timeline. With --json, transitions are printed as
 JSON lines (the format mcpfsm graph --trace reads) and the summary as one
