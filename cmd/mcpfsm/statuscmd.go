@@ -22,7 +22,7 @@ credentials) or until --timeout, then print each server's status and close the
 connections: its state and since when, the last success, the last failure with
 its cause, the failures counted toward the breaker, the next scheduled move, and
 what to do when a person must act. With --json, print the statuses as a JSON
-array, as /status of mcpfsm run --http-status serves them.
+array: the "servers" of what /status of mcpfsm run --http-status serves.
 
 The exit code is 0 if every server is ready (its calls are served), 1 if any is
 not, 2 for a usage error. Scripts and health checks can rely on it.`, stderr)
