@@ -15,7 +15,11 @@ import (
 // Handlers answer what a server sends on its own: requests (sampling, elicitation) and
 // notifications. Every field is optional. The client advertises sampling and
 // elicitation only when their handler is set, and a server that asks for something
-// not advertised gets method-not-found.
+// not advertised gets method-not-found. On protocol 2026-07-28 a server asks inside a
+// call's answer (input requests, SEP-2322), which the go-sdk's client fulfils itself:
+// roots not given are answered with an empty list, and a request that gets no answer
+// (no handler, a handler's error or panic, the bound on requests at once) fails that
+// call, with cause server, instead of being sent back to the server.
 //
 // Handlers run on the SDK's goroutines. A request handler (CreateMessage,
 // CreateMessageWithTools, Elicit) is bounded by the request's context, which ends when
