@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
@@ -232,4 +233,96 @@ func TestSetRootsDeafServerBlocksNothing(t *testing.T) {
 			t.Error(err)
 		}
 	})
+}
+
+// TestSubscribeWithoutURI: on protocol 2026-07-28 the go-sdk refuses a Subscribe or
+// Unsubscribe without a URI before sending anything, with a plain error; it was taken
+// for a lost session: torn down, sent again on the next (torn down too), and three of
+// them opened the breaker for every caller. It is the caller's mistake (cause
+// request), as the server's refusal is before 2026-07-28 (cause server), and the
+// session serves on.
+func TestSubscribeWithoutURI(t *testing.T) {
+	for _, proto := range []string{"2025-11-25", ""} {
+		name := proto
+		if name == "" {
+			name = "latest"
+		}
+		t.Run(name, func(t *testing.T) {
+			o := testserver.Options{}
+			if proto != "" {
+				o.ProtocolVersions = []string{proto}
+			}
+			pol := fastPolicies()
+			pol.KeepaliveInterval = time.Hour
+			c := open(t, transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: testserver.New(o)}}, pol, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			c.waitState(states.Ready, 10*time.Second)
+			first := c.session()
+			for range 3 {
+				for _, f := range []func() error{
+					func() error { return c.Subscribe(ctx, &mcp.SubscribeParams{}) },
+					func() error { return c.Unsubscribe(ctx, &mcp.UnsubscribeParams{}) },
+				} {
+					err := f()
+					var ce *CallError
+					if err != nil && (!errors.As(err, &ce) || ce.Cause.Counts() || ce.Retried) {
+						t.Errorf("without a URI: %v, want no error or a *CallError of a cause that does not count, not retried", err)
+					}
+				}
+			}
+			if _, err := c.callText(ctx, "echo", map[string]any{"text": "x"}); err != nil {
+				t.Fatal(err)
+			}
+			if c.session() != first || c.count(states.Ready, states.TearingDown) != 0 {
+				t.Errorf("the session was replaced:\n%s", c.timeline())
+			}
+			if subs := c.Subscriptions(); len(subs) != 0 {
+				t.Errorf("Subscriptions = %q", subs)
+			}
+		})
+	}
+}
+
+// noURIStub is a stub session that, if strict, refuses a subscription without a URI as
+// a 2026-07-28 session does.
+type noURIStub struct {
+	stubClient
+	strict bool
+}
+
+func (s noURIStub) Subscribe(_ context.Context, uri string) error {
+	if s.strict && uri == "" {
+		return &transport.Error{Server: "stub", Op: transport.OpRequest, Err: transport.ErrInvalidRequest}
+	}
+	return nil
+}
+
+// TestRestoreDropsWhatCannotBeSent: a subscription without a URI, which a server
+// before 2026-07-28 accepted, cannot be sent to a session on 2026-07-28; its restore
+// drops it, as it drops one the server refuses, and the session comes up with the
+// others. (Failing the restore would fail every connect for good.)
+func TestRestoreDropsWhatCannotBeSent(t *testing.T) {
+	var dials atomic.Int32
+	c := open(t, transport.Config{Name: "stub", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}, nil, func(o *Options) {
+		o.dial = func(context.Context, transport.Config, transport.Options) (transport.Client, error) {
+			return noURIStub{stubClient{res: &mcp.CallToolResult{}}, dials.Add(1) > 1}, nil
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, uri := range []string{"", "test://kept"} {
+		if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := c.session()
+	c.Reconnect()
+	c.waitNewSession(first, 10*time.Second)
+	if diff := cmp.Diff([]string{"test://kept"}, c.Subscriptions()); diff != "" {
+		t.Errorf("Subscriptions after the restore (-want +got):\n%s", diff)
+	}
+	if n := c.count(states.Replacing, states.Ready); n != 0 {
+		t.Errorf("the replacement failed %d times:\n%s", n, c.timeline())
+	}
 }

@@ -405,9 +405,15 @@ func (c *Conn) restore(ctx context.Context, s *session, given, want sessionState
 }
 
 // refusal reports whether err is the server's error answer to a request (not a
-// failure to get one, nor a refusal of our credentials).
+// failure to get one, nor a refusal of our credentials), or says that no session
+// would take the request (a subscription without a URI, which a server before
+// 2026-07-28 may have accepted, on a session of 2026-07-28).
 func refusal(err error) bool {
-	return err != nil && effects.Classify(err, false) == states.CauseServer
+	if err == nil {
+		return false
+	}
+	c := effects.Classify(err, false)
+	return c == states.CauseServer || c == states.CauseRequest
 }
 
 // restoreParallel is how many subscriptions a restore sends at once.

@@ -196,6 +196,8 @@ func classifyPath(path []error, ownClose bool) states.Cause {
 			return states.CauseConfig // no such command on $PATH
 		case machine.ErrClosed:
 			return states.CauseArtifact
+		case transport.ErrInvalidRequest:
+			return states.CauseRequest // found before anything was sent
 		case machine.ErrEffectTimeout, context.DeadlineExceeded, os.ErrDeadlineExceeded:
 			return states.CauseTimeout
 		case context.Canceled:

@@ -43,6 +43,11 @@ const (
 // cursor forever, for one).
 var ErrListTooLong = errors.New("the server's list is too long")
 
+// ErrInvalidRequest is wrapped by the error of a request that cannot be sent as
+// given, whatever the session: a subscription without a URI on protocol
+// 2026-07-28, which the go-sdk refuses before sending anything. Nothing was sent.
+var ErrInvalidRequest = errors.New("the request cannot be sent as given")
+
 // ErrForcedClose is wrapped by the error of a Close whose context ended before
 // the graceful close finished, so that the session was torn down by force
 // (the stdio child's process group was killed, in-flight HTTP was aborted).

@@ -412,6 +412,11 @@ func ownAnswer(msg jsonrpc.Message) bool {
 	return ok && isRelisten(r.ID)
 }
 
+// errNoURI is the error of a Subscribe or Unsubscribe without a URI on protocol
+// 2026-07-28: a subscription is a listen there, which the go-sdk refuses to open
+// (or cancel) for no resource, with an error that says nothing of the kind.
+var errNoURI = fmt.Errorf("%w: no resource URI", ErrInvalidRequest)
+
 // newProtocol reports whether cs speaks protocol 2026-07-28 or later.
 func newProtocol(cs *mcp.ClientSession) bool {
 	r := cs.InitializeResult()
@@ -424,7 +429,13 @@ func newProtocol(cs *mcp.ClientSession) bool {
 // file). Errors are wrapped as Request's are.
 func (s *Session) Subscribe(ctx context.Context, uri string) error {
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
-		if !s.listens.on || !newProtocol(cs) {
+		if !newProtocol(cs) {
+			return s.sdkSubscribe(ctx, cs, uri)
+		}
+		if uri == "" {
+			return errNoURI
+		}
+		if !s.listens.on {
 			return s.sdkSubscribe(ctx, cs, uri)
 		}
 		release, err := s.listens.turns.Acquire(ctx, uri)
@@ -492,6 +503,9 @@ func (s *Session) sdkSubscribe(ctx context.Context, cs *mcp.ClientSession, uri s
 // under way.
 func (s *Session) Unsubscribe(ctx context.Context, uri string) error {
 	return s.Request(ctx, OpRequest, uri, func(ctx context.Context, cs *mcp.ClientSession) error {
+		if uri == "" && newProtocol(cs) {
+			return errNoURI
+		}
 		release, err := s.listens.turns.Acquire(ctx, uri)
 		if err != nil {
 			return err
