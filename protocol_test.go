@@ -765,3 +765,39 @@ func TestListsKeepNothing(t *testing.T) {
 		t.Errorf("the heap grew by %d MiB over %d walks whose results were dropped", grew>>20, walks)
 	}
 }
+
+// TestSubscriptionsSurviveStatelessRestart: on protocol 2026-07-28 over streamable
+// HTTP the server is stateless, and a subscription is a subscriptions/listen stream it
+// holds. The server restarts: the stream ends, and nothing else tells (a probe reaches
+// the new process and passes). The connection stayed ready, said it was subscribed,
+// and no update came again. A listen the server had acknowledged and then ended is
+// now the end of the session: the next one subscribes again and reports the resource
+// updated once for the gap, and updates come.
+func TestSubscriptionsSurviveStatelessRestart(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{Stateless: true})
+	updated := newSeen[string]()
+	c := open(t, httpConfig(h), nil, func(o *Options) {
+		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	uri := testserver.ResourceA
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
+		t.Fatalf("touch: %q, %v", n, err)
+	}
+	updated.waitFor(t, "an update", func(got []string) bool { return len(got) == 1 }, 10*time.Second)
+	first := c.session()
+	h.Restart(true)
+	c.waitNewSession(first, 10*time.Second)
+	// The new session's listen is acknowledged before calls move to it.
+	if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
+		t.Fatalf("touch after the restart: %q (subscribers), %v\n%s", n, err, c.timeline())
+	}
+	got := updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 3 }, 10*time.Second)
+	if diff := cmp.Diff([]string{uri, uri, uri}, got); diff != "" {
+		t.Errorf("updates (-want +got):\n%s", diff)
+	}
+}

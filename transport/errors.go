@@ -48,6 +48,13 @@ var ErrListTooLong = errors.New("the server's list is too long")
 // 2026-07-28, which the go-sdk refuses before sending anything. Nothing was sent.
 var ErrInvalidRequest = errors.New("the request cannot be sent as given")
 
+// ErrListenEnded is wrapped by the end of a session (Options.OnEnd) over
+// streamable HTTP on protocol 2026-07-28 whose server ended a
+// subscriptions/listen stream in which it had agreed to hold something (its
+// acknowledgment named a resource or a list): it no longer holds what the
+// listen asked for (a resource's updates, changed lists), as after a restart.
+var ErrListenEnded = errors.New("the server ended a subscriptions/listen it had agreed to")
+
 // ErrForcedClose is wrapped by the error of a Close whose context ended before
 // the graceful close finished, so that the session was torn down by force
 // (the stdio child's process group was killed, in-flight HTTP was aborted).

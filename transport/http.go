@@ -106,6 +106,10 @@ type lifeRoundTripper struct {
 	red     *redactor // learns the bearer tokens sent, which errors must not quote
 	order   *order    // the session's, whose marks its SSE bodies hand out (order.go); nil: none
 	listens *listens  // the session's, shown its listens and their first words (subscribe.go); nil: none
+	// lost, if set, is told when the server ends a listen it had agreed to
+	// (see Session.listenLost), unless the listen's caller or the session's life
+	// ended it.
+	lost func(error)
 }
 
 // RoundTrip implements http.RoundTripper. With an authorizer, a request to the
@@ -284,6 +288,13 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 		m := newSSEMarks(body, rt.order)
 		if listen {
 			m.listens = rt.listens
+			if lost := rt.lost; lost != nil {
+				m.lost = func(err error) {
+					if caller.Err() == nil && rt.life.Err() == nil {
+						lost(err)
+					}
+				}
+			}
 		}
 		if post {
 			m.answered = rec // a POST's stream carries its request's answer

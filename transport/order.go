@@ -264,6 +264,11 @@ type sseMarks struct {
 	notes   int    // notifications on this stream since its last mark
 	err     error
 	listens *listens // on the stream of a subscriptions/listen: shown each message
+	// lost, on the stream of a subscriptions/listen, is told once if the stream
+	// ends (or carries the listen's answer) after the server acknowledged the
+	// listen and agreed to hold something: it no longer holds it. held: it did.
+	lost func(error)
+	held bool
 	// answered, on a POST's stream, is told when an answer passes: the server
 	// answered the POST's request (its stream carries that answer).
 	answered *answers
@@ -292,6 +297,7 @@ func (m *sseMarks) line() {
 	chunk, err := m.r.ReadSlice('\n')
 	if err != nil && err != bufio.ErrBufferFull {
 		m.err = err
+		m.listenEnded(err)
 		m.out = append(append(m.out[:0], m.ev...), chunk...) // what is held, as it came
 		m.ev, m.data, m.partial = m.ev[:0], m.data[:0], false
 		return
@@ -333,6 +339,12 @@ func (m *sseMarks) line() {
 	if m.listens != nil {
 		if msg, err := decodeMessage(m.data); err == nil {
 			m.listens.read(msg)
+			switch msg := msg.(type) {
+			case *jsonrpc.Request:
+				m.held = m.held || agreed(msg)
+			case *jsonrpc.Response:
+				m.listenEnded(io.EOF) // the server answered the listen: it ended it
+			}
 		}
 	}
 	switch kindOf(m.data) {
@@ -351,6 +363,15 @@ func (m *sseMarks) line() {
 	}
 	m.out = append(m.out, m.ev...)
 	m.ev, m.data = m.ev[:0], m.data[:0]
+}
+
+// listenEnded tells lost, once, that the listen whose stream this is ended with err,
+// if the server had agreed to hold something.
+func (m *sseMarks) listenEnded(err error) {
+	if f := m.lost; f != nil && m.held {
+		m.lost = nil
+		f(err)
+	}
 }
 
 func isBlank(line []byte) bool { return len(bytes.TrimRight(line, "\r\n")) == 0 }

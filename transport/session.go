@@ -24,8 +24,13 @@ type Options struct {
 	// OnEnd is called at most once, on a goroutine of its own, when the
 	// connection ends by itself: the stdio child exited, the HTTP event stream
 	// failed for good (or the server forgot the session), the SSE stream or
-	// in-memory pipe closed. err is an *Error with Op OpEnd. OnEnd is not
-	// called if Close was called first. It may block and may call Close.
+	// in-memory pipe closed. Over streamable HTTP on protocol 2026-07-28, where
+	// the server keeps no session, so is a subscriptions/listen stream (a
+	// Subscribe's, or the SDK's own for changed lists) that the server agreed
+	// to (in its acknowledgment) and then ended: a restarted server holds none
+	// of them, and nothing else tells (err wraps ErrListenEnded). err is an
+	// *Error with Op OpEnd. OnEnd is not called if Close was called first. It
+	// may block and may call Close.
 	OnEnd func(err error)
 	// OnToolsChanged is called when the server sends
 	// notifications/tools/list_changed. It runs on the SDK's reading goroutine,
@@ -282,6 +287,24 @@ func (c *endConn) Close() error {
 	return err
 }
 
+// listenLost reports the session ended: the server ended a subscriptions/listen
+// stream it had agreed to, with err (io.EOF: it ended it cleanly, or answered the
+// listen).
+func (s *Session) listenLost(err error) {
+	if err == io.EOF {
+		err = ErrListenEnded
+	} else {
+		err = fmt.Errorf("%w: %w", ErrListenEnded, err)
+	}
+	if s.ends.Load() == endDialing {
+		s.endErr = err // read by up only after the swap below succeeds
+		if s.ends.CompareAndSwap(endDialing, endGone) {
+			return // Dial reports it if it succeeds after all, or drops it
+		}
+	}
+	go s.ended(err)
+}
+
 // up marks the session dialed: an end that endConn saw during Dial is
 // reported now.
 func (s *Session) up() {
@@ -407,7 +430,7 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	if s.lt.ends != nil {
 		s.up() // the endConn reports the end
 	} else {
-		s.ends.Store(endUp)
+		s.up() // a listen the server ended during Dial (listenLost) is reported
 		// The watcher: the streamable HTTP connection cannot be wrapped to see
 		// its end (see lifeTransport); its only exported end-of-connection
 		// signal is ClientSession.Wait. It ends when the connection ends, which
@@ -447,6 +470,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		if isMarkable(client) {
 			hc.Transport.(*lifeRoundTripper).order = &s.order
 			hc.Transport.(*lifeRoundTripper).listens = &s.listens
+			hc.Transport.(*lifeRoundTripper).lost = s.listenLost
 			s.listens.on = true
 			ctx = context.WithValue(ctx, orderKey{}, s)
 		}

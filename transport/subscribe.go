@@ -314,6 +314,28 @@ func (l *listens) read(msg jsonrpc.Message) {
 	}
 }
 
+// agreed reports whether msg is the acknowledgment of a listen in which the server
+// agreed to hold something: a resource's updates, or a list's changes. (One that
+// agreed to nothing, a refusal, ends at once.)
+func agreed(msg *jsonrpc.Request) bool {
+	if msg.Method != "notifications/subscriptions/acknowledged" {
+		return false
+	}
+	var p struct {
+		Notifications struct {
+			ResourceSubscriptions []string `json:"resourceSubscriptions"`
+			ToolsListChanged      bool     `json:"toolsListChanged"`
+			PromptsListChanged    bool     `json:"promptsListChanged"`
+			ResourcesListChanged  bool     `json:"resourcesListChanged"`
+		} `json:"notifications"`
+	}
+	if json.Unmarshal(msg.Params, &p) != nil {
+		return false
+	}
+	n := p.Notifications
+	return len(n.ResourceSubscriptions) > 0 || n.ToolsListChanged || n.PromptsListChanged || n.ResourcesListChanged
+}
+
 // ended notes the answer to request id: if it ends a resource listen, the
 // list-changed listen is sent again (relistenRule).
 func (l *listens) ended(id jsonrpc.ID) {

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,7 +111,9 @@ func TestSubscribeWaitsForTheAcknowledgment(t *testing.T) {
 // error (the resource is unknown; over HTTP, status 400 with the error); the SDK
 // drops both unread, in memory and over HTTP. Subscribe returns the
 // refusal at once as the server's error, for several subscriptions in flight at once,
-// and again for a second try (the SDK session does not keep a refused one).
+// and again for a second try (the SDK session does not keep a refused one). A refused
+// listen, acknowledged and answered at once, is not the end of the session (as a
+// listen the server agreed to and ended is over streamable HTTP).
 func TestSubscribeRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -131,7 +134,8 @@ func TestSubscribeRefused(t *testing.T) {
 					t.Cleanup(h.Close)
 					cfg = Config{Name: "sub", HTTP: &HTTP{URL: h.URL}}
 				}
-				s := dial(t, cfg, Options{})
+				var ended atomic.Pointer[error]
+				s := dial(t, cfg, Options{OnEnd: func(err error) { ended.Store(&err) }})
 				if !newProtocol(s.cs) {
 					t.Fatalf("the session speaks %s, want 2026-07-28 or later", s.InitializeResult().ProtocolVersion)
 				}
@@ -139,6 +143,10 @@ func TestSubscribeRefused(t *testing.T) {
 				// The session still serves.
 				if _, err := s.ClientSession().ReadResource(callCtx(t), &mcp.ReadResourceParams{URI: "test://a"}); err != nil {
 					t.Errorf("ReadResource after the refusals: %v", err)
+				}
+				time.Sleep(50 * time.Millisecond) // OnEnd runs on a goroutine of its own
+				if p := ended.Load(); p != nil {
+					t.Errorf("the refusals ended the session: %v", *p)
 				}
 			})
 		}
