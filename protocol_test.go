@@ -801,3 +801,40 @@ func TestSubscriptionsSurviveStatelessRestart(t *testing.T) {
 		t.Errorf("updates (-want +got):\n%s", diff)
 	}
 }
+
+// TestLogLevelStateless: on protocol 2026-07-28 over streamable HTTP the server keeps
+// no session, and the level a request carries in its _meta filters the log messages
+// sent while it runs. The go-sdk sends logging/setLevel without the _meta such a
+// server requires: it was refused (HTTP 400), so SetLoggingLevel always failed, the
+// level was never kept, and no request carried one: the server sent no log message at
+// all, whatever its level. The level is now kept without asking a server that could
+// not keep it, and every request carries it, on every later session too.
+func TestLogLevelStateless(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{Stateless: true})
+	logs := newSeen[string]()
+	c := open(t, httpConfig(h), nil, func(o *Options) {
+		o.Handlers.LoggingMessage = func(_ context.Context, p *mcp.LoggingMessageParams) { logs.add(string(p.Level)) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "warning"}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		for level, want := range map[string]string{"info": "filtered", "error": "sent"} {
+			if text, err := c.callText(ctx, "log", map[string]any{"level": level, "text": "x"}); err != nil || text != want {
+				t.Errorf("%s: an %s message: %q, %v; want %q", when, level, text, err, want)
+			}
+		}
+	}
+	check("first session")
+	first := c.session()
+	h.Restart(true)
+	c.waitNewSession(first, 10*time.Second)
+	check("after a restart")
+	got := logs.waitFor(t, "two error messages", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
+	if diff := cmp.Diff([]string{"error", "error"}, got); diff != "" {
+		t.Errorf("log messages (-want +got):\n%s", diff)
+	}
+}

@@ -31,6 +31,9 @@ type session struct {
 	// to be handled (transport.Session.Settle).
 	settler settler
 	start   time.Time
+	// stateless: the server keeps no session (streamable HTTP on protocol
+	// 2026-07-28): what a request carries in its _meta is all it knows.
+	stateless bool
 
 	reported atomic.Bool  // a failure of this session has been reported to the machine
 	inflight atomic.Int64 // calls in flight on it
@@ -172,6 +175,9 @@ func (c *Conn) open(ctx context.Context, inv machine.Invocation, cfg transport.C
 	}
 	s.s, s.start = ts, time.Now()
 	s.settler, _ = ts.(settler)
+	if r := ts.InitializeResult(); r != nil && cfg.Kind() == transport.KindHTTP {
+		s.stateless = r.ProtocolVersion >= "2026-07-28"
+	}
 	if c.opts.onOpen != nil {
 		c.opts.onOpen(s)
 	}
@@ -358,9 +364,7 @@ const restoreRounds = 3
 // calls use.
 func (c *Conn) restore(ctx context.Context, s *session, given, want sessionState) (refused []string, err error) {
 	if want.level != "" && want.level != given.level {
-		err := s.s.Request(ctx, transport.OpRequest, "logging/setLevel", func(ctx context.Context, cs *mcp.ClientSession) error {
-			return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: want.level})
-		})
+		err := setLevel(ctx, s, "logging/setLevel", want.level)
 		switch {
 		case refusal(err):
 			c.opts.Logger.Warn("mcpfsm: the new session refused the log level; it keeps the server's", "server", c.name, "level", string(want.level), "error", err)

@@ -18,15 +18,29 @@ import (
 // SetLoggingLevel sets the lowest level of the log messages the server sends
 // (Handlers.LoggingMessage sees them). Once the server has accepted it, the level is
 // part of the connection: every later session is set to it before calls move there.
+// On protocol 2026-07-28 every request also carries it, which is all a server over
+// streamable HTTP (stateless there) uses: such a server is not asked.
 func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams) error {
 	level := orEmpty(p).Level
-	return c.changeState(ctx, "logging/setLevel", string(level), false, func(ctx context.Context, s transport.Client) error {
-		return s.Request(ctx, transport.OpRequest, string(level), func(ctx context.Context, cs *mcp.ClientSession) error {
-			return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
-		})
+	return c.changeState(ctx, "logging/setLevel", string(level), false, func(ctx context.Context, s *session) error {
+		return setLevel(ctx, s, string(level), level)
 	}, func() {
 		c.level = level
 		c.levelMeta.Store(&level)
+	})
+}
+
+// setLevel sets the log level of the server of s (name: what errors say the request
+// is about). On protocol 2026-07-28 over streamable HTTP the server keeps no session:
+// the level each request carries in its _meta (see withLogLevel) is the one that
+// counts, and nothing is sent (the go-sdk sends logging/setLevel there without the
+// _meta such a server requires, and it is refused).
+func setLevel(ctx context.Context, s *session, name string, level mcp.LoggingLevel) error {
+	if s.stateless {
+		return nil
+	}
+	return s.s.Request(ctx, transport.OpRequest, name, func(ctx context.Context, cs *mcp.ClientSession) error {
+		return cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
 	})
 }
 
@@ -45,8 +59,8 @@ func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams
 // transport.Session.Subscribe).
 func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 	uri := orEmpty(p).URI
-	return c.changeState(ctx, "resources/subscribe", uri, false, func(ctx context.Context, s transport.Client) error {
-		return s.Subscribe(ctx, uri)
+	return c.changeState(ctx, "resources/subscribe", uri, false, func(ctx context.Context, s *session) error {
+		return s.s.Subscribe(ctx, uri)
 	}, func() {
 		if !slices.Contains(c.subs, uri) {
 			c.subs = append(c.subs, uri)
@@ -60,8 +74,8 @@ func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 // is sent on breaks under it and no other is up to send it again on.
 func (c *Conn) Unsubscribe(ctx context.Context, p *mcp.UnsubscribeParams) error {
 	uri := orEmpty(p).URI
-	return c.changeState(ctx, "resources/unsubscribe", uri, true, func(ctx context.Context, s transport.Client) error {
-		return s.Unsubscribe(ctx, uri)
+	return c.changeState(ctx, "resources/unsubscribe", uri, true, func(ctx context.Context, s *session) error {
+		return s.s.Unsubscribe(ctx, uri)
 	}, func() {
 		c.subs = slices.DeleteFunc(c.subs, func(s string) bool { return s == uri })
 	})
@@ -83,7 +97,7 @@ func (c *Conn) Subscriptions() []string {
 // only takes something away (offline) is recorded at once when no session is up: no
 // server holds it, and the next session's restore will not give it; so is one whose
 // session broke under it with no session up to send it again on.
-func (c *Conn) changeState(ctx context.Context, method, name string, offline bool, f func(context.Context, transport.Client) error, record func()) error {
+func (c *Conn) changeState(ctx context.Context, method, name string, offline bool, f func(context.Context, *session) error, record func()) error {
 	if offline {
 		c.stateMu.Lock()
 		if c.current.Load() == nil {
@@ -98,7 +112,7 @@ func (c *Conn) changeState(ctx context.Context, method, name string, offline boo
 	send := func() error {
 		_, err := call(ctx, c, request{method: method, name: name, rule: effects.RetrySafe}, func(ctx context.Context, s *session) (struct{}, error) {
 			on = s
-			return struct{}{}, f(ctx, s.s)
+			return struct{}{}, f(ctx, s)
 		})
 		return err
 	}
