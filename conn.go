@@ -103,12 +103,15 @@ type Conn struct {
 	rootsMu sync.Mutex
 
 	// The session state carried from session to session: see state.go.
-	stateMu   sync.Mutex
-	stateVer  uint64 // counts the changes of the session state, for restores to notice
-	resumed   bool   // the state came from a connection this one replaced (see Options.inherit)
-	level     mcp.LoggingLevel
-	levelMeta atomic.Pointer[mcp.LoggingLevel] // level, for requests to carry (see withLogLevel)
-	subs      []string                         // subscribed URIs, in the order they were subscribed
+	stateMu sync.Mutex
+	// recordGate, held by a record of a change and by the last round of a restore
+	// (see lockRecord): one at a time.
+	recordGate chan struct{}
+	stateVer   uint64 // counts the changes of the session state, for restores to notice
+	resumed    bool   // the state came from a connection this one replaced (see Options.inherit)
+	level      mcp.LoggingLevel
+	levelMeta  atomic.Pointer[mcp.LoggingLevel] // level, for requests to carry (see withLogLevel)
+	subs       []string                         // subscribed URIs, in the order they were subscribed
 
 	ok  success    // the last request answered (see Status)
 	tel *telemetry // metrics and spans (see otel.go)
@@ -159,7 +162,7 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 		opts.dial = transport.DialClient
 	}
 	hs := opts.Handlers
-	c := &Conn{name: cfg.Name, spec: spec, opts: opts, hs: &hs, client: opts.client, shared: opts.client != nil}
+	c := &Conn{name: cfg.Name, spec: spec, opts: opts, hs: &hs, client: opts.client, shared: opts.client != nil, recordGate: make(chan struct{}, 1)}
 	c.cfg.Store(&versioned{cfg, 1})
 	if old := opts.inherit; old != nil {
 		old.stateMu.Lock()

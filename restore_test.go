@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -324,5 +326,89 @@ func TestRestoreDropsWhatCannotBeSent(t *testing.T) {
 	}
 	if n := c.count(states.Replacing, states.Ready); n != 0 {
 		t.Errorf("the replacement failed %d times:\n%s", n, c.timeline())
+	}
+}
+
+// slowSubStub is a stub session whose Subscribe takes delay (or until its context
+// ends).
+type slowSubStub struct {
+	stubClient
+	delay time.Duration
+}
+
+func (s slowSubStub) Subscribe(ctx context.Context, _ string) error {
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TestBusyStateDuringRestoreKeepsDeadlines: a new session's restore starts over while
+// the session state changes under it, and its last round (after restoreRounds) held
+// the session state's lock for the whole restore, so that a busy user could not
+// starve the swap. Against a server slow to subscribe, every Subscribe made meanwhile
+// waited for that lock past its deadline (as Subscriptions, Roots, SetRoots did, and
+// a Manager's SetRoots and Reload, with the Manager's lock held). The last round now
+// holds back only the recording of changes, each waiting with its own context.
+func TestBusyStateDuringRestoreKeepsDeadlines(t *testing.T) {
+	pol := *fastPolicies()
+	pol.KeepaliveInterval = time.Hour
+	pol.ConnectTimeout = 20 * time.Second
+	const delay = 800 * time.Millisecond // each round of the new session's restore
+	var dials atomic.Int32
+	c := open(t, transport.Config{Name: "stub", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}, &pol, func(o *Options) {
+		o.Roots = []*mcp.Root{}
+		o.dial = func(context.Context, transport.Config, transport.Options) (transport.Client, error) {
+			var d time.Duration
+			if dials.Add(1) > 1 {
+				d = delay
+			}
+			return slowSubStub{stubClient{res: &mcp.CallToolResult{}}, d}, nil
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: "test://0"}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.session()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var worst, worstRead atomic.Int64
+	note := func(w *atomic.Int64, d time.Duration) {
+		for old := w.Load(); int64(d) > old && !w.CompareAndSwap(old, int64(d)); old = w.Load() {
+		}
+	}
+	wg.Go(func() { // a state change every 150ms: each round of the restore sees one
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(150 * time.Millisecond):
+			}
+			sctx, scancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			start := time.Now()
+			_ = c.Subscribe(sctx, &mcp.SubscribeParams{URI: fmt.Sprintf("test://%d", i)})
+			scancel()
+			note(&worst, time.Since(start))
+			start = time.Now()
+			_, _ = c.Subscriptions(), c.Roots()
+			_ = c.SetRoots(&mcp.Root{URI: fmt.Sprintf("file:///%d", i)})
+			note(&worstRead, time.Since(start))
+		}
+	})
+	c.Reconnect()
+	c.waitNewSession(first, 20*time.Second)
+	close(stop)
+	wg.Wait()
+	if d := time.Duration(worst.Load()); d > delay/2 {
+		t.Errorf("a Subscribe with a 100ms deadline returned after %v", d)
+	}
+	if d := time.Duration(worstRead.Load()); d > delay/2 {
+		t.Errorf("Subscriptions, Roots and SetRoots took %v", d)
 	}
 }

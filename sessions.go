@@ -263,31 +263,38 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	// answered meanwhile is not held past its context; the swap takes it, and finds
 	// out from the version whether the state changed during the restore. If it did,
 	// the change is restored too (the difference only); after a few rounds the last
-	// is made under the lock, so that a busy user cannot starve the swap.
+	// holds the record gate (see lockRecord), so that a busy user cannot starve the
+	// swap: a change answered meanwhile waits to be recorded, with its context.
 	var given sessionState // what s has been given so far
 	var subs, refused []string
+	gated := false
+	defer func() {
+		if gated {
+			<-c.recordGate
+		}
+	}()
 	for round := 0; ; round++ {
+		if round == restoreRounds {
+			select {
+			case c.recordGate <- struct{}{}:
+				gated = true
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		}
 		c.stateMu.Lock()
 		want := sessionState{c.level, c.subscribedLocked()}
 		ver := c.stateVer
-		last := round == restoreRounds
-		if !last {
-			c.stateMu.Unlock()
-		}
+		c.stateMu.Unlock()
 		no, err := c.restore(ctx, s, given, want)
 		if err != nil {
-			if last {
-				c.stateMu.Unlock()
-			}
 			return err
 		}
 		given, subs, refused = want, want.subs, append(refused, no...)
-		if !last {
-			c.stateMu.Lock()
-			if c.stateVer != ver {
-				c.stateMu.Unlock()
-				continue
-			}
+		c.stateMu.Lock()
+		if c.stateVer != ver && !gated {
+			c.stateMu.Unlock()
+			continue
 		}
 		break // stateMu is held
 	}
@@ -306,6 +313,10 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	}
 	old := c.current.Swap(s)
 	c.stateMu.Unlock()
+	if gated {
+		gated = false
+		<-c.recordGate // a change recorded from here on is sent on s too
+	}
 	// The handlers are the user's: they run without stateMu, so that one may read
 	// the connection (Subscriptions, Roots). A re-list of the old session delivers
 	// under listMu only while it is current: from here on, none delivers after these.

@@ -3,9 +3,11 @@ package mcpfsm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/mcpfsm/mcpfsm/effects"
+	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -93,20 +95,26 @@ func (c *Conn) Subscriptions() []string {
 // send again), and records the change once the server has accepted it. If calls moved
 // to a new session while the request was in flight, that session's restore could not
 // know of the change: it is sent there too. (A session that comes up after the record
-// restores it: restore and swap hold stateMu, as the record does.) A change that
-// only takes something away (offline) is recorded at once when no session is up: no
-// server holds it, and the next session's restore will not give it; so is one whose
-// session broke under it with no session up to send it again on.
+// restores it: a restore notices a change recorded while it ran, and its last round
+// holds records back until the swap; see lockRecord.) A change that only takes
+// something away (offline) is recorded at once when no session is up: no server holds
+// it, and the next session's restore will not give it; so is one whose session broke
+// under it with no session up to send it again on.
 func (c *Conn) changeState(ctx context.Context, method, name string, offline bool, f func(context.Context, *session) error, record func()) error {
+	unrecorded := func(err error) error {
+		return &CallError{Server: c.name, Method: method, Name: name, State: c.m.State(), Cause: states.CauseCanceled, Err: err}
+	}
 	if offline {
-		c.stateMu.Lock()
+		if err := c.lockRecord(ctx); err != nil {
+			return unrecorded(err)
+		}
 		if c.current.Load() == nil {
 			record()
 			c.stateVer++
-			c.stateMu.Unlock()
+			c.unlockRecord()
 			return nil
 		}
-		c.stateMu.Unlock()
+		c.unlockRecord()
 	}
 	var on *session
 	send := func() error {
@@ -125,15 +133,38 @@ func (c *Conn) changeState(ctx context.Context, method, name string, offline boo
 		// no other was up to send it on again: no server holds the session state
 		// any more, as if no session had been up when it began.
 	}
-	c.stateMu.Lock()
+	if err := c.lockRecord(ctx); err != nil {
+		// The server has the change, the connection does not keep it: as when
+		// the caller gives up while the request is in flight.
+		return unrecorded(fmt.Errorf("%w: sent, but given up before it was recorded (a new session was being set up)", err))
+	}
 	record()
 	c.stateVer++
 	moved := c.current.Load()
-	c.stateMu.Unlock()
+	c.unlockRecord()
 	if moved != nil && moved != on {
 		return send()
 	}
 	return nil
+}
+
+// lockRecord takes what recording a change of the session state needs: the record
+// gate, which the last round of a restore holds until its swap (while it sends on the
+// new session: see restoreAndSwap), waited for until ctx ends, then stateMu, which is
+// held only briefly.
+func (c *Conn) lockRecord(ctx context.Context) error {
+	select {
+	case c.recordGate <- struct{}{}:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	c.stateMu.Lock()
+	return nil
+}
+
+func (c *Conn) unlockRecord() {
+	c.stateMu.Unlock()
+	<-c.recordGate
 }
 
 // subscribedLocked returns the subscriptions to restore. stateMu is held.
