@@ -838,3 +838,45 @@ func TestLogLevelStateless(t *testing.T) {
 		t.Errorf("log messages (-want +got):\n%s", diff)
 	}
 }
+
+// TestListsOfADroppedCapability: a server restarts as one without prompts and
+// resources (a new version, a feature switched off). The handlers were never told:
+// PromptsChanged and ResourcesChanged kept what the old server had (the gateway went
+// on showing them), while Listed said nothing. A session whose server has no prompts
+// (resources) has an empty list of them, delivered as any change is, and the lists
+// come back with a server that has them again.
+func TestListsOfADroppedCapability(t *testing.T) {
+	bare := mcp.NewServer(&mcp.Implementation{Name: "bare", Version: "1"}, nil)
+	mcp.AddTool(bare, &mcp.Tool{Name: "echo"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{}, nil, nil
+	})
+	servers := []*mcp.Server{testserver.New(testserver.Options{}), bare, testserver.New(testserver.Options{})}
+	var dials atomic.Int32
+	prompts, resources := newSeen[int](), newSeen[int]()
+	c := open(t, transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: servers[0]}}, nil, func(o *Options) {
+		o.Handlers.PromptsChanged = func(p []*mcp.Prompt) { prompts.add(len(p)) }
+		o.Handlers.ResourcesChanged = func(r []*mcp.Resource, tt []*mcp.ResourceTemplate) { resources.add(len(r) + len(tt)) }
+		o.dial = func(ctx context.Context, cfg transport.Config, opts transport.Options) (transport.Client, error) {
+			cfg.InMemory = &transport.InMemory{Server: servers[min(int(dials.Add(1))-1, len(servers)-1)]}
+			return transport.DialClient(ctx, cfg, opts)
+		}
+	})
+	prompts.waitFor(t, "the first prompts", func(got []int) bool { return len(got) == 1 }, 10*time.Second)
+	np, nr := prompts.all()[0], resources.waitFor(t, "the first resources", func(got []int) bool { return len(got) == 1 }, 10*time.Second)[0]
+	if np == 0 || nr == 0 {
+		t.Fatalf("the test server listed %d prompts and %d resources", np, nr)
+	}
+	for range 2 {
+		first := c.session()
+		c.Reconnect()
+		c.waitNewSession(first, 10*time.Second)
+	}
+	want := []int{np, 0, np}
+	if got := prompts.waitFor(t, "the prompts of each server", func(got []int) bool { return len(got) >= 3 }, 10*time.Second); !slices.Equal(got, want) {
+		t.Errorf("PromptsChanged saw %v prompts, want %v", got, want)
+	}
+	want = []int{nr, 0, nr}
+	if got := resources.waitFor(t, "the resources of each server", func(got []int) bool { return len(got) >= 3 }, 10*time.Second); !slices.Equal(got, want) {
+		t.Errorf("ResourcesChanged saw %v resources, want %v", got, want)
+	}
+}

@@ -210,7 +210,8 @@ type handshakeError struct{ err error }
 func (e *handshakeError) Error() string { return "the server failed the handshake: " + e.err.Error() }
 func (e *handshakeError) Unwrap() error { return e.err }
 
-// listing is what a connect listed of a new session.
+// listing is what a connect listed of a new session: prompts and resources only
+// if their handler is set (see list).
 type listing struct {
 	tools     []*mcp.Tool
 	prompts   []*mcp.Prompt
@@ -218,7 +219,8 @@ type listing struct {
 }
 
 // list lists the new session's tools, and its prompts and resources if someone listens
-// for them (a handler is set) and the server has them.
+// for them (a handler is set). A server without prompts (resources) has none: an
+// empty list, delivered as any change is (a restarted server may have dropped them).
 func (c *Conn) list(ctx context.Context, s *session) (listing, error) {
 	var l listing
 	tools, err := s.s.ListTools(ctx)
@@ -227,17 +229,23 @@ func (c *Conn) list(ctx context.Context, s *session) (listing, error) {
 	}
 	l.tools = tools
 	caps := serverCaps(s)
-	if c.hs.PromptsChanged != nil && caps.Prompts != nil {
-		if l.prompts, err = listAll(ctx, s, "prompts/list", listPromptsPage); err != nil {
-			return l, err
+	if c.hs.PromptsChanged != nil {
+		l.prompts = []*mcp.Prompt{}
+		if caps.Prompts != nil {
+			if l.prompts, err = listAll(ctx, s, "prompts/list", listPromptsPage); err != nil {
+				return l, err
+			}
 		}
 	}
-	if c.hs.ResourcesChanged != nil && caps.Resources != nil {
-		rl, err := listResources(ctx, s)
-		if err != nil {
-			return l, err
+	if c.hs.ResourcesChanged != nil {
+		l.resources = &resourceList{}
+		if caps.Resources != nil {
+			rl, err := listResources(ctx, s)
+			if err != nil {
+				return l, err
+			}
+			l.resources = &rl
 		}
-		l.resources = &rl
 	}
 	return l, nil
 }
@@ -305,7 +313,7 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 		c.stateVer++
 	}
 	s.tools.items.Store(&l.tools)
-	if l.prompts != nil {
+	if c.hs.PromptsChanged != nil { // listed (nil: none)
 		s.prompts.items.Store(&l.prompts)
 	}
 	if l.resources != nil {
@@ -322,7 +330,7 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 	// under listMu only while it is current: from here on, none delivers after these.
 	c.listMu.Lock()
 	c.deliverTools(l.tools)
-	if l.prompts != nil {
+	if c.hs.PromptsChanged != nil {
 		c.deliverPrompts(l.prompts)
 	}
 	if l.resources != nil {
