@@ -43,15 +43,17 @@ type Handlers struct {
 	// URL-mode elicitation: with it and Elicit set, the client advertises URL-mode
 	// elicitation as well as forms.
 	ElicitationComplete func(ctx context.Context, p *mcp.ElicitationCompleteParams)
-	// LoggingMessage sees the server's log messages (notifications/message) at or
-	// above the level set with SetLoggingLevel.
+	// LoggingMessage sees the server's log messages (notifications/message). The
+	// server filters them by the level set with SetLoggingLevel (on 2026-07-28, by
+	// the level each request carries); the connection hands on what it sends.
 	LoggingMessage func(ctx context.Context, p *mcp.LoggingMessageParams)
 	// Progress sees every progress notification (see also WithProgress, for one
 	// call's).
 	Progress func(ctx context.Context, p *mcp.ProgressNotificationParams)
-	// ResourceUpdated sees notifications/resources/updated for subscribed
-	// resources, and once per subscription after a reconnect (an update may have
-	// been missed while no session was up).
+	// ResourceUpdated sees notifications/resources/updated, as the server sends
+	// them (for subscribed resources, or, as the spec allows, resources under
+	// them), and once per subscription after a reconnect (an update may have been
+	// missed while no session was up).
 	ResourceUpdated func(ctx context.Context, p *mcp.ResourceUpdatedNotificationParams)
 	// ToolsChanged is called with the server's tools when a session comes up (if they
 	// differ from those last delivered) and after the server says they changed
