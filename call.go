@@ -427,10 +427,17 @@ func (c *Conn) Complete(ctx context.Context, p *mcp.CompleteParams) (*mcp.Comple
 }
 
 // Ping checks the server answers, through the call path (a probe is the machine's own
-// business; see the lifecycle's keepalive).
+// business; see the lifecycle's keepalive). On protocol 2026-07-28 over streamable
+// HTTP, where the go-sdk sends ping without the _meta the (stateless) server
+// requires, the server is asked as a probe asks it (see transport.Session.Probe).
 func (c *Conn) Ping(ctx context.Context, p *mcp.PingParams) error {
-	_, err := send(ctx, c, "ping", "", effects.RetrySafe, func(ctx context.Context, cs *mcp.ClientSession) (struct{}, error) {
-		return struct{}{}, cs.Ping(ctx, own(p))
+	_, err := call(ctx, c, request{method: "ping", rule: effects.RetrySafe}, func(ctx context.Context, s *session) (struct{}, error) {
+		if s.stateless {
+			return struct{}{}, s.s.Probe(ctx)
+		}
+		return struct{}{}, s.s.Request(ctx, transport.OpRequest, "", func(ctx context.Context, cs *mcp.ClientSession) error {
+			return cs.Ping(ctx, own(p))
+		})
 	})
 	return err
 }

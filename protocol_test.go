@@ -880,3 +880,26 @@ func TestListsOfADroppedCapability(t *testing.T) {
 		t.Errorf("ResourcesChanged saw %v resources, want %v", got, want)
 	}
 }
+
+// TestPingStateless: on protocol 2026-07-28 over streamable HTTP the go-sdk sends ping
+// without the _meta a stateless server requires: Conn.Ping failed against every such
+// server (HTTP 400), however well it was. It is answered there as the connection's own
+// probe is, by a request the server takes.
+func TestPingStateless(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{Stateless: true})
+	c := open(t, httpConfig(h), nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 {
+		if err := c.Ping(ctx, nil); err != nil {
+			t.Fatalf("Ping: %v", err)
+		}
+	}
+	h.Stop()
+	pctx, pcancel := context.WithTimeout(ctx, time.Second)
+	defer pcancel()
+	var ce *CallError
+	if err := c.Ping(pctx, nil); !errors.As(err, &ce) {
+		t.Errorf("Ping of a server that is gone: %v, want a *CallError", err)
+	}
+}
