@@ -903,3 +903,114 @@ func TestPingStateless(t *testing.T) {
 		t.Errorf("Ping of a server that is gone: %v, want a *CallError", err)
 	}
 }
+
+// TestListenCutKeepsCallsInFlight: a proxy in front of a stateless server (one over
+// streamable HTTP on protocol 2026-07-28) cuts its long-lived streams, the
+// subscriptions/listen ones among them (nginx's proxy_read_timeout, 60 s by default,
+// cuts any stream quiet for that long). The server no longer holds the subscription;
+// a planned reconnect subscribes a new session, while a call in flight, not idempotent,
+// finishes on the old one: it is answered, not failed as one that may have run.
+func TestListenCutKeepsCallsInFlight(t *testing.T) {
+	url, cut, _ := listenCutter(t)
+	updated := newSeen[string]()
+	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: url}}, nil, func(o *Options) {
+		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	uri := testserver.ResourceA
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.session()
+	held := make(chan error, 1)
+	go func() {
+		_, err := c.callText(ctx, "hold", map[string]any{"ms": 1500})
+		held <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the call is in flight
+	cut()
+	c.waitNewSession(first, 10*time.Second)
+	if err := <-held; err != nil {
+		t.Errorf("the call in flight when the listens were cut: %v\n%s", err, c.timeline())
+	}
+	if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
+		t.Fatalf("touch after the cut: %q (subscribers), %v\n%s", n, err, c.timeline())
+	}
+	got := updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
+	if diff := cmp.Diff([]string{uri, uri}, got); diff != "" {
+		t.Errorf("updates (-want +got):\n%s", diff)
+	}
+	if n := c.count(states.Ready, states.TearingDown) + c.count(states.Probing, states.TearingDown); n != 0 {
+		t.Errorf("the session was torn down %d times:\n%s", n, c.timeline())
+	}
+}
+
+// listenCutter serves a stateless test server (protocol 2026-07-28) over streamable
+// HTTP at url, behind a front that cuts every subscriptions/listen stream open when
+// cut is called (the server's handler sees its request end, and answers the listen),
+// and, while refuse is set, refuses new sessions (server/discover, and the initialize
+// the SDK then falls back to) with 503.
+func listenCutter(t *testing.T) (url string, cut func(), refuse *atomic.Bool) {
+	srv := testserver.New(testserver.Options{})
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
+	var mu sync.Mutex
+	var cuts []context.CancelFunc
+	cut = func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range cuts {
+			c()
+		}
+		cuts = nil
+	}
+	refuse = new(atomic.Bool)
+	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Header.Get("Mcp-Method") {
+		case "subscriptions/listen":
+			ctx, cancel := context.WithCancel(r.Context())
+			mu.Lock()
+			cuts = append(cuts, cancel)
+			mu.Unlock()
+			r = r.WithContext(ctx)
+		case "server/discover", "": // and the initialize the SDK falls back to
+			if refuse.Load() {
+				http.Error(w, "not now", http.StatusServiceUnavailable)
+				return
+			}
+		}
+		sdk.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.Close)
+	t.Cleanup(cut)
+	return h.URL, cut, refuse
+}
+
+// TestListenCutWhileNoSessionOpens: the listens are cut while the server opens no new
+// session: the planned reconnect fails, and the old session, which no longer hears
+// of its subscription, serves on; its server still answers, and a probe that asked
+// only whether it did would pass. The next probe fails it instead, and the connection
+// reconnects as after any failure, subscribed again once the server opens sessions.
+func TestListenCutWhileNoSessionOpens(t *testing.T) {
+	url, cut, refuse := listenCutter(t)
+	updated := newSeen[string]()
+	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: url}}, nil, func(o *Options) {
+		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	uri := testserver.ResourceA
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.session()
+	refuse.Store(true)
+	cut()
+	c.waitFor(func(states.State) bool { return c.count(states.Replacing, states.Ready) > 0 }, 10*time.Second)
+	refuse.Store(false)
+	c.waitNewSession(first, 10*time.Second)
+	if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
+		t.Fatalf("touch after the cut: %q (subscribers), %v\n%s", n, err, c.timeline())
+	}
+	updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
+}

@@ -34,6 +34,9 @@ type session struct {
 	// stateless: the server keeps no session (streamable HTTP on protocol
 	// 2026-07-28): what a request carries in its _meta is all it knows.
 	stateless bool
+	// deaf: the server ended a listen it had agreed to (see listenLost); its
+	// error.
+	deaf atomic.Pointer[error]
 
 	reported atomic.Bool  // a failure of this session has been reported to the machine
 	inflight atomic.Int64 // calls in flight on it
@@ -162,9 +165,10 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 
 func (c *Conn) open(ctx context.Context, inv machine.Invocation, cfg transport.Config, s *session) machine.Event {
 	topts := transport.Options{
-		MCPClient: c.client,
-		Logger:    c.opts.Logger,
-		OnEnd:     func(err error) { c.report(s, endCause(err), err) },
+		MCPClient:     c.client,
+		Logger:        c.opts.Logger,
+		OnEnd:         func(err error) { c.report(s, endCause(err), err) },
+		OnListenEnded: func(err error) { c.listenLost(s, err) },
 	}
 	if inv.Timeout > 0 {
 		topts.Deadline = inv.Now.Add(inv.Timeout) // the effect's context says only that it ended
@@ -497,6 +501,11 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 	if s == nil {
 		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errNoSession}
 	}
+	if p := s.deaf.Load(); p != nil {
+		// A planned reconnect was asked for and did not replace s.
+		s.reported.Store(true)
+		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: *p, Session: s.id}
+	}
 	healthy := machine.Event{Trigger: states.ProbeOK, Session: s.id}
 	if age := inv.Policies.MaxSessionAge; age > 0 && time.Since(s.start) >= age {
 		healthy.Trigger = states.Recycle
@@ -532,6 +541,19 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 }
 
 var errNoSession = errors.New("no session")
+
+// listenLost: the server of s ended a subscriptions/listen stream it had agreed to
+// (over streamable HTTP on protocol 2026-07-28, where the server keeps no session:
+// a restarted server holds none of them, a proxy may have cut one). It no longer
+// holds those subscriptions, or sends those changed lists. A planned reconnect gives
+// a new session them again (and reports each resource updated once), while s serves
+// on and its calls finish; should that reconnect fail (the server is down), the next
+// probe of s fails, and the connection reconnects as after any failure.
+func (c *Conn) listenLost(s *session, err error) {
+	s.deaf.Store(&err)
+	c.opts.Logger.Warn("mcpfsm: the server ended a subscription stream; reconnecting to listen again", "server", c.name, "error", err)
+	c.m.Reconnect()
+}
 
 // endCause classifies the error a session ended with by itself. Whatever it says, the
 // session is gone: an end that classifies as no failure that counts (a server or

@@ -32,6 +32,12 @@ type Options struct {
 	// *Error with Op OpEnd. OnEnd is not called if Close was called first. It
 	// may block and may call Close.
 	OnEnd func(err error)
+	// OnListenEnded, if set, is called instead of OnEnd for such a
+	// subscriptions/listen stream, and the session serves on (its requests
+	// still reach the server): the caller opens a session that listens again.
+	// It is called at most once, on a goroutine of its own, and not once Close
+	// has been called; err wraps ErrListenEnded.
+	OnListenEnded func(err error)
 	// OnToolsChanged is called when the server sends
 	// notifications/tools/list_changed. It runs on the SDK's reading goroutine,
 	// which handles notifications in order: it must return promptly (post an
@@ -94,9 +100,12 @@ type Session struct {
 	red  *redactor
 	log  *slog.Logger
 
-	onEnd   func(error)
-	onTools func()        // Options.OnToolsChanged
-	client  *sharedClient // the Client the session was connected with
+	onEnd func(error)
+	// onListen is Options.OnListenEnded; listenEnded: it has been called.
+	onListen    func(error)
+	listenEnded atomic.Bool
+	onTools     func()        // Options.OnToolsChanged
+	client      *sharedClient // the Client the session was connected with
 
 	cs   *mcp.ClientSession
 	lt   *lifeTransport     // holds the SDK transport's raw connection, closed by force
@@ -287,14 +296,20 @@ func (c *endConn) Close() error {
 	return err
 }
 
-// listenLost reports the session ended: the server ended a subscriptions/listen
-// stream it had agreed to, with err (io.EOF: it ended it cleanly, or answered the
-// listen).
+// listenLost reports that the server ended a subscriptions/listen stream it had
+// agreed to, with err (io.EOF: it ended it cleanly, or answered the listen): to
+// OnListenEnded, or else as the session's end.
 func (s *Session) listenLost(err error) {
 	if err == io.EOF {
 		err = ErrListenEnded
 	} else {
 		err = fmt.Errorf("%w: %w", ErrListenEnded, err)
+	}
+	if s.onListen != nil {
+		if !s.closing.Load() && s.listenEnded.CompareAndSwap(false, true) {
+			go s.onListen(s.wrap(OpRequest, "subscriptions/listen", err, nil))
+		}
+		return
 	}
 	if s.ends.Load() == endDialing {
 		s.endErr = err // read by up only after the swap below succeeds
@@ -376,13 +391,14 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		ctx = context.WithValue(ctx, dialDeadlineKey{}, opts.Deadline)
 	}
 	s := &Session{
-		name:    cfg.Name,
-		desc:    cfg.String(),
-		red:     newRedactor(cfg),
-		log:     opts.Logger,
-		onEnd:   opts.OnEnd,
-		closed:  make(chan struct{}),
-		watched: make(chan struct{}),
+		name:     cfg.Name,
+		desc:     cfg.String(),
+		red:      newRedactor(cfg),
+		log:      opts.Logger,
+		onEnd:    opts.OnEnd,
+		onListen: opts.OnListenEnded,
+		closed:   make(chan struct{}),
+		watched:  make(chan struct{}),
 	}
 	if s.log == nil {
 		s.log = discardLogger
