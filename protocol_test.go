@@ -911,9 +911,9 @@ func TestPingStateless(t *testing.T) {
 // a planned reconnect subscribes a new session, while a call in flight, not idempotent,
 // finishes on the old one: it is answered, not failed as one that may have run.
 func TestListenCutKeepsCallsInFlight(t *testing.T) {
-	url, cut, _ := listenCutter(t)
+	ct := listenCutter(t)
 	updated := newSeen[string]()
-	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: url}}, nil, func(o *Options) {
+	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, func(o *Options) {
 		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -929,7 +929,7 @@ func TestListenCutKeepsCallsInFlight(t *testing.T) {
 		held <- err
 	}()
 	time.Sleep(300 * time.Millisecond) // the call is in flight
-	cut()
+	ct.cut()
 	c.waitNewSession(first, 10*time.Second)
 	if err := <-held; err != nil {
 		t.Errorf("the call in flight when the listens were cut: %v\n%s", err, c.timeline())
@@ -946,17 +946,26 @@ func TestListenCutKeepsCallsInFlight(t *testing.T) {
 	}
 }
 
-// listenCutter serves a stateless test server (protocol 2026-07-28) over streamable
-// HTTP at url, behind a front that cuts every subscriptions/listen stream open when
-// cut is called (the server's handler sees its request end, and answers the listen),
-// and, while refuse is set, refuses new sessions (server/discover, and the initialize
-// the SDK then falls back to) with 503.
-func listenCutter(t *testing.T) (url string, cut func(), refuse *atomic.Bool) {
+// A cutter is a stateless test server (protocol 2026-07-28) over streamable HTTP at
+// url, behind a front that cuts every subscriptions/listen stream open when cut is
+// called (the server's handler sees its request end, and answers the listen), and
+// answers with 503, while refuse is set, every new session (server/discover, and the
+// initialize the SDK then falls back to), and the next refuseDiscover
+// server/discover requests.
+type cutter struct {
+	url            string
+	cut            func()
+	refuse         atomic.Bool
+	refuseDiscover atomic.Int32
+}
+
+func listenCutter(t *testing.T) *cutter {
+	ct := &cutter{}
 	srv := testserver.New(testserver.Options{})
 	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
 	var mu sync.Mutex
 	var cuts []context.CancelFunc
-	cut = func() {
+	ct.cut = func() {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range cuts {
@@ -964,7 +973,6 @@ func listenCutter(t *testing.T) (url string, cut func(), refuse *atomic.Bool) {
 		}
 		cuts = nil
 	}
-	refuse = new(atomic.Bool)
 	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.Header.Get("Mcp-Method") {
 		case "subscriptions/listen":
@@ -974,7 +982,8 @@ func listenCutter(t *testing.T) (url string, cut func(), refuse *atomic.Bool) {
 			mu.Unlock()
 			r = r.WithContext(ctx)
 		case "server/discover", "": // and the initialize the SDK falls back to
-			if refuse.Load() {
+			discover := r.Header.Get("Mcp-Method") != ""
+			if ct.refuse.Load() || discover && ct.refuseDiscover.Add(-1) >= 0 {
 				http.Error(w, "not now", http.StatusServiceUnavailable)
 				return
 			}
@@ -982,8 +991,9 @@ func listenCutter(t *testing.T) (url string, cut func(), refuse *atomic.Bool) {
 		sdk.ServeHTTP(w, r)
 	}))
 	t.Cleanup(h.Close)
-	t.Cleanup(cut)
-	return h.URL, cut, refuse
+	t.Cleanup(ct.cut)
+	ct.url = h.URL
+	return ct
 }
 
 // TestListenCutWhileNoSessionOpens: the listens are cut while the server opens no new
@@ -992,9 +1002,9 @@ func listenCutter(t *testing.T) (url string, cut func(), refuse *atomic.Bool) {
 // only whether it did would pass. The next probe fails it instead, and the connection
 // reconnects as after any failure, subscribed again once the server opens sessions.
 func TestListenCutWhileNoSessionOpens(t *testing.T) {
-	url, cut, refuse := listenCutter(t)
+	ct := listenCutter(t)
 	updated := newSeen[string]()
-	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: url}}, nil, func(o *Options) {
+	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, func(o *Options) {
 		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -1004,13 +1014,45 @@ func TestListenCutWhileNoSessionOpens(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := c.session()
-	refuse.Store(true)
-	cut()
+	ct.refuse.Store(true)
+	ct.cut()
 	c.waitFor(func(states.State) bool { return c.count(states.Replacing, states.Ready) > 0 }, 10*time.Second)
-	refuse.Store(false)
+	ct.refuse.Store(false)
 	c.waitNewSession(first, 10*time.Second)
 	if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
 		t.Fatalf("touch after the cut: %q (subscribers), %v\n%s", n, err, c.timeline())
+	}
+	updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
+}
+
+// TestNoFallbackFromAStatelessServer: a new session of a server that spoke 2026-07-28
+// finds its server/discover answered with 503 (a load balancer while the server
+// restarts). The go-sdk then falls back to initialize, which a stateless server takes:
+// the session spoke 2025-11-25 to a server that keeps no session, so that its
+// subscriptions, its log level and the server's requests and notifications reached
+// nothing, and nothing told. The dial fails instead, and the next one speaks
+// 2026-07-28 again: subscribed, with updates.
+func TestNoFallbackFromAStatelessServer(t *testing.T) {
+	ct := listenCutter(t)
+	updated := newSeen[string]()
+	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, func(o *Options) {
+		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	uri := testserver.ResourceA
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.session()
+	ct.refuseDiscover.Store(1)
+	ct.cut()
+	c.waitNewSession(first, 10*time.Second)
+	if info, _ := c.Server(); info.ProtocolVersion != "2026-07-28" {
+		t.Errorf("the new session speaks %q\n%s", info.ProtocolVersion, c.timeline())
+	}
+	if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
+		t.Fatalf("touch: %q (subscribers), %v\n%s", n, err, c.timeline())
 	}
 	updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
 }

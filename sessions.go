@@ -153,7 +153,7 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	c.nextID++
 	s := &session{id: c.nextID, conn: c, drained: make(chan struct{}, 1)}
 	start := time.Now()
-	ev := c.open(context.WithValue(ctx, sessionKey{}, s), inv, v.cfg, s)
+	ev := c.open(context.WithValue(ctx, sessionKey{}, s), inv, v, s)
 	c.last.Store(&attempt{gen: v.gen, err: ev.Err})
 	id := ""
 	if ev.Trigger == states.Connected {
@@ -163,12 +163,17 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	return ev
 }
 
-func (c *Conn) open(ctx context.Context, inv machine.Invocation, cfg transport.Config, s *session) machine.Event {
+func (c *Conn) open(ctx context.Context, inv machine.Invocation, v *versioned, s *session) machine.Event {
+	cfg := v.cfg
 	topts := transport.Options{
 		MCPClient:     c.client,
 		Logger:        c.opts.Logger,
 		OnEnd:         func(err error) { c.report(s, endCause(err), err) },
 		OnListenEnded: func(err error) { c.listenLost(s, err) },
+		// A server that spoke 2026-07-28 over streamable HTTP (stateless) is not
+		// to be spoken to on an older protocol because its server/discover got
+		// no answer once.
+		RequireDiscover: c.modern.Load() == v.gen,
 	}
 	if inv.Timeout > 0 {
 		topts.Deadline = inv.Now.Add(inv.Timeout) // the effect's context says only that it ended
@@ -181,6 +186,9 @@ func (c *Conn) open(ctx context.Context, inv machine.Invocation, cfg transport.C
 	s.settler, _ = ts.(settler)
 	if r := ts.InitializeResult(); r != nil && cfg.Kind() == transport.KindHTTP {
 		s.stateless = r.ProtocolVersion >= "2026-07-28"
+		if s.stateless {
+			c.modern.Store(v.gen)
+		}
 	}
 	if c.opts.onOpen != nil {
 		c.opts.onOpen(s)

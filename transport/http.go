@@ -110,6 +110,9 @@ type lifeRoundTripper struct {
 	// (see Session.listenLost), unless the listen's caller or the session's life
 	// ended it.
 	lost func(error)
+	// discoverErr is why a server/discover got no answer that says anything of
+	// the protocol (see Options.RequireDiscover), if one did not.
+	discoverErr atomic.Pointer[error]
 }
 
 // RoundTrip implements http.RoundTripper. With an authorizer, a request to the
@@ -231,6 +234,9 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 		rec.sent.Store(true) // under way: from now on it may reach the server
 	}
 	resp, err := rt.base.RoundTrip(r)
+	if req.Header.Get("Mcp-Method") == "server/discover" {
+		rt.discoverFailed(resp, err)
+	}
 	if err != nil {
 		if post && errors.Is(err, syscall.ECONNREFUSED) {
 			rec.sent.Store(false)
@@ -318,6 +324,19 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 		resp.Body = &listenAnswer{ReadCloser: body, l: rt.listens}
 	}
 	return resp, nil
+}
+
+// discoverFailed notes why a server/discover got no answer that says anything of
+// the protocol: no answer at all, or a status of the way there (408, 429, 5xx).
+func (rt *lifeRoundTripper) discoverFailed(resp *http.Response, err error) {
+	switch {
+	case err != nil:
+	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		err = fmt.Errorf("HTTP status %d", resp.StatusCode)
+	default:
+		return
+	}
+	rt.discoverErr.Store(&err)
 }
 
 // listenAnswer is the body of a JSON (not SSE) 2xx answer to a subscriptions/listen

@@ -38,6 +38,14 @@ type Options struct {
 	// It is called at most once, on a goroutine of its own, and not once Close
 	// has been called; err wraps ErrListenEnded.
 	OnListenEnded func(err error)
+	// RequireDiscover, over streamable HTTP, fails a dial whose server/discover
+	// got no answer that says anything of the protocol (no answer at all, or
+	// HTTP 408, 429 or 5xx: a load balancer while the server restarts), rather
+	// than let the go-sdk fall back to initialize and protocol 2025-11-25. Set
+	// it for a server known to speak 2026-07-28: such a server may be
+	// stateless, and takes the fallback, but then keeps nothing of the session
+	// (subscriptions, the log level) and has no stream to send anything on.
+	RequireDiscover bool
 	// OnToolsChanged is called when the server sends
 	// notifications/tools/list_changed. It runs on the SDK's reading goroutine,
 	// which handles notifications in order: it must return promptly (post an
@@ -101,6 +109,8 @@ type Session struct {
 	log  *slog.Logger
 
 	onEnd func(error)
+	// rt is the round tripper of a streamable HTTP session; nil for others.
+	rt *lifeRoundTripper
 	// onListen is Options.OnListenEnded; listenEnded: it has been called.
 	onListen    func(error)
 	listenEnded atomic.Bool
@@ -411,6 +421,9 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	stop := context.AfterFunc(ctx, func() { s.kill(context.Cause(ctx)) })
 	dctx, status := withStatus(ctx)
 	cs, err := s.connect(dctx, cfg, opts)
+	if err == nil && opts.RequireDiscover {
+		err = s.fellBack(cs)
+	}
 	if !stop() && err == nil {
 		// ctx ended just as Dial finished, and took the session's life with it.
 		err = context.Cause(ctx)
@@ -457,6 +470,20 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	return s, nil
 }
 
+// fellBack returns why cs may not serve, if the go-sdk fell back from a
+// server/discover that got no answer worth the name to an older protocol (see
+// Options.RequireDiscover).
+func (s *Session) fellBack(cs *mcp.ClientSession) error {
+	if s.rt == nil {
+		return nil
+	}
+	p := s.rt.discoverErr.Load()
+	if r := cs.InitializeResult(); p == nil || r == nil || r.ProtocolVersion >= "2026-07-28" {
+		return nil
+	}
+	return fmt.Errorf("server/discover failed (%w), and the go-sdk fell back to protocol %s, which a stateless server takes without keeping anything of the session", *p, cs.InitializeResult().ProtocolVersion)
+}
+
 // connect builds the SDK transport for cfg and connects a client over it.
 func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.ClientSession, error) {
 	client := opts.MCPClient
@@ -483,6 +510,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		}
 		hc, own := newHTTPClient(s.life, cfg.HTTP, az, s.red)
 		s.own = own
+		s.rt = hc.Transport.(*lifeRoundTripper)
 		if isMarkable(client) {
 			hc.Transport.(*lifeRoundTripper).order = &s.order
 			hc.Transport.(*lifeRoundTripper).listens = &s.listens
