@@ -204,15 +204,16 @@ func withLogLevel(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
+// logLevels are the protocol's log levels, the most verbose first.
+var logLevels = []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
+
 // levelRank orders log levels from the most verbose (debug, 0); an unknown level
-// ranks last.
+// ranks last (len(logLevels)).
 func levelRank(l mcp.LoggingLevel) int {
-	for i, x := range []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"} {
-		if x == l {
-			return i
-		}
+	if i := slices.Index(logLevels, l); i >= 0 {
+		return i
 	}
-	return 8
+	return len(logLevels)
 }
 
 // relisted is a session's relister of one kind of list, whatever the kind.

@@ -1056,3 +1056,34 @@ func TestNoFallbackFromAStatelessServer(t *testing.T) {
 	}
 	updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
 }
+
+// TestSetLoggingLevelUnknown: a level that is not one of the protocol's eight is the
+// caller's mistake, refused before anything is sent (cause request), on every
+// protocol. Over streamable HTTP on 2026-07-28, where no server is asked (see
+// TestLogLevelStateless), it was kept, and every later request carried it.
+func TestSetLoggingLevelUnknown(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{Stateless: true})
+	for name, cfg := range map[string]transport.Config{
+		"stateless": httpConfig(h),
+		"memory":    {Name: "mem", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := open(t, cfg, nil, nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if err := c.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "warning"}); err != nil {
+				t.Fatal(err)
+			}
+			for _, level := range []mcp.LoggingLevel{"bogus", "", "WARNING"} {
+				err := c.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level})
+				var ce *CallError
+				if !errors.As(err, &ce) || ce.Cause != states.CauseRequest {
+					t.Errorf("SetLoggingLevel(%q) = %v, want a *CallError of cause request", level, err)
+				}
+			}
+			if text, err := c.callText(ctx, "log", map[string]any{"level": "info", "text": "x"}); err != nil || text != "filtered" {
+				t.Errorf("an info message after the refused levels: %q, %v; want it filtered (the level is still warning)", text, err)
+			}
+		})
+	}
+}

@@ -21,9 +21,14 @@ import (
 // (Handlers.LoggingMessage sees them). Once the server has accepted it, the level is
 // part of the connection: every later session is set to it before calls move there.
 // On protocol 2026-07-28 every request also carries it, which is all a server over
-// streamable HTTP (stateless there) uses: such a server is not asked.
+// streamable HTTP (stateless there) uses: such a server is not asked. A level that is
+// not one of the protocol's eight is refused before anything is sent (cause request).
 func (c *Conn) SetLoggingLevel(ctx context.Context, p *mcp.SetLoggingLevelParams) error {
 	level := orEmpty(p).Level
+	if levelRank(level) == len(logLevels) {
+		return &CallError{Server: c.name, Method: "logging/setLevel", Name: capText(string(level), 60), State: c.m.State(), Cause: states.CauseRequest,
+			Err: fmt.Errorf("%w: not a log level (one of %v)", transport.ErrInvalidRequest, logLevels)}
+	}
 	return c.changeState(ctx, "logging/setLevel", string(level), false, func(ctx context.Context, s *session) error {
 		return setLevel(ctx, s, string(level), level)
 	}, func() {
