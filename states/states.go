@@ -113,7 +113,7 @@ const (
 	CauseProtocol       // the server's bytes are not MCP (garbage), or it failed the handshake
 	CauseCanceled       // the caller gave up: not the connection's fault
 	CauseConfig         // the server cannot be run or reached as configured: retrying cannot help
-	CauseRequest        // the request cannot be sent as given (parameters JSON cannot encode): the caller's mistake, nothing was sent
+	CauseRequest        // the request cannot be sent as given (parameters JSON cannot encode, a log level that is not one, a subscription without a URI): the caller's mistake, nothing was sent
 )
 
 var causeNames = [...]string{
