@@ -1087,3 +1087,56 @@ func TestSetLoggingLevelUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestServerEndedListenInMemory: on protocol 2026-07-28 over stdio or in memory, a
+// server ends a resource's subscriptions/listen that it had agreed to, by itself (a
+// go-sdk server never does; another may, shutting part of itself down). It no longer
+// sends the resource's updates; the connection went on listing the subscription, and
+// no update came again. As over streamable HTTP, a planned reconnect subscribes a new
+// session, which reports the resource updated once for the gap.
+func TestServerEndedListenInMemory(t *testing.T) {
+	srv := testserver.New(testserver.Options{})
+	var mu sync.Mutex
+	var cuts []context.CancelFunc
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "subscriptions/listen" {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithCancel(ctx)
+				mu.Lock()
+				cuts = append(cuts, cancel)
+				mu.Unlock()
+			}
+			return next(ctx, method, req)
+		}
+	})
+	cut := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range cuts {
+			c()
+		}
+		cuts = nil
+	}
+	t.Cleanup(cut)
+	updated := newSeen[string]()
+	c := open(t, transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: srv}}, nil, func(o *Options) {
+		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	uri := testserver.ResourceA
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.session()
+	cut()
+	c.waitNewSession(first, 10*time.Second)
+	if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
+		t.Fatalf("touch after the server ended the listen: %q (subscribers), %v\n%s", n, err, c.timeline())
+	}
+	got := updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
+	if diff := cmp.Diff([]string{uri, uri}, got); diff != "" {
+		t.Errorf("updates (-want +got):\n%s", diff)
+	}
+}

@@ -48,10 +48,10 @@ var ErrListTooLong = errors.New("the server's list is too long")
 // 2026-07-28, which the go-sdk refuses before sending anything. Nothing was sent.
 var ErrInvalidRequest = errors.New("the request cannot be sent as given")
 
-// ErrListenEnded is wrapped by the end of a session (Options.OnEnd) over
-// streamable HTTP on protocol 2026-07-28 whose server ended a
-// subscriptions/listen stream in which it had agreed to hold something (its
-// acknowledgment named a resource or a list): it no longer holds what the
+// ErrListenEnded is wrapped by the error given to Options.OnListenEnded (or,
+// over streamable HTTP without it, to OnEnd) when, on protocol 2026-07-28, the
+// server ended a subscriptions/listen in which it had agreed to hold something
+// (its acknowledgment named a resource or a list): it no longer holds what the
 // listen asked for (a resource's updates, changed lists), as after a restart.
 var ErrListenEnded = errors.New("the server ended a subscriptions/listen it had agreed to")
 

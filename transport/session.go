@@ -35,8 +35,11 @@ type Options struct {
 	// OnListenEnded, if set, is called instead of OnEnd for such a
 	// subscriptions/listen stream, and the session serves on (its requests
 	// still reach the server): the caller opens a session that listens again.
-	// It is called at most once, on a goroutine of its own, and not once Close
-	// has been called; err wraps ErrListenEnded.
+	// It is called as well, over stdio and in memory on 2026-07-28, when the
+	// server answers (ends) a resource's listen it had agreed to and that was
+	// not cancelled (a go-sdk server never does). It is called at most once, on
+	// a goroutine of its own, and not once Close has been called; err wraps
+	// ErrListenEnded.
 	OnListenEnded func(err error)
 	// RequireDiscover, over streamable HTTP, fails a dial whose server/discover
 	// got no answer that says anything of the protocol (no answer at all, or
@@ -308,7 +311,7 @@ func (c *endConn) Close() error {
 
 // listenLost reports that the server ended a subscriptions/listen stream it had
 // agreed to, with err (io.EOF: it ended it cleanly, or answered the listen): to
-// OnListenEnded, or else as the session's end.
+// OnListenEnded, or else, over streamable HTTP, as the session's end.
 func (s *Session) listenLost(err error) {
 	if err == io.EOF {
 		err = ErrListenEnded
@@ -320,6 +323,9 @@ func (s *Session) listenLost(err error) {
 			go s.onListen(s.wrap(OpRequest, "subscriptions/listen", err, nil))
 		}
 		return
+	}
+	if s.rt == nil {
+		return // a stdio or in-memory session keeps its other listens
 	}
 	if s.ends.Load() == endDialing {
 		s.endErr = err // read by up only after the swap below succeeds
@@ -554,6 +560,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		if isMarkable(client) {
 			s.lt.order = true
 			s.listens.on = true
+			s.listens.lost = s.listenLost
 			ctx = context.WithValue(ctx, orderKey{}, s)
 		}
 	}

@@ -73,6 +73,9 @@ type listens struct {
 	// time per resource, so that each finds the SDK session's list as the last one
 	// left it (holding the resource, or not after a refusal).
 	turns turn.Turns
+	// lost, set with send, is told when the server answers (ends) a resource
+	// listen it had agreed to and that was not cancelled (Session.listenLost).
+	lost func(error)
 	// changes are the params of the list-changed listen the SDK opened at connect;
 	// nil if it opened none. open are the resource listens sent and not yet
 	// answered, where send is set. relisten is the list-changed listen sent again.
@@ -86,6 +89,7 @@ type openListen struct {
 	uris      []string
 	ended     chan struct{} // closed when the answer comes
 	cancelled time.Time     // when Unsubscribe (or a failed Subscribe) cancelled it; zero: not
+	agreed    bool          // the server's acknowledgment agreed to a resource of it
 }
 
 // cancelledFor reports whether ol, cancelled, asked for uri.
@@ -305,6 +309,13 @@ func (l *listens) read(msg jsonrpc.Message) {
 			return
 		}
 		honored := p.Notifications.ResourceSubscriptions
+		if len(honored) > 0 {
+			l.mu.Lock()
+			if ol := l.open[id]; ol != nil {
+				ol.agreed = true
+			}
+			l.mu.Unlock()
+		}
 		l.settle(id, func(uri string) error {
 			if slices.Contains(honored, uri) {
 				return nil
@@ -348,6 +359,9 @@ func (l *listens) ended(id jsonrpc.ID) {
 	delete(l.open, id)
 	l.counted()
 	close(ol.ended)
+	// The server ended, by itself, a listen it had agreed to: it no longer sends
+	// what it listened for.
+	lost := ol.agreed && ol.cancelled.IsZero() && l.lost != nil
 	var out jsonrpc.Message
 	if l.changes != nil && l.send != nil {
 		r := &l.relisten
@@ -364,6 +378,9 @@ func (l *listens) ended(id jsonrpc.ID) {
 	l.mu.Unlock()
 	if out != nil {
 		l.send(out)
+	}
+	if lost {
+		l.lost(io.EOF)
 	}
 }
 
