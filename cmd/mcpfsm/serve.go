@@ -49,9 +49,9 @@ A server that is down keeps its tools listed, and a call to one of them fails at
 once with a tool error result that says why (state, last failure, next try).
 
 By default the gateway speaks MCP over stdin and stdout, for a host that launches
-it as a command, and exits when its client closes stdin (a line that is not a
-message gets a JSON-RPC error and is skipped). With --http it serves
-streamable HTTP on ADDR (a host without an address, such as :8080, binds
+it as a command, and exits when its client closes stdin or stdout (a line
+that is not a message gets a JSON-RPC error and is skipped). With --http it
+serves streamable HTTP on ADDR (a host without an address, such as :8080, binds
 127.0.0.1; write 0.0.0.0:8080 to listen on every interface): stateful sessions
 for clients before protocol 2026-07-28, stateless requests for clients on it.
 --stdio serves stdio as well.
@@ -100,6 +100,13 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
+	// A write to a stdout (or stderr) whose reader is gone fails with EPIPE instead
+	// of killing the process: a host that closes the gateway's stdout ends its
+	// stdio session, and the gateway closes its backends as at stdin's end. Notify,
+	// not Ignore: an ignored signal stays ignored in the backends it starts.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "mcpfsm serve: want exactly one CONFIG")
 		return 2

@@ -643,3 +643,55 @@ func TestServeStartupWaitZero(t *testing.T) {
 		t.Errorf("tools/list took %s with --startup-wait 0, want no wait", took.Round(time.Millisecond))
 	}
 }
+
+// TestServeStdoutClosed: a host that closes the gateway's stdout (its read end of
+// the pipe) ends the gateway as stdin's end does: the stdio session fails its write,
+// the backends are closed, and serve exits 0 saying why. Go kills a program with
+// SIGPIPE at its first write to a broken stdout, and the gateway died so, closing
+// nothing (a backend that ignores its stdin's end was left running, an HTTP
+// backend's session open).
+func TestServeStdoutClosed(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(stdout).ReadBytes('\n'); err != nil {
+		t.Fatalf("no answer to initialize: %v\nstderr:\n%s", err, stderr.String())
+	}
+	stdout.Close() // the host is gone, but for stdin
+	// Something for the gateway to answer; a write that finds the gateway gone
+	// is what the test is about.
+	_, _ = io.WriteString(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"+`{"jsonrpc":"2.0","id":2,"method":"ping"}`+"\n")
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+		}
+		if !strings.Contains(stderr.String(), "broken pipe") {
+			t.Errorf("the gateway did not say why it ended:\n%s", stderr.String())
+		}
+	case <-time.After(40 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("still running 40s after its stdout closed\nstderr:\n%s", stderr.String())
+	}
+}
