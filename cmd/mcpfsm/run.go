@@ -56,6 +56,11 @@ the failures, which the transition lines already show.`, stderr)
 		fmt.Fprintln(stderr, "mcpfsm run: want exactly one CONFIG")
 		return 2
 	}
+	// SIGHUP is caught from here to the end: its default action kills the
+	// process, which must not happen while the connections open or close.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	path := fs.Arg(0)
 	cfg, err := mcpfsm.LoadConfig(path)
 	if err != nil {
@@ -93,9 +98,6 @@ the failures, which the transition lines already show.`, stderr)
 		out.note("status page at " + web.URL())
 	}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	for done := false; !done; {
 		select {
 		case <-ctx.Done():

@@ -107,6 +107,12 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	pipe := make(chan os.Signal, 1)
 	signal.Notify(pipe, syscall.SIGPIPE)
 	defer signal.Stop(pipe)
+	// SIGHUP is caught from here to the end, the close included: its default
+	// action kills the process, backends and all. One that comes before the loop
+	// below reads it is kept, and reloads then.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "mcpfsm serve: want exactly one CONFIG")
 		return 2
@@ -246,9 +252,6 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		}()
 	}
 
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
 	var tick <-chan time.Time
 	last := stamp(path)
 	if *watch {

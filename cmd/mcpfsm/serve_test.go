@@ -695,3 +695,67 @@ func TestServeStdoutClosed(t *testing.T) {
 		t.Fatalf("still running 40s after its stdout closed\nstderr:\n%s", stderr.String())
 	}
 }
+
+// TestServeSIGHUPWhileStopping: a SIGHUP while the gateway shuts down (here, while a
+// backend that ignores SIGTERM and its stdin's end is given its teardown timeout)
+// is ignored, and the shutdown finishes: serve stopped listening for SIGHUP before
+// its close, and the signal's default action killed it mid-close, leaving the
+// backend running.
+func TestServeSIGHUPWhileStopping(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "servers.yaml")
+	// sh ignores SIGTERM, and so does sleep, which it runs once the example
+	// server has ended at its stdin's end.
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("version: 1\nservers:\n  deaf:\n    command: /bin/sh\n    args: [-c, 'trap \"\" TERM; %s example-server; sleep 60']\n    policies:\n      teardown_timeout: 3s\n", mcpfsmBin(t))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	answers := bufio.NewReader(stdout)
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" + `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+	} {
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := answers.ReadBytes('\n'); err != nil {
+			t.Fatalf("no answer: %v\nstderr:\n%s", err, stderr.String())
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, answers) }()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // closing the deaf backend, for 3s
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(40 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("still running 40s after SIGTERM\nstderr:\n%s", stderr.String())
+	}
+}
