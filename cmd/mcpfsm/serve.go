@@ -117,6 +117,10 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		fmt.Fprintln(stderr, "mcpfsm serve: want exactly one CONFIG")
 		return 2
 	}
+	if *watchEvery <= 0 {
+		fmt.Fprintf(stderr, "mcpfsm serve: --watch-interval %v: must be positive\n", *watchEvery)
+		return 2
+	}
 	if *alsoStdio && *httpAddr == "" {
 		fmt.Fprintln(stderr, "mcpfsm serve: --stdio goes with --http (stdio is the default without it)")
 		return 2

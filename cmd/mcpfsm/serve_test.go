@@ -166,6 +166,8 @@ func TestServeUsage(t *testing.T) {
 		{"serve", "--stdio", "x.yaml"},
 		{"serve", "--http", ":0", "--token-env", "MCPFSM_TEST_UNSET_TOKEN", "x.yaml"},
 		{"serve", "--http", ":0", "--replica", "3/2", "x.yaml"},
+		{"serve", "--watch", "--watch-interval", "0", "x.yaml"}, // once a panic of time.NewTicker
+		{"serve", "--watch", "--watch-interval", "-1s", "x.yaml"},
 	} {
 		if _, stderr, code := runCLI(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2; stderr: %s", args, code, stderr)
