@@ -303,15 +303,15 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 }
 
 // requestBodyTimeout bounds how long a client of the HTTP front takes to send a
-// request's body, and idleTimeout how long a kept-alive connection waits for its next
-// request: without them a client that trickles a body (or opens connections and
+// request's body, and idleTimeout how long a kept-alive connection (of the front, or
+// of the status server) waits for its next request: without them a client that trickles a body (or opens connections and
 // sends nothing more) holds a connection, two goroutines and their buffers for ever.
 // The server's ReadTimeout cannot do it: it would also end the long-lived answers
 // (an SSE stream, a long call), whose reads of the connection it would fail.
-const (
-	requestBodyTimeout = 30 * time.Second
-	idleTimeout        = 2 * time.Minute
-)
+const requestBodyTimeout = 30 * time.Second
+
+// idleTimeout: see requestBodyTimeout. A variable for tests.
+var idleTimeout = 2 * time.Minute
 
 // bodyDeadline gives the reading of each request's body d, from the moment its
 // headers are read; the deadline is lifted once the body is read whole, so that the

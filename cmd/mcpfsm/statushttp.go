@@ -120,7 +120,7 @@ func (s *statusServer) Serve(m *mcpfsm.Manager) {
 	mux.Handle("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /page.js", static("text/javascript; charset=utf-8", pageJS))
 	mux.HandleFunc("GET /page.css", static("text/css; charset=utf-8", pageCSS))
-	s.srv = &http.Server{Handler: s.guard(mux), ReadHeaderTimeout: 5 * time.Second}
+	s.srv = &http.Server{Handler: s.guard(mux), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idleTimeout}
 	go func() { s.done <- s.srv.Serve(s.ln) }()
 }
 

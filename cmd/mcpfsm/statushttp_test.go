@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
@@ -228,5 +230,43 @@ func TestServeStatusServer(t *testing.T) {
 	}
 	if code := serve.stop(t); code != 0 {
 		t.Errorf("exit %d: %s", code, serve.stderr.String())
+	}
+}
+
+// TestStatusServerIdleConnections: a client that keeps a connection to the status
+// server open after its request, sending nothing more, has it closed after the idle
+// timeout: the status server had none, and such connections (a goroutine and a file
+// descriptor each) were held for ever, until the process ran out of descriptors for
+// its fronts and its backends.
+func TestStatusServerIdleConnections(t *testing.T) {
+	defer func(d time.Duration) { idleTimeout = d }(idleTimeout)
+	idleTimeout = 300 * time.Millisecond
+	h := testserver.StartHTTP(t, testserver.Options{})
+	run := startCLI(t, "run", "--http-status", ":0", writeConfig(t, fmt.Sprintf("version: 1\nservers:\n  good:\n    url: %s\n", h.URL())))
+	var addr string
+	run.waitFor(t, "the status page's address", func(out string) bool {
+		m := regexp.MustCompile(`status page at http://(127\.0\.0\.1:\d+)/`).FindStringSubmatch(out)
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	start := time.Now()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("the idle connection: %v after %v, want it closed (EOF) after about %v", err, time.Since(start), idleTimeout)
 	}
 }
