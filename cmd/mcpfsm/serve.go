@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -156,6 +158,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		}
 	}
 	path := fs.Arg(0)
+	last := stamp(path) // before the load: a change made meanwhile is not missed
 	cfg, err := mcpfsm.LoadConfig(path)
 	if err != nil {
 		fmt.Fprintln(stderr, errorText(err))
@@ -257,7 +260,6 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	}
 
 	var tick <-chan time.Time
-	last := stamp(path)
 	if *watch {
 		t := time.NewTicker(*watchEvery)
 		defer t.Stop()
@@ -353,13 +355,17 @@ func noBound[T int | int64](v T) T {
 	return v
 }
 
-// stamp is what --watch compares: the config file's modification time and size.
+// stamp is what --watch compares: a digest of the config file's contents, or why it
+// cannot be read. Not its modification time and size: a rewrite may keep both (cp -p,
+// rsync -t, tar, two writes within the file system's timestamp granularity), and a
+// file made readable again changes neither.
 func stamp(path string) string {
-	info, err := os.Stat(path)
+	data, err := machine.ReadFile(path)
 	if err != nil {
-		return "missing"
+		return "unreadable: " + err.Error()
 	}
-	return fmt.Sprintf("%d/%d", info.ModTime().UnixNano(), info.Size())
+	sum := sha256.Sum256(data)
+	return string(sum[:])
 }
 
 // version is the module's version as the build recorded it.

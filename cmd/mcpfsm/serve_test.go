@@ -761,3 +761,42 @@ func TestServeSIGHUPWhileStopping(t *testing.T) {
 		t.Fatalf("still running 40s after SIGTERM\nstderr:\n%s", stderr.String())
 	}
 }
+
+// TestServeWatchSameStamp: --watch adopts a rewrite of the config that keeps its
+// size and modification time (cp -p, rsync -t, tar, or a second write within the
+// file system's timestamp granularity): it compared those two, and never saw it.
+func TestServeWatchSameStamp(t *testing.T) {
+	dir := t.TempDir()
+	bin := mcpfsmBin(t)
+	path := filepath.Join(dir, "servers.yaml")
+	write := func(names ...string) {
+		t.Helper()
+		var b strings.Builder
+		b.WriteString("version: 1\nservers:\n")
+		for _, name := range names {
+			fmt.Fprintf(&b, "  %s:\n    command: %s\n    args: [example-server]\n", name, bin)
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("one", "two")
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, url := startServeHTTP(t, "--watch", "--watch-interval", "20ms", path)
+	cs := connectHTTP(t, url, "2025-11-25")
+	waitTool(t, cs, "two__echo")
+	write("one", "won") // as long as before
+	if err := os.Chtimes(path, before.ModTime(), before.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if after, err := os.Stat(path); err != nil || after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime()) {
+		t.Fatalf("the rewrite changed the stamp: %v, %v", after, err)
+	}
+	waitTool(t, cs, "won__echo")
+	if code := b.stop(t); code != 0 {
+		t.Errorf("exit code %d; stderr:\n%s", code, b.stderr.String())
+	}
+}
