@@ -58,3 +58,11 @@ func SetMaxParked(n int) (restore func()) {
 	maxParked = n
 	return func() { maxParked = old }
 }
+
+// SetSessionRequests sets how many requests one front session has in flight at
+// once, until the returned function restores it.
+func SetSessionRequests(n int) (restore func()) {
+	old := maxSessionRequests
+	maxSessionRequests = n
+	return func() { maxSessionRequests = old }
+}

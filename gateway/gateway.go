@@ -586,12 +586,18 @@ func (g *Gateway) newServer() *mcp.Server {
 	return s
 }
 
-// frontMiddleware answers what the SDK's server cannot know by itself: a clear error
-// for a name no backend shows, the servers behind the gateway in initialize, and the
+// frontMiddleware answers what the SDK's server cannot know by itself: a refusal for
+// a session with too many requests in flight, a clear error for a name no backend shows, the servers behind the gateway in initialize, and the
 // backends' log level when a front session sets its own.
 func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		ss, _ := req.GetSession().(*mcp.ServerSession)
+		if ss != nil && !strings.HasPrefix(method, "notifications/") {
+			if !g.inflight.enter(ss) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("mcpfsm gateway: this session has %d requests in flight, as many as it may: wait for their answers", maxSessionRequests)}
+			}
+			defer g.inflight.leave(ss)
+		}
 		ctx, untrack := g.inflight.track(ctx, ss, req)
 		defer untrack()
 		switch method {

@@ -26,7 +26,16 @@ type inflight struct {
 	gone    expiring[string, struct{}] // POSTs whose client went away before a request of theirs started
 	deleted expiring[string, struct{}] // sessions deleted: their requests are cancelled as they start
 	closed  bool                       // the gateway closed: requests are cancelled as they start
+	// sessions counts each front session's requests in flight (see maxSessionRequests)
+	sessions map[*mcp.ServerSession]int
 }
+
+// maxSessionRequests is the most requests one front session has in flight at once:
+// one more is refused at once, saying why. Nothing else bounds a stdio client's (an
+// HTTP client needs a connection for each): one that wrote 100,000 calls to a slow
+// tool without waiting for answers (11 MB of stdin) grew the gateway past 1.6 GB. A
+// variable for tests.
+var maxSessionRequests = 1024
 
 // maxRemembered bounds the POSTs gone and the sessions deleted inflight remembers
 // (each for a minute): past it the oldest are forgotten early.
@@ -62,6 +71,29 @@ func (f *inflight) track(ctx context.Context, ss *mcp.ServerSession, req mcp.Req
 		f.mu.Lock()
 		delete(f.reqs, key)
 		f.mu.Unlock()
+	}
+}
+
+// enter counts a request of ss in flight, if ss has room for one more (see
+// maxSessionRequests); leave uncounts it.
+func (f *inflight) enter(ss *mcp.ServerSession) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sessions[ss] >= maxSessionRequests {
+		return false
+	}
+	if f.sessions == nil {
+		f.sessions = map[*mcp.ServerSession]int{}
+	}
+	f.sessions[ss]++
+	return true
+}
+
+func (f *inflight) leave(ss *mcp.ServerSession) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sessions[ss]--; f.sessions[ss] <= 0 {
+		delete(f.sessions, ss)
 	}
 }
 

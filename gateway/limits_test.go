@@ -413,3 +413,48 @@ func TestGateway_MaxSessionsBackToBack(t *testing.T) {
 		dresp.Body.Close()
 	}
 }
+
+// TestGateway_SessionRequestsBounded: a front session with as many requests in
+// flight as it may has one more refused at once, saying why, and the others are
+// not affected; once one is answered, there is room again. Nothing bounded them: a
+// stdio client that wrote 100,000 calls to a slow tool without waiting (11 MB of
+// stdin) grew the gateway past 1.6 GB.
+func TestGateway_SessionRequestsBounded(t *testing.T) {
+	defer gateway.SetSessionRequests(3)()
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	cs := front(t, g, nil, "2025-11-25")
+	other := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("a__hold"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	held := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__hold", Arguments: map[string]any{"ms": 600000}})
+			held <- err
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // the three reach the backend
+	_, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "x"}})
+	if err == nil || !strings.Contains(err.Error(), "in flight") {
+		t.Errorf("a fourth request: %v, want it refused for the requests in flight", err)
+	}
+	if got := text(call(t, other, "a__echo", map[string]any{"text": "other"})); got != "other" {
+		t.Errorf("another session's call: %q", got)
+	}
+	cancel()
+	for range 3 {
+		<-held
+	}
+	deadline := time.Now().Add(waitFor)
+	for {
+		res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "again"}})
+		if err == nil && text(res) == "again" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no room after the calls in flight ended: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
