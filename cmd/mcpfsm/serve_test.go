@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -798,5 +799,57 @@ func TestServeWatchSameStamp(t *testing.T) {
 	waitTool(t, cs, "won__echo")
 	if code := b.stop(t); code != 0 {
 		t.Errorf("exit code %d; stderr:\n%s", code, b.stderr.String())
+	}
+}
+
+// TestServeStopsPastABackendsTeardown: a backend whose close takes longer than the
+// gateway's close may (it ignores SIGTERM, and its teardown timeout is a minute) is
+// reported as such, and the gateway exits within its bound; the HTTP front, which
+// ended at once, is not blamed. The close took all of the 15 s, and serve then said
+// a front had not ended, naming a stdio client that reads no answers, with no stdio
+// front at all.
+func TestServeStopsPastABackendsTeardown(t *testing.T) {
+	if testing.Short() {
+		t.Skip("takes the gateway's 15s close")
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "servers.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("version: 1\nservers:\n  deaf:\n    command: /bin/sh\n    args: [-c, 'trap \"\" TERM; %s example-server; sleep 60']\n    policies:\n      teardown_timeout: 60s\n", mcpfsmBin(t))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A process of its own: the backend outlives the serve it was closed by
+	// (until its teardown timeout), and its goroutines would outlive this test's.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", "--http", "127.0.0.1:0", cfg)
+	var stderr testutil.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	var url string
+	for deadline := time.Now().Add(30 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
+		url = serveURL.FindString(stderr.String())
+		if time.Now().After(deadline) {
+			t.Fatalf("mcpfsm serve did not say its URL; stderr:\n%s", stderr.String())
+		}
+	}
+	cs := connectHTTP(t, url, "2025-11-25")
+	waitTool(t, cs, "deaf__echo")
+	_ = cs.Close() // so that the HTTP server's shutdown does not wait for its stream
+	start := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-exited; err != nil {
+		t.Errorf("the gateway ended with %v; stderr:\n%s", err, stderr.String())
+	}
+	if d := time.Since(start); d > 25*time.Second {
+		t.Errorf("stopped %v after SIGTERM, want within the 15s close", d)
+	}
+	if out := stderr.String(); !strings.Contains(out, "closing deaf") || strings.Contains(out, "a front did not end") {
+		t.Errorf("want the backend's close reported, and no front blamed:\n%s", out)
 	}
 }
