@@ -61,6 +61,9 @@ type lineConn struct {
 	front bool
 
 	queue []jsonrpc.Message // the rest of a batch; reads are serialized
+	// unanswered holds a token for each request a front has read and not yet
+	// answered (see maxUnanswered); nil but on a front.
+	unanswered chan struct{}
 
 	writeMu sync.Mutex
 
@@ -145,7 +148,7 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	if len(c.queue) > 0 {
 		next := c.queue[0]
 		c.queue = c.queue[1:]
-		return next, nil
+		return next, c.hold(ctx, next)
 	}
 	for {
 		var v lineOrErr
@@ -178,7 +181,7 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			}
 		}
 		if err == nil {
-			return msgs[0], nil
+			return msgs[0], c.hold(ctx, msgs[0])
 		}
 		if !c.front {
 			return nil, err
@@ -253,8 +256,32 @@ func (c *lineConn) updateBatch(resp *jsonrpc.Response) ([]*jsonrpc.Response, boo
 	return nil, true
 }
 
+// hold takes a front's token for a request read, waiting for one while
+// maxUnanswered requests wait for their answers.
+func (c *lineConn) hold(ctx context.Context, msg jsonrpc.Message) error {
+	if req, ok := msg.(*jsonrpc.Request); c.unanswered == nil || !ok || !req.IsCall() {
+		return nil
+	}
+	select {
+	case c.unanswered <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closed:
+		return io.EOF
+	}
+}
+
 // Write implements mcp.Connection: one message, on one line.
 func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	if _, ok := msg.(*jsonrpc.Response); ok && c.unanswered != nil {
+		defer func() { // once written, or not to be: its request is answered
+			select {
+			case <-c.unanswered:
+			default:
+			}
+		}()
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -26,7 +26,9 @@ import (
 // or for a line longer than the go-sdk's limit (mcp.DefaultMaxLineLength, of
 // which no more is held in memory); its id is the line's, where one can be
 // read, and null otherwise. Blank lines are skipped. Batches are accepted as
-// the go-sdk accepts them before a session's protocol is negotiated.
+// the go-sdk accepts them before a session's protocol is negotiated. While 4,096
+// requests read wait for their answers to be written (a client that reads none),
+// no more is read.
 func ServerStdio(r io.ReadCloser, w io.Writer) mcp.Transport {
 	return &stdioFront{r: r, w: w}
 }
@@ -39,7 +41,8 @@ type stdioFront struct {
 // Connect implements mcp.Transport.
 func (t *stdioFront) Connect(context.Context) (mcp.Connection, error) {
 	incoming := make(chan lineOrErr)
-	c := &lineConn{r: t.r, w: openWriter{t.w}, incoming: incoming, closed: make(chan struct{}), front: true}
+	c := &lineConn{r: t.r, w: openWriter{t.w}, incoming: incoming, closed: make(chan struct{}), front: true,
+		unanswered: make(chan struct{}, maxUnanswered)}
 	go c.readLines(incoming)
 	return c, nil
 }
@@ -105,6 +108,12 @@ func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
 		return line, tooLong, err
 	}
 }
+
+// maxUnanswered is the most requests a front reads before their answers are
+// written: past it the front reads no more until one is. A client that writes
+// requests and reads no answers otherwise holds a goroutine for each, blocked
+// writing its answer (a variable for tests).
+var maxUnanswered = 4096
 
 // maxAnswerMessage bounds the message of an error answering a line: the
 // cause of an invalid request may quote the line's parts.

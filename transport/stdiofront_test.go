@@ -141,3 +141,61 @@ func TestReadLine(t *testing.T) {
 		t.Errorf("readLine (-want +got):\n%s", diff)
 	}
 }
+
+// TestServerStdioUnansweredBounded: a front client that writes requests and reads
+// no answers is read no more once maxUnanswered of its requests wait for their
+// answers to be written: each held a goroutine, blocked writing, and a stdio client
+// writing 100,000 of them (11 MB) grew the gateway past 1.2 GB. Its answers read,
+// its requests are read again.
+func TestServerStdioUnansweredBounded(t *testing.T) {
+	defer func(n int) { maxUnanswered = n }(maxUnanswered)
+	maxUnanswered = 8
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Run(ctx, ServerStdio(inR, outW))
+		outW.CloseWithError(fmt.Errorf("the session ended: %v", err))
+		done <- err
+	}()
+	answers := bufio.NewReader(outR)
+	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"+`{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := answers.ReadBytes('\n'); err != nil {
+		t.Fatal(err)
+	}
+	// Pings, their answers unread: the writes stop being read after about
+	// maxUnanswered of them (the pipe holds none).
+	written := make(chan int, 1)
+	go func() {
+		n := 0
+		for ; n < 100; n++ {
+			if _, err := fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`+"\n", n+1); err != nil {
+				break
+			}
+		}
+		written <- n
+	}()
+	select {
+	case n := <-written:
+		t.Fatalf("all %d requests were read with none of their answers read", n)
+	case <-time.After(time.Second):
+	}
+	// Their answers read, the rest are read and answered.
+	for n := range 100 {
+		if _, err := answers.ReadBytes('\n'); err != nil {
+			t.Fatalf("answer %d: %v", n+1, err)
+		}
+	}
+	if n := <-written; n != 100 {
+		t.Errorf("%d requests written, want 100", n)
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
