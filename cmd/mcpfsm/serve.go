@@ -66,8 +66,9 @@ of request bodies (each until its request is answered); past them a client gets
 
 On SIGHUP (and, with --watch, when the config file changes) the config is read
 again and adopted without a restart: servers added, removed, reconnected or
-retuned; front sessions stay open and are told of the lists that changed. A
-config that does not load leaves the running one in place.
+retuned; front sessions stay open and are told of the lists that changed. Each
+reload is said on stderr; a config that does not load leaves the running one in
+place, and its errors are logged with their file:line:column.
 
 --replica I/N, for N replicas behind nginx hashing the Mcp-Session-Id header
 (upstream { hash $http_mcp_session_id; server A; server B; }, this replica
@@ -284,7 +285,8 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			logger.Warn("mcpfsm serve: reloaded with errors", "why", why, "result", res.String(), "err", errorText(err))
 			return
 		}
-		logger.Info("mcpfsm serve: reloaded", "why", why, "result", res.String())
+		// Said on stderr, as the address is: serve logs warnings only.
+		fmt.Fprintf(stderr, "mcpfsm serve: reloaded (%s): %s\n", why, res)
 	}
 	for {
 		select {

@@ -111,8 +111,8 @@ func echo(ctx context.Context, cs *mcp.ClientSession, tool, text string) (string
 	return res.Content[0].(*mcp.TextContent).Text, nil
 }
 
-// TestServeWatch: mcpfsm serve --http --watch adopts an edited config: the front
-// session stays open and lists the added server's tools.
+// TestServeWatch: mcpfsm serve --http --watch adopts an edited config, and says so:
+// the front session stays open and lists the added server's tools.
 func TestServeWatch(t *testing.T) {
 	dir := t.TempDir()
 	cfg := serveConfig(t, dir, "one")
@@ -126,6 +126,14 @@ func TestServeWatch(t *testing.T) {
 	waitTool(t, cs, "two__echo")
 	if got, err := echo(t.Context(), cs, "two__echo", "added"); err != nil || got != "added" {
 		t.Fatalf("two__echo: %q, %v", got, err)
+	}
+	// The reload is said, not only done: its record was at info level, below
+	// what serve logs, and an operator could not tell a reload adopted from one
+	// never made.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.stderr.String(), "reloaded (the config file changed): added two"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reload was not said; stderr:\n%s", b.stderr.String())
+		}
 	}
 	if code := b.stop(t); code != 0 {
 		t.Errorf("exit code %d; stderr:\n%s", code, b.stderr.String())
