@@ -861,3 +861,53 @@ func TestServeStopsPastABackendsTeardown(t *testing.T) {
 		t.Errorf("want the backend's close reported, and no front blamed:\n%s", out)
 	}
 }
+
+// TestServeStderrClosed: a host that closes the gateway's stderr (its read end of
+// the pipe) loses the gateway's log, not the gateway: the first record logged (here
+// a reload's failure) killed it with SIGPIPE, its stdio session and backends with it.
+func TestServeStderrClosed(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stderr.Close() // the host reads no log
+	answers := bufio.NewReader(stdout)
+	exchange := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Fatalf("writing to the gateway: %v", err)
+		}
+		if _, err := answers.ReadBytes('\n'); err != nil {
+			t.Fatalf("no answer to %.40s: %v", line, err)
+		}
+	}
+	exchange(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if err := os.WriteFile(cfg, []byte("version: 1\nservers:\n  example:\n    comand: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the reload fails, and is logged
+	exchange(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("the gateway ended with %v at the end of stdin", err)
+	}
+}
