@@ -2,6 +2,8 @@
 
 package transport
 
+import "context"
+
 // lockDir is a no-op where flock is not to be had: saves within one process
 // are still atomic renames.
-func lockDir(string) (func(), error) { return func() {}, nil }
+func lockDir(context.Context, string) (func(), error) { return func() {}, nil }

@@ -333,6 +333,9 @@ func sameClient(a, b *Credentials) bool {
 	return a.ClientID == b.ClientID && a.TokenURL == b.TokenURL
 }
 
+// saveTimeout bounds a save to the token store.
+const saveTimeout = 5 * time.Second
+
 // save writes c to the store, if there is one. A failure is logged: the
 // credentials work in memory all the same.
 func (o *OAuth) save(c *Credentials) {
@@ -342,7 +345,10 @@ func (o *OAuth) save(c *Credentials) {
 	cp := *c
 	cp.Server = o.server
 	cp.Saved = time.Now()
-	if err := o.cfg.Store.Save(context.Background(), o.key, &cp); err != nil {
+	// Bounded: it runs in line with the request whose token it saves.
+	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
+	defer cancel()
+	if err := o.cfg.Store.Save(ctx, o.key, &cp); err != nil {
 		o.log.Warn("mcpfsm: saving credentials to the token store", "server", o.server, "error", err)
 	}
 }

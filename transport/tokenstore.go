@@ -64,7 +64,7 @@ func (c *Credentials) Status() TokenStatus {
 // never half of either. Saving credentials without a refresh token keeps the
 // stored one for the same client: a refresh answer without one does not erase
 // it. Saves from several processes are serialized by a lock file where the
-// system has flock.
+// system has flock; a save waits for it until its context ends.
 type FileStore struct {
 	Dir string
 }
@@ -109,7 +109,7 @@ func (s *FileStore) Save(ctx context.Context, key string, c *Credentials) error 
 	if err := os.MkdirAll(s.Dir, 0o700); err != nil {
 		return fmt.Errorf("token store: %w", err)
 	}
-	unlock, err := lockDir(s.Dir)
+	unlock, err := lockDir(ctx, s.Dir)
 	if err != nil {
 		return fmt.Errorf("token store: %w", err)
 	}
