@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/internal/turn"
@@ -657,7 +658,7 @@ func (g *Gateway) implementation() *mcp.Implementation {
 }
 
 // instructions say what is behind the gateway, how its names are made, and each
-// backend's own instructions.
+// backend's own instructions (their first maxInstructions bytes).
 func (g *Gateway) instructions() string {
 	var b strings.Builder
 	rs := *g.rules.Load()
@@ -681,14 +682,32 @@ func (g *Gateway) instructions() string {
 			continue
 		}
 		if info.Implementation != nil {
-			fmt.Fprintf(&b, "Server %s %s.\n", info.Implementation.Name, info.Implementation.Version)
+			fmt.Fprintf(&b, "Server %s %s.\n", cut(info.Implementation.Name, maxServerName), cut(info.Implementation.Version, maxServerName))
 		}
 		if s := strings.TrimSpace(info.Instructions); s != "" {
-			b.WriteString(s)
+			b.WriteString(cut(s, maxInstructions))
 			b.WriteString("\n")
 		}
 	}
 	return b.String()
+}
+
+// What instructions takes of each backend's initialize, at most, in bytes: every
+// front initialize answer carries it, and a host's model reads it whole.
+const (
+	maxInstructions = 8 << 10
+	maxServerName   = 200
+)
+
+// cut shortens s to at most n bytes, at a rune's start, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // unavailable is the text of a request to a backend that cannot take it: the server,

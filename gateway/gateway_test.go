@@ -821,3 +821,30 @@ func TestGateway_RefusedToolLoggedOnce(t *testing.T) {
 		t.Error("the refused tool is listed")
 	}
 }
+
+// TestGateway_BackendInstructionsCapped: what a backend says of itself in its
+// initialize (its instructions, name and version) reaches the front's instructions
+// cut to a bound: two backends with 4 MiB of instructions each made every front
+// initialize answer 8 MiB (the host's model reads them whole; past 16 MiB a stdio
+// host cannot read the line at all), one hostile backend breaking the gateway for
+// every client.
+func TestGateway_BackendInstructionsCapped(t *testing.T) {
+	big := func(name string) mcpfsm.ServerConfig {
+		s := mcp.NewServer(&mcp.Implementation{Name: strings.Repeat("N", 1<<20), Version: strings.Repeat("V", 1<<20)},
+			&mcp.ServerOptions{Instructions: "Use me. " + strings.Repeat("x", 4<<20)})
+		return mcpfsm.ServerConfig{Name: name, Policies: quick(), Transport: transport.Config{Name: name, InMemory: &transport.InMemory{Server: s}}}
+	}
+	g := start(t, config(big("a"), big("b")), gateway.Options{})
+	for _, name := range []string{"a", "b"} {
+		if err := g.Manager().Conn(name).WaitReady(callCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	instr := front(t, g, nil, "2025-11-25").InitializeResult().Instructions
+	if !strings.Contains(instr, "## b") || !strings.Contains(instr, "Use me. xxx") {
+		t.Errorf("the instructions lack the backends':\n%.300s", instr)
+	}
+	if len(instr) > 64<<10 {
+		t.Errorf("the front's instructions are %d bytes, want the backends' cut", len(instr))
+	}
+}
