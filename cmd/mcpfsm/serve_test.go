@@ -911,3 +911,65 @@ func TestServeStderrClosed(t *testing.T) {
 		t.Errorf("the gateway ended with %v at the end of stdin", err)
 	}
 }
+
+// TestServeStderrUnread: a host that never reads the gateway's stderr (a pipe it
+// does not drain) blocks no part of the gateway: once 64 KiB of records filled the
+// pipe, the next record's write blocked its goroutine for ever, serve's own loop
+// with it (here, logging a reload's failure), and SIGTERM no longer stopped it.
+func TestServeStderrUnread(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdin.Close()
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe() // never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	answers := bufio.NewReader(stdout)
+	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := answers.ReadBytes('\n'); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, answers) }()
+	// Each failed reload logs some 300 bytes: 400 of them fill the pipe.
+	if err := os.WriteFile(cfg, []byte("version: 1\nservers:\n  example:\n    comand: "+strings.Repeat("x", 100)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for range 400 {
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	time.Sleep(500 * time.Millisecond)
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("the gateway ended with %v, want exit 0", err)
+		}
+	case <-time.After(40 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatal("still running 40s after SIGTERM, its stderr unread")
+	}
+}
