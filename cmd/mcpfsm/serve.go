@@ -82,7 +82,9 @@ mcpfsm run --help): every server behind the gateway on its lifecycle picture,
 /status as JSON and /metrics as Prometheus text; loopback only unless
 --http-status-remote is given.
 
-Log records (log/slog, text) go to stderr at warning level and above.
+Log records (log/slog, text) go to stderr at warning level and above; a host
+that leaves stderr unread holds up nothing (past 256 writes waiting, they are
+dropped, and counted).
 
 The garbage collector's target is GOGC=200 unless the environment sets GOGC: a
 gateway makes garbage fast (the go-sdk's JSON decoding), and collecting half as
