@@ -326,8 +326,9 @@ const frontsGrace = 500 * time.Millisecond
 
 // requestBodyTimeout bounds how long a client of the HTTP front takes to send a
 // request's body, and idleTimeout how long a kept-alive connection (of the front, or
-// of the status server) waits for its next request: without them a client that trickles a body (or opens connections and
-// sends nothing more) holds a connection, two goroutines and their buffers for ever.
+// of the status server) waits for its next request: without them a client that
+// trickles a body (or opens connections and sends nothing more) holds a connection,
+// two goroutines and their buffers for ever.
 // The server's ReadTimeout cannot do it: it would also end the long-lived answers
 // (an SSE stream, a long call), whose reads of the connection it would fail.
 const requestBodyTimeout = 30 * time.Second
