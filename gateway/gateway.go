@@ -588,8 +588,9 @@ func (g *Gateway) newServer() *mcp.Server {
 }
 
 // frontMiddleware answers what the SDK's server cannot know by itself: a refusal for
-// a session with too many requests in flight, a clear error for a name no backend shows, the servers behind the gateway in initialize, and the
-// backends' log level when a front session sets its own.
+// a session with too many requests in flight, a clear error for a name no backend
+// shows, the servers behind the gateway in initialize, and the backends' log level
+// when a front session sets its own.
 func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		ss, _ := req.GetSession().(*mcp.ServerSession)

@@ -148,7 +148,10 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	if len(c.queue) > 0 {
 		next := c.queue[0]
 		c.queue = c.queue[1:]
-		return next, c.hold(ctx, next)
+		if err := c.hold(ctx, next); err != nil {
+			return nil, err
+		}
+		return next, nil
 	}
 	for {
 		var v lineOrErr
@@ -181,7 +184,10 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			}
 		}
 		if err == nil {
-			return msgs[0], c.hold(ctx, msgs[0])
+			if err := c.hold(ctx, msgs[0]); err != nil {
+				return nil, err
+			}
+			return msgs[0], nil
 		}
 		if !c.front {
 			return nil, err
