@@ -822,11 +822,13 @@ func TestServeStopsPastABackendsTeardown(t *testing.T) {
 	}
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "servers.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("version: 1\nservers:\n  deaf:\n    command: /bin/sh\n    args: [-c, 'trap \"\" TERM; %s example-server; sleep 60']\n    policies:\n      teardown_timeout: 60s\n", mcpfsmBin(t))), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("version: 1\nservers:\n  deaf:\n    command: /bin/sh\n    args: [-c, 'trap \"\" TERM; %s example-server; exec sleep 60']\n    policies:\n      teardown_timeout: 60s\n", mcpfsmBin(t))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A process of its own: the backend outlives the serve it was closed by
 	// (until its teardown timeout), and its goroutines would outlive this test's.
+	// The backend is sh, then sleep in its place (exec): the parent-death signal
+	// ends it with serve, where a child of sh would be left running.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", "--http", "127.0.0.1:0", cfg)
