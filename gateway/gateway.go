@@ -594,13 +594,10 @@ func (g *Gateway) newServer() *mcp.Server {
 func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		ss, _ := req.GetSession().(*mcp.ServerSession)
-		if ss != nil && !strings.HasPrefix(method, "notifications/") {
-			if !g.inflight.enter(ss) {
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("mcpfsm gateway: this session has %d requests in flight, as many as it may: wait for their answers", maxSessionRequests)}
-			}
-			defer g.inflight.leave(ss)
+		ctx, untrack, ok := g.inflight.track(ctx, ss, req, !strings.HasPrefix(method, "notifications/"))
+		if !ok {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("mcpfsm gateway: this session has %d requests in flight, as many as it may: wait for their answers", maxSessionRequests)}
 		}
-		ctx, untrack := g.inflight.track(ctx, ss, req)
 		defer untrack()
 		switch method {
 		case "tools/list", "prompts/list", "resources/list", "resources/templates/list", "tools/call", "prompts/get", "resources/read", "completion/complete":

@@ -48,53 +48,46 @@ type origin struct {
 }
 
 // track returns ctx with a cancel of the gateway's, and a function to call when the
-// request is done.
-func (f *inflight) track(ctx context.Context, ss *mcp.ServerSession, req mcp.Request) (context.Context, func()) {
+// request is done. A request (count: not a notification) of a session that has
+// maxSessionRequests in flight already is not tracked: ok is false.
+func (f *inflight) track(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, count bool) (_ context.Context, done func(), ok bool) {
 	o := origin{ss: ss}
 	if extra := req.GetExtra(); extra != nil && extra.Header != nil {
 		o.post = extra.Header.Get(postHeader)
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	count = count && ss != nil
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if count && f.sessions[ss] >= maxSessionRequests {
+		return ctx, nil, false
+	}
+	ctx, cancel := context.WithCancel(ctx)
 	if f.closed || f.ended(o) {
 		cancel()
-		return ctx, func() {}
+		return ctx, func() {}, true
 	}
 	if f.reqs == nil {
 		f.reqs = map[*context.CancelFunc]origin{}
 	}
 	key := &cancel
 	f.reqs[key] = o
+	if count {
+		if f.sessions == nil {
+			f.sessions = map[*mcp.ServerSession]int{}
+		}
+		f.sessions[ss]++
+	}
 	return ctx, func() {
 		cancel()
 		f.mu.Lock()
 		delete(f.reqs, key)
+		if count {
+			if f.sessions[ss]--; f.sessions[ss] <= 0 {
+				delete(f.sessions, ss)
+			}
+		}
 		f.mu.Unlock()
-	}
-}
-
-// enter counts a request of ss in flight, if ss has room for one more (see
-// maxSessionRequests); leave uncounts it.
-func (f *inflight) enter(ss *mcp.ServerSession) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.sessions[ss] >= maxSessionRequests {
-		return false
-	}
-	if f.sessions == nil {
-		f.sessions = map[*mcp.ServerSession]int{}
-	}
-	f.sessions[ss]++
-	return true
-}
-
-func (f *inflight) leave(ss *mcp.ServerSession) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.sessions[ss]--; f.sessions[ss] <= 0 {
-		delete(f.sessions, ss)
-	}
+	}, true
 }
 
 // postDone ends a POST: if its client went away, its requests are cancelled; one that
