@@ -190,14 +190,7 @@ func (l *listens) wrote(msg jsonrpc.Message) {
 	if !ok || req.Method != "subscriptions/listen" || !req.IsCall() {
 		return
 	}
-	var p struct {
-		Notifications struct {
-			ResourceSubscriptions []string `json:"resourceSubscriptions"`
-			ToolsListChanged      bool     `json:"toolsListChanged"`
-			PromptsListChanged    bool     `json:"promptsListChanged"`
-			ResourcesListChanged  bool     `json:"resourcesListChanged"`
-		} `json:"notifications"`
-	}
+	var p listenParams
 	if json.Unmarshal(req.Params, &p) != nil {
 		return
 	}
@@ -332,19 +325,23 @@ func agreed(msg *jsonrpc.Request) bool {
 	if msg.Method != "notifications/subscriptions/acknowledged" {
 		return false
 	}
-	var p struct {
-		Notifications struct {
-			ResourceSubscriptions []string `json:"resourceSubscriptions"`
-			ToolsListChanged      bool     `json:"toolsListChanged"`
-			PromptsListChanged    bool     `json:"promptsListChanged"`
-			ResourcesListChanged  bool     `json:"resourcesListChanged"`
-		} `json:"notifications"`
-	}
+	var p listenParams
 	if json.Unmarshal(msg.Params, &p) != nil {
 		return false
 	}
 	n := p.Notifications
 	return len(n.ResourceSubscriptions) > 0 || n.ToolsListChanged || n.PromptsListChanged || n.ResourcesListChanged
+}
+
+// listenParams are what a subscriptions/listen request and its acknowledgment say
+// the listen holds.
+type listenParams struct {
+	Notifications struct {
+		ResourceSubscriptions []string `json:"resourceSubscriptions"`
+		ToolsListChanged      bool     `json:"toolsListChanged"`
+		PromptsListChanged    bool     `json:"promptsListChanged"`
+		ResourcesListChanged  bool     `json:"resourcesListChanged"`
+	} `json:"notifications"`
 }
 
 // ended notes the answer to request id: if it ends a resource listen, the

@@ -519,20 +519,8 @@ func TestServeStdioSurvivesGarbage(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, _ := serveStdio(ctx, t, &stderr, cfg)
 	answers := bufio.NewReader(stdout)
 	exchange := func(lines ...string) map[string]any {
 		t.Helper()
@@ -586,21 +574,9 @@ func TestServeStopsWithStdoutUnread(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe() // never read
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdout.Close()
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, _ := serveStdio(ctx, t, &stderr, cfg) // never read
+	defer stdout.Close()
 	// Each line is answered with an error of some 100 bytes: 3,000 of them are
 	// more than the pipe holds.
 	if _, err := io.WriteString(stdin, strings.Repeat("x\n", 3000)); err != nil {
@@ -665,21 +641,9 @@ func TestServeStdoutClosed(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, _ := serveStdio(ctx, t, &stderr, cfg)
+	defer stdin.Close()
 	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -722,21 +686,9 @@ func TestServeSIGHUPWhileStopping(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, _ := serveStdio(ctx, t, &stderr, cfg)
+	defer stdin.Close()
 	answers := bufio.NewReader(stdout)
 	for _, line := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
@@ -871,23 +823,8 @@ func TestServeStderrClosed(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := serveStdio(ctx, t, nil, cfg)
 	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	stderr.Close() // the host reads no log
 	answers := bufio.NewReader(stdout)
 	exchange := func(line string) {
@@ -922,24 +859,9 @@ func TestServeStderrUnread(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, stdin, stdout, stderr := serveStdio(ctx, t, nil, cfg) // never read
 	defer stdin.Close()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stderr, err := cmd.StderrPipe() // never read
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer stderr.Close()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
 	answers := bufio.NewReader(stdout)
 	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"); err != nil {
 		t.Fatal(err)
@@ -974,4 +896,27 @@ func TestServeStderrUnread(t *testing.T) {
 		<-exited
 		t.Fatal("still running 40s after SIGTERM, its stderr unread")
 	}
+}
+
+// serveStdio starts mcpfsm serve with args as a host launching it does: its stdin and
+// stdout are pipes; its stderr goes to stderr or, if that is nil, to a pipe, errPipe.
+func serveStdio(ctx context.Context, t *testing.T, stderr io.Writer, args ...string) (cmd *exec.Cmd, stdin io.WriteCloser, stdout, errPipe io.ReadCloser) {
+	t.Helper()
+	cmd = exec.CommandContext(ctx, mcpfsmBin(t), append([]string{"serve"}, args...)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if stderr != nil {
+		cmd.Stderr = stderr
+	} else if errPipe, err = cmd.StderrPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, stdin, stdout, errPipe
 }
