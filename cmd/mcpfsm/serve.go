@@ -127,6 +127,11 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		fmt.Fprintf(stderr, "mcpfsm serve: --watch-interval %v: must be positive\n", *watchEvery)
 		return 2
 	}
+	// In MiB: past 1<<43 the bytes overflow an int64 (and wrapped into "no bound").
+	if *bodyMemory < 0 || *bodyMemory >= 1<<43 || *maxSessions < 0 {
+		fmt.Fprintf(stderr, "mcpfsm serve: --body-memory %d, --max-sessions %d: each must be 0 (no bound) or a positive number (--body-memory under 2^43 MiB)\n", *bodyMemory, *maxSessions)
+		return 2
+	}
 	if *alsoStdio && *httpAddr == "" {
 		fmt.Fprintln(stderr, "mcpfsm serve: --stdio goes with --http (stdio is the default without it)")
 		return 2

@@ -177,6 +177,9 @@ func TestServeUsage(t *testing.T) {
 		{"serve", "--http", ":0", "--replica", "3/2", "x.yaml"},
 		{"serve", "--watch", "--watch-interval", "0", "x.yaml"}, // once a panic of time.NewTicker
 		{"serve", "--watch", "--watch-interval", "-1s", "x.yaml"},
+		{"serve", "--http", ":0", "--body-memory", "8796093022208", "x.yaml"}, // 2^43 MiB: wrapped into no bound
+		{"serve", "--http", ":0", "--body-memory", "-1", "x.yaml"},
+		{"serve", "--http", ":0", "--max-sessions", "-5", "x.yaml"},
 	} {
 		if _, stderr, code := runCLI(t, args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2; stderr: %s", args, code, stderr)
