@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,7 +45,11 @@ OpenTelemetry metrics as Prometheus text. It listens on loopback only unless
 --http-status-remote is given: the page is not authenticated.
 
 Log records (log/slog, text) go to stderr at warning level and above, but for
-the failures, which the transition lines already show.`, stderr)
+the failures, which the transition lines already show.
+
+The connections never wait for stdout's reader: a transition line that finds 256
+lines waiting to be read is dropped, and the count said once they move; when the
+reader is gone (mcpfsm run ... | head), the run ends as on Ctrl-C.`, stderr)
 	asJSON := fs.Bool("json", false, "print transitions as JSON lines")
 	history := fs.Bool("history", false, "print each server's history at exit")
 	var sf statusFlags
@@ -61,6 +66,13 @@ the failures, which the transition lines already show.`, stderr)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// A write to a stdout whose reader is gone (mcpfsm run ... | head) fails with
+	// EPIPE instead of killing the process: the run then ends as on Ctrl-C, its
+	// connections closed. Notify, not Ignore: an ignored signal stays ignored in the
+	// servers it starts.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	path := fs.Arg(0)
 	cfg, err := mcpfsm.LoadConfig(path)
 	if err != nil {
@@ -72,7 +84,13 @@ the failures, which the transition lines already show.`, stderr)
 		fmt.Fprintln(stderr, "mcpfsm run:", errorText(err))
 		return 2
 	}
-	out := &eventPrinter{w: stdout, json: *asJSON, stats: map[string]*serverStats{}, policies: map[string]machine.Policies{}}
+	// The transitions are written by the connections' owners, which must not wait
+	// for a reader: stdout goes through a queue (a line that finds it full is dropped,
+	// and the count said once it moves again).
+	out := &eventPrinter{json: *asJSON, stats: map[string]*serverStats{}, policies: map[string]machine.Policies{}}
+	qw := newQueuedWriter(stdout, func(n int) []byte { return out.noteLine(fmt.Sprintf("%d lines dropped: stdout was not read", n)) })
+	defer qw.close(5 * time.Second)
+	out.w, out.owners = qw.waiting(5*time.Second), qw
 	// Before any transition, so that a reader of the JSON lines (graph --trace) knows
 	// the policies a server's transitions ran under.
 	out.servers(cfg)
@@ -102,6 +120,8 @@ the failures, which the transition lines already show.`, stderr)
 		select {
 		case <-ctx.Done():
 			done = true
+		case <-qw.gone:
+			done = true // stdout's reader is gone: nobody hears of the connections
 		case <-hup:
 			next, err := mcpfsm.LoadConfig(path)
 			if err != nil {
@@ -207,7 +227,8 @@ func toEvent(server string, tr machine.Transition) event {
 // eventPrinter prints transitions as they come, from every server's owner.
 type eventPrinter struct {
 	mu       sync.Mutex
-	w        io.Writer
+	w        io.Writer // for the command's own lines, which may wait for the reader
+	owners   io.Writer // for the transitions, which never wait (nil: w)
 	json     bool
 	stats    map[string]*serverStats
 	policies map[string]machine.Policies // as last printed, by server
@@ -216,6 +237,10 @@ type eventPrinter struct {
 // servers prints, in JSON mode, a server line for each server of cfg that is new or
 // whose policies changed since its last one.
 func (p *eventPrinter) servers(cfg *mcpfsm.Config) {
+	// Written once the lock is let go, in one write: a write may wait for the
+	// reader, and the connections' owners take the lock to report transitions.
+	var b bytes.Buffer
+	defer func() { p.flush(b.Bytes()) }()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.json {
@@ -229,7 +254,7 @@ func (p *eventPrinter) servers(cfg *mcpfsm.Config) {
 		}
 		p.policies[s.Name] = pol
 		line, _ := json.Marshal(newServerLine(now, s.Name, pol))
-		fmt.Fprintf(p.w, "%s\n", line)
+		fmt.Fprintf(&b, "%s\n", line)
 	}
 }
 
@@ -256,12 +281,16 @@ func (p *eventPrinter) transition(server string, tr machine.Transition) {
 	if tr.Cause.Counts() {
 		st.failures++
 	}
+	w := p.owners
+	if w == nil {
+		w = p.w
+	}
 	if p.json {
 		line, _ := json.Marshal(toEvent(server, tr))
-		fmt.Fprintf(p.w, "%s\n", line)
+		fmt.Fprintf(w, "%s\n", line)
 		return
 	}
-	fmt.Fprintf(p.w, "%s  %s\n", tr.At.Format("15:04:05.000"), formatTransition(server, tr))
+	fmt.Fprintf(w, "%s  %s\n", tr.At.Format("15:04:05.000"), formatTransition(server, tr))
 }
 
 // formatTransition renders a transition for people: server, from → to, trigger, and
@@ -281,32 +310,45 @@ func formatTransition(server string, tr machine.Transition) string {
 // note prints a line of the command's own, whose outside text the caller has made
 // printable; in JSON mode it goes out as an object with no server.
 func (p *eventPrinter) note(msg string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.flush(p.noteLine(msg))
+}
+
+// flush writes the command's own lines, b, to w.
+func (p *eventPrinter) flush(b []byte) {
+	if len(b) > 0 {
+		_, _ = p.w.Write(b)
+	}
+}
+
+// noteLine is the line note prints.
+func (p *eventPrinter) noteLine(msg string) []byte {
 	if p.json {
 		line, _ := json.Marshal(map[string]string{"time": time.Now().Format(time.RFC3339Nano), "note": msg})
-		fmt.Fprintf(p.w, "%s\n", line)
-		return
+		return append(line, '\n')
 	}
-	fmt.Fprintf(p.w, "%s  %s\n", time.Now().Format("15:04:05.000"), msg)
+	return fmt.Appendf(nil, "%s  %s\n", time.Now().Format("15:04:05.000"), msg)
 }
 
 func (p *eventPrinter) summary(histories map[string][]machine.Transition) {
+	// Written once the lock is let go, in one write: a write may wait for the
+	// reader, and the connections' owners take the lock to report transitions.
+	var b bytes.Buffer
+	defer func() { p.flush(b.Bytes()) }()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.json {
 		for _, name := range sortedNames(p.stats) {
 			st := p.stats[name]
 			line, _ := json.Marshal(map[string]any{"summary": name, "state": st.last.To.String(), "transitions": st.transitions, "failures": st.failures})
-			fmt.Fprintf(p.w, "%s\n", line)
+			fmt.Fprintf(&b, "%s\n", line)
 			for _, tr := range histories[name] {
 				line, _ := json.Marshal(map[string]any{"history": toEvent(name, tr)})
-				fmt.Fprintf(p.w, "%s\n", line)
+				fmt.Fprintf(&b, "%s\n", line)
 			}
 		}
 		return
 	}
-	fmt.Fprintf(p.w, "\nSummary\n")
+	fmt.Fprintf(&b, "\nSummary\n")
 	for _, name := range sortedNames(p.stats) {
 		st := p.stats[name]
 		var parts []string
@@ -315,13 +357,13 @@ func (p *eventPrinter) summary(histories map[string][]machine.Transition) {
 				parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Millisecond)))
 			}
 		}
-		fmt.Fprintf(p.w, "  %-14s %s after %d transitions, %d failures; time in %s\n", name, st.last.To, st.transitions, st.failures, strings.Join(parts, ", "))
+		fmt.Fprintf(&b, "  %-14s %s after %d transitions, %d failures; time in %s\n", name, st.last.To, st.transitions, st.failures, strings.Join(parts, ", "))
 	}
 	for _, name := range sortedNames(p.stats) {
 		if trs := histories[name]; len(trs) > 0 {
-			fmt.Fprintf(p.w, "\nHistory of %s\n", name)
+			fmt.Fprintf(&b, "\nHistory of %s\n", name)
 			for _, tr := range trs {
-				fmt.Fprintf(p.w, "  %s  %s\n", tr.At.Format("15:04:05.000"), formatTransition(name, tr))
+				fmt.Fprintf(&b, "  %s  %s\n", tr.At.Format("15:04:05.000"), formatTransition(name, tr))
 			}
 		}
 	}

@@ -1,14 +1,19 @@
 package main
 
 import (
+	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 )
 
@@ -119,5 +124,80 @@ func TestRunStderrToFile(t *testing.T) {
 		t.Error(err)
 	} else if info.Mode().Perm() != 0o600 {
 		t.Errorf("%s has mode %v, want 0600", file, info.Mode().Perm())
+	}
+}
+
+// TestRunStdoutUnread: a run whose stdout nobody reads (a pipe the next command does
+// not drain) still stops on SIGTERM, its connections closed: the transitions are
+// written by the connections' owners, and once the pipe was full the owner's write
+// blocked for ever, and with it the close.
+func TestRunStdoutUnread(t *testing.T) {
+	cfg := writeConfig(t, "version: 1\npolicies: {park_interval: 1ms}\nservers:\n  s:\n    command: ./no-such-server\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "run", cfg)
+	stdout, err := cmd.StdoutPipe() // never read
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	var stderr testutil.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // a transition every millisecond or so: the pipe's 64 KiB are full
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("run ended with %v; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("still running 60s after SIGTERM with its stdout unread; stderr:\n%s", stderr.String())
+	}
+}
+
+// TestRunStdoutClosed: a run whose stdout's reader goes away (mcpfsm run ... | head)
+// ends as on Ctrl-C, its connections closed, exit 0: Go killed it with SIGPIPE at its
+// next write, closing nothing.
+func TestRunStdoutClosed(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "run", cfg)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr testutil.SyncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && !strings.Contains(lines.Text(), "→ ready") {
+	}
+	stdout.Close()                                             // as head does once it has its lines
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil { // a reload: a line more
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("run ended with %v once its stdout was gone, want exit 0; stderr:\n%s", err, stderr.String())
+		}
+	case <-time.After(40 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+		t.Fatalf("still running 40s after its stdout was gone; stderr:\n%s", stderr.String())
 	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -153,7 +152,9 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	}
 	// Everything serve says from here on goes through a queue: a host may leave
 	// stderr unread, and a write to a full pipe would block whoever logs.
-	lw := newLogWriter(stderr)
+	lw := newQueuedWriter(stderr, func(n int) []byte {
+		return fmt.Appendf(nil, "mcpfsm serve: %d writes to stderr dropped: it was not read\n", n)
+	})
 	defer lw.close(time.Second)
 	stderr = lw
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -400,69 +401,4 @@ func version() string {
 		return info.Main.Version
 	}
 	return "dev"
-}
-
-// logQueue is how many writes to its stderr serve holds while they wait for the
-// host to read what came before; past it they are dropped, and counted.
-const logQueue = 256
-
-// A logWriter writes to w on a goroutine of its own, in order: a write to it never
-// blocks, so that a stderr nobody reads (a host that does not drain the pipe) blocks
-// no goroutine that logs, serve's own loop included. What finds the queue full is
-// dropped, and said once the queue moves again.
-type logWriter struct {
-	mu      sync.Mutex
-	queue   chan []byte
-	dropped int
-	closed  bool
-	done    chan struct{}
-}
-
-func newLogWriter(w io.Writer) *logWriter {
-	l := &logWriter{queue: make(chan []byte, logQueue), done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		for b := range l.queue {
-			_, _ = w.Write(b)
-		}
-	}()
-	return l
-}
-
-// Write implements io.Writer; it never fails.
-func (l *logWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return len(p), nil
-	}
-	if l.dropped > 0 {
-		select {
-		case l.queue <- fmt.Appendf(nil, "mcpfsm serve: %d writes to stderr dropped: it was not read\n", l.dropped):
-			l.dropped = 0
-		default:
-		}
-	}
-	select {
-	case l.queue <- bytes.Clone(p):
-	default:
-		l.dropped++
-	}
-	return len(p), nil
-}
-
-// close stops taking writes, and waits up to d for those queued to be written.
-func (l *logWriter) close(d time.Duration) {
-	l.mu.Lock()
-	if !l.closed {
-		l.closed = true
-		close(l.queue)
-	}
-	l.mu.Unlock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-l.done:
-	case <-t.C:
-	}
 }
