@@ -92,7 +92,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	alsoStdio := fs.Bool("stdio", false, "with --http, serve stdio as well")
 	tokenEnv := fs.String("token-env", "", "require the bearer token held by this environment variable on HTTP")
 	watch := fs.Bool("watch", false, "reload when the config file changes (polled)")
-	watchEvery := fs.Duration("watch-interval", time.Second, "how often --watch looks at the config file")
+	watchEvery := fs.Duration("watch-interval", time.Second, "how often --watch looks at the config file (a change is adopted once two looks in a row agree)")
 	replica := fs.String("replica", "", "I/N: replica I of N behind nginx hashing Mcp-Session-Id")
 	sessionTimeout := fs.Duration("session-timeout", 30*time.Minute, "close an HTTP front session idle this long (0: never)")
 	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most HTTP front sessions open at once; one more gets 503 (0: no bound)")
@@ -173,7 +173,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		}
 	}
 	path := fs.Arg(0)
-	last := stamp(path) // before the load: a change made meanwhile is not missed
+	watched := watcher{last: stamp(path)} // before the load: a change made meanwhile is not missed
 	cfg, err := mcpfsm.LoadConfig(path)
 	if err != nil {
 		fmt.Fprintln(stderr, errorText(err))
@@ -318,8 +318,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		case <-hup:
 			reload("SIGHUP")
 		case <-tick:
-			if s := stamp(path); s != last {
-				last = s
+			if watched.changed(stamp(path)) {
 				reload("the config file changed")
 			}
 		}
@@ -393,6 +392,29 @@ func stamp(path string) string {
 	}
 	sum := sha256.Sum256(data)
 	return string(sum[:])
+}
+
+// A watcher tells, from the stamps --watch reads one interval apart, when the config
+// file has changed: once two readings in a row agree on a stamp other than the one
+// last adopted. A file written in place in several writes may be read between two
+// (a config that parses, with half the servers, would be adopted for an interval).
+type watcher struct {
+	last    string // adopted
+	pending string // read once, not yet adopted
+}
+
+// changed takes the stamp read now, and reports whether it is a change to adopt.
+func (w *watcher) changed(s string) bool {
+	if s == w.last {
+		w.pending = ""
+		return false
+	}
+	if s != w.pending {
+		w.pending = s
+		return false
+	}
+	w.last, w.pending = s, ""
+	return true
 }
 
 // version is the module's version as the build recorded it.

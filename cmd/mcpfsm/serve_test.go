@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -922,4 +923,21 @@ func serveStdio(ctx context.Context, t *testing.T, stderr io.Writer, args ...str
 		t.Fatal(err)
 	}
 	return cmd, stdin, stdout, errPipe
+}
+
+// TestWatcherWaitsForASettledFile: --watch adopts a change once two readings in a row
+// agree: a file read while being written (a half that parses) is not adopted, nor is a
+// change undone by the next reading; a file that stays unreadable is (its reading is
+// its error), so that the reload says why.
+func TestWatcherWaitsForASettledFile(t *testing.T) {
+	w := watcher{last: "v1"}
+	var adopted []string
+	for _, s := range []string{"v1", "half", "v2", "v2", "v2", "v3", "v1", "v1", "gone", "gone", "v4", "v4"} {
+		if w.changed(s) {
+			adopted = append(adopted, s)
+		}
+	}
+	if diff := cmp.Diff([]string{"v2", "v1", "gone", "v4"}, adopted); diff != "" {
+		t.Errorf("adopted (-want +got):\n%s", diff)
+	}
 }
