@@ -53,7 +53,9 @@ type Handlers struct {
 	// ResourceUpdated sees notifications/resources/updated, as the server sends
 	// them (for subscribed resources, or, as the spec allows, resources under
 	// them), and once per subscription after a reconnect (an update may have been
-	// missed while no session was up).
+	// missed while no session was up: those calls come on a goroutine of their own,
+	// and their ctx ends when that session closes, which waits for them as long as
+	// the close may take).
 	ResourceUpdated func(ctx context.Context, p *mcp.ResourceUpdatedNotificationParams)
 	// ToolsChanged is called with the server's tools when a session comes up (if they
 	// differ from those last delivered) and after the server says they changed

@@ -412,3 +412,41 @@ func TestBusyStateDuringRestoreKeepsDeadlines(t *testing.T) {
 		t.Errorf("Subscriptions, Roots and SetRoots took %v", d)
 	}
 }
+
+// TestUpdatedOnceEndsWithTheSession: the updates a new session reports once (one per
+// subscription, for what may have been missed) go to a handler whose context ends when
+// that session closes, and Close waits for it: a handler that waited on its context
+// outlived Close for ever (its context was never cancelled).
+func TestUpdatedOnceEndsWithTheSession(t *testing.T) {
+	started, returned := make(chan struct{}, 4), make(chan struct{}, 4)
+	c := open(t, transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}, nil, func(o *Options) {
+		o.Handlers.ResourceUpdated = func(ctx context.Context, _ *mcp.ResourceUpdatedNotificationParams) {
+			started <- struct{}{}
+			<-ctx.Done()
+			returned <- struct{}{}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.session()
+	c.Reconnect()
+	c.waitNewSession(first, 20*time.Second)
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("no update reported after the reconnect")
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer ccancel()
+	if err := c.Close(cctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-returned:
+	default:
+		t.Fatal("Close returned while the handler of the reconnect's update was still running: its context did not end")
+	}
+}

@@ -48,6 +48,12 @@ type session struct {
 	tools     relister[[]*mcp.Tool]
 	prompts   relister[[]*mcp.Prompt]
 	resources relister[resourceList]
+
+	// updates runs the handler of the updates a new session reports once (see
+	// restoreAndSwap); endUpdates cancels its context. Both belong to the owner,
+	// which ends them when it closes the session (closeNow).
+	updates    sync.WaitGroup
+	endUpdates context.CancelFunc
 }
 
 // A settler waits until the notifications a server sent before the answers
@@ -366,12 +372,19 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 		// Off the owner: the natural handler reads the resource again through the
 		// connection, and that read may need the owner (to replace a session that
 		// broke under it), which must not be waiting for the handler.
-		hctx := context.WithoutCancel(ctx)
-		go func() {
+		// Its context ends when the session is closed, which waits for it (as long
+		// as the close may take).
+		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		s.endUpdates = cancel
+		s.updates.Go(func() {
+			defer cancel()
 			for _, uri := range subs {
+				if hctx.Err() != nil {
+					return
+				}
 				safely(func() { h(hctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}) })
 			}
-		}()
+		})
 	}
 	return nil
 }
@@ -650,6 +663,15 @@ func (c *Conn) closeNow(ctx context.Context, s *session) error {
 	s.tools.wait()
 	s.prompts.wait()
 	s.resources.wait()
+	if s.endUpdates != nil {
+		s.endUpdates()
+		ended := make(chan struct{})
+		go func() { s.updates.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-ctx.Done(): // a handler that ignores its context is left to itself
+		}
+	}
 	return err
 }
 
