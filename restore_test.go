@@ -450,3 +450,29 @@ func TestUpdatedOnceEndsWithTheSession(t *testing.T) {
 		t.Fatal("Close returned while the handler of the reconnect's update was still running: its context did not end")
 	}
 }
+
+// TestRecordWithEndedContext: a change recorded when nothing holds the record gate
+// is recorded whatever its context says by then (here, an Unsubscribe while no
+// session is up, recorded at once). lockRecord chose at random between a free gate
+// and an ended context, so such a change, or one whose server had just accepted it
+// as the caller's deadline passed, failed half the time as "given up before it was
+// recorded".
+func TestRecordWithEndedContext(t *testing.T) {
+	c, err := Open(transport.Config{Name: "down", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}, Options{
+		Logger: quietLogger(), Policies: fastPolicies(),
+		dial: func(context.Context, transport.Config, transport.Options) (transport.Client, error) {
+			return nil, errors.New("down")
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 50 {
+		if err := c.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: testserver.ResourceA}); err != nil {
+			t.Fatalf("Unsubscribe %d with no session up and the gate free: %v", i, err)
+		}
+	}
+}

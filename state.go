@@ -155,13 +155,17 @@ func (c *Conn) changeState(ctx context.Context, method, name string, offline boo
 
 // lockRecord takes what recording a change of the session state needs: the record
 // gate, which the last round of a restore holds until its swap (while it sends on the
-// new session: see restoreAndSwap), waited for until ctx ends, then stateMu, which is
-// held only briefly.
+// new session: see restoreAndSwap), waited for until ctx ends (a free gate is taken
+// even if ctx has ended), then stateMu, which is held only briefly.
 func (c *Conn) lockRecord(ctx context.Context) error {
 	select {
-	case c.recordGate <- struct{}{}:
-	case <-ctx.Done():
-		return context.Cause(ctx)
+	case c.recordGate <- struct{}{}: // a free gate is taken whatever ctx says
+	default:
+		select {
+		case c.recordGate <- struct{}{}:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
 	}
 	c.stateMu.Lock()
 	return nil
