@@ -1140,3 +1140,27 @@ func TestServerEndedListenInMemory(t *testing.T) {
 		t.Errorf("updates (-want +got):\n%s", diff)
 	}
 }
+
+// TestOldSessionsListenEndedKeepsTheNewOne: a listen of a session that a newer one
+// has replaced (it drains its calls, or waits to be closed) ends: a proxy cuts it, or
+// the server drops it. The new session listens on; nothing is to be done. It set off
+// a planned reconnect, which replaced the new session for nothing.
+func TestOldSessionsListenEndedKeepsTheNewOne(t *testing.T) {
+	ct := listenCutter(t)
+	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	old := c.current.Load()
+	c.Reconnect()
+	c.waitNewSession(old.id, 10*time.Second)
+	c.waitState(states.Ready, 10*time.Second)
+	second := c.session()
+	c.listenLost(old, fmt.Errorf("%w: cut", transport.ErrListenEnded))
+	time.Sleep(500 * time.Millisecond)
+	if now := c.session(); now != second {
+		t.Errorf("the old session's listen ended: session %d replaced %d\n%s", now, second, c.timeline())
+	}
+}

@@ -569,9 +569,13 @@ var errNoSession = errors.New("no session")
 // holds those subscriptions, or sends those changed lists. A planned reconnect gives
 // a new session them again (and reports each resource updated once), while s serves
 // on and its calls finish; should that reconnect fail (the server is down), the next
-// probe of s fails, and the connection reconnects as after any failure.
+// probe of s fails, and the connection reconnects as after any failure. A session
+// that a newer one has replaced already (it drains its calls) needs nothing.
 func (c *Conn) listenLost(s *session, err error) {
 	s.deaf.Store(&err)
+	if cur := c.current.Load(); cur != nil && cur.id > s.id {
+		return // a newer session (listening on its own) has replaced s, which drains
+	}
 	c.opts.Logger.Warn("mcpfsm: the server ended a subscription stream; reconnecting to listen again", "server", c.name, "error", err)
 	c.m.Reconnect()
 }
