@@ -54,8 +54,8 @@ type Handlers struct {
 	// them (for subscribed resources, or, as the spec allows, resources under
 	// them), and once per subscription after a reconnect (an update may have been
 	// missed while no session was up: those calls come on a goroutine of their own,
-	// and their ctx ends when that session closes, which waits for them as long as
-	// the close may take).
+	// their ctx ends when that session closes, and Close waits for them within its
+	// time; they must not call Close).
 	ResourceUpdated func(ctx context.Context, p *mcp.ResourceUpdatedNotificationParams)
 	// ToolsChanged is called with the server's tools when a session comes up (if they
 	// differ from those last delivered) and after the server says they changed

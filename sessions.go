@@ -205,7 +205,7 @@ func (c *Conn) open(ctx context.Context, inv machine.Invocation, v *versioned, s
 	}
 	if err != nil {
 		ev := c.connectFailed(ctx, inv, err)
-		c.closeNow(ctx, s)
+		c.closeNow(ctx, s, false)
 		return ev
 	}
 	return machine.Event{Trigger: states.Connected, Session: s.id}
@@ -362,7 +362,7 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 		old.tools.close()
 		old.prompts.close()
 		old.resources.close()
-		c.closeRetired(ctx) // one that a spec without retire left open
+		c.closeRetired(ctx, false) // one that a spec without retire left open
 		c.retired = old
 	}
 	for _, r := range []interface{ start(*Conn, *session) }{&s.tools, &s.prompts, &s.resources} {
@@ -372,8 +372,8 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 		// Off the owner: the natural handler reads the resource again through the
 		// connection, and that read may need the owner (to replace a session that
 		// broke under it), which must not be waiting for the handler.
-		// Its context ends when the session is closed, which waits for it (as long
-		// as the close may take).
+		// Its context ends when the session is closed; a close for good waits for
+		// it (see closeNow).
 		hctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		s.endUpdates = cancel
 		s.updates.Go(func() {
@@ -608,15 +608,16 @@ func (c *Conn) retire(ctx context.Context, inv machine.Invocation) machine.Event
 	// close is forced at that deadline (reported as our own, as the effect's is).
 	cctx, cancel := context.WithTimeoutCause(ctx, closing, machine.ErrEffectTimeout)
 	defer cancel()
-	cause, err := effects.CloseOutcome(cctx, inv, c.closeNow(cctx, s))
+	cause, err := effects.CloseOutcome(cctx, inv, c.closeNow(cctx, s, inv.Vars.Closing))
 	return machine.Event{Trigger: states.Retired, Cause: cause, Err: err}
 }
 
-// closeRetired closes the session connect replaced at once, if retire has not.
-func (c *Conn) closeRetired(ctx context.Context) {
+// closeRetired closes the session connect replaced at once, if retire has not (final:
+// see closeNow).
+func (c *Conn) closeRetired(ctx context.Context, final bool) {
 	if s := c.retired; s != nil {
 		c.retired = nil
-		_ = c.closeNow(ctx, s)
+		_ = c.closeNow(ctx, s, final)
 	}
 }
 
@@ -639,7 +640,7 @@ func drain(ctx context.Context, s *session, d time.Duration) {
 // session. Its error counts only if the teardown was planned and the error holds a real
 // failure: after a failure, the failure was counted when it was found.
 func (c *Conn) teardown(ctx context.Context, inv machine.Invocation) machine.Event {
-	c.closeRetired(ctx)
+	c.closeRetired(ctx, inv.Vars.Closing)
 	s := c.current.Swap(nil)
 	if s == nil {
 		return machine.Event{Trigger: states.TornDown}
@@ -648,17 +649,24 @@ func (c *Conn) teardown(ctx context.Context, inv machine.Invocation) machine.Eve
 	if inv.Vars.Planned {
 		drain(ctx, s, inv.Policies.TeardownTimeout/2)
 	}
-	cause, err := effects.CloseOutcome(ctx, inv, c.closeNow(ctx, s))
+	cause, err := effects.CloseOutcome(ctx, inv, c.closeNow(ctx, s, inv.Vars.Closing))
 	if !inv.Vars.Planned && cause != states.CauseNone {
 		cause = states.CauseArtifact // the failure behind this teardown was counted already
 	}
 	return machine.Event{Trigger: states.TornDown, Cause: cause, Err: err}
 }
 
-// closeNow closes s under ctx and waits for its re-lists to end.
-func (c *Conn) closeNow(ctx context.Context, s *session) error {
+// closeNow closes s under ctx and waits for its re-lists to end. The handler of the
+// updates s reported once (see restoreAndSwap) has its context ended first; a close
+// for good (final: Close was asked for) also waits for it, within ctx, so that no
+// handler of the connection's runs once Close has returned. Other closes do not: the
+// owner, which must not wait for a handler, is on its way to the next session.
+func (c *Conn) closeNow(ctx context.Context, s *session, final bool) error {
 	if c.opts.onClose != nil {
 		c.opts.onClose(s)
+	}
+	if s.endUpdates != nil {
+		s.endUpdates()
 	}
 	s.tools.close()
 	s.prompts.close()
@@ -667,8 +675,7 @@ func (c *Conn) closeNow(ctx context.Context, s *session) error {
 	s.tools.wait()
 	s.prompts.wait()
 	s.resources.wait()
-	if s.endUpdates != nil {
-		s.endUpdates()
+	if final && s.endUpdates != nil {
 		ended := make(chan struct{})
 		go func() { s.updates.Wait(); close(ended) }()
 		select {
