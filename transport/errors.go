@@ -45,7 +45,9 @@ var ErrListTooLong = errors.New("the server's list is too long")
 
 // ErrInvalidRequest is wrapped by the error of a request that cannot be sent as
 // given, whatever the session: a subscription without a URI on protocol
-// 2026-07-28, which the go-sdk refuses before sending anything. Nothing was sent.
+// 2026-07-28, which the go-sdk refuses before sending anything, and (from package
+// mcpfsm's SetLoggingLevel) a log level that is not one of the protocol's eight.
+// Nothing was sent.
 var ErrInvalidRequest = errors.New("the request cannot be sent as given")
 
 // ErrListenEnded is wrapped by the error given to Options.OnListenEnded (or,
