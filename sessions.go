@@ -191,7 +191,7 @@ func (c *Conn) open(ctx context.Context, inv machine.Invocation, v *versioned, s
 	s.s, s.start = ts, time.Now()
 	s.settler, _ = ts.(settler)
 	if r := ts.InitializeResult(); r != nil && cfg.Kind() == transport.KindHTTP {
-		s.stateless = r.ProtocolVersion >= "2026-07-28"
+		s.stateless = transport.NewProtocol(r.ProtocolVersion)
 		if s.stateless {
 			c.modern.Store(v.gen)
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -155,7 +156,7 @@ const maxCut = 1024
 func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, p *parking) *frontCall {
 	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p, to: streamOf(ctx, ss, req)}
 	if r, ok := req.(interface{ ProtocolVersion() string }); ok {
-		fc.newer = r.ProtocolVersion() >= "2026-07-28"
+		fc.newer = transport.NewProtocol(r.ProtocolVersion())
 	}
 	fc.out = &outbox{}
 	cs.mu.Lock()

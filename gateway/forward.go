@@ -12,6 +12,7 @@ import (
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -150,7 +151,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 	}
 	newer := false
 	if v, ok := req.(interface{ ProtocolVersion() string }); ok {
-		newer = v.ProtocolVersion() >= "2026-07-28"
+		newer = transport.NewProtocol(v.ProtocolVersion())
 	}
 	if newer && r.state != "" && r.inputRequired != nil {
 		return roundTrip(g, ctx, nil, streamOf(ctx, ss, req), r.what(), r.state, r.responses, nil, r.inputRequired)

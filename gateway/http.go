@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -90,7 +91,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		defer lim.releaseBody(charge)
-		if v := r.Header.Get("Mcp-Protocol-Version"); v >= "2026-07-28" && r.Header.Get("Mcp-Session-Id") == "" {
+		if transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")) && r.Header.Get("Mcp-Session-Id") == "" {
 			stateless.ServeHTTP(w, r)
 			return
 		}

@@ -484,7 +484,7 @@ func (s *Session) fellBack(cs *mcp.ClientSession) error {
 		return nil
 	}
 	p := s.rt.discoverErr.Load()
-	if r := cs.InitializeResult(); p == nil || r == nil || r.ProtocolVersion >= "2026-07-28" {
+	if r := cs.InitializeResult(); p == nil || r == nil || NewProtocol(r.ProtocolVersion) {
 		return nil
 	}
 	return fmt.Errorf("server/discover failed (%w), and the go-sdk fell back to protocol %s, which a stateless server takes without keeping anything of the session", *p, cs.InitializeResult().ProtocolVersion)

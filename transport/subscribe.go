@@ -456,8 +456,14 @@ var errNoURI = fmt.Errorf("%w: no resource URI", ErrInvalidRequest)
 // newProtocol reports whether cs speaks protocol 2026-07-28 or later.
 func newProtocol(cs *mcp.ClientSession) bool {
 	r := cs.InitializeResult()
-	return r != nil && r.ProtocolVersion >= "2026-07-28"
+	return r != nil && NewProtocol(r.ProtocolVersion)
 }
+
+// NewProtocol reports whether an MCP protocol version is 2026-07-28 or later: no
+// session on streamable HTTP (each request carries its client's capabilities and
+// log level in its _meta), subscriptions as subscriptions/listen streams, and a
+// server's requests during a call answered inside the call (multi round-trip).
+func NewProtocol(version string) bool { return version >= "2026-07-28" }
 
 // Subscribe subscribes the session to the resource uri. On protocol 2026-07-28 it
 // returns once the server has the subscription, or with the server's refusal, or
