@@ -47,7 +47,9 @@ type Options struct {
 	// than let the go-sdk fall back to initialize and protocol 2025-11-25. Set
 	// it for a server known to speak 2026-07-28: such a server may be
 	// stateless, and takes the fallback, but then keeps nothing of the session
-	// (subscriptions, the log level) and has no stream to send anything on.
+	// (subscriptions, the log level) and has no stream to send anything on. (A
+	// server rolled back to an older protocol behind a proxy that answers the
+	// unknown server/discover with a 5xx is then not reached.)
 	RequireDiscover bool
 	// OnToolsChanged is called when the server sends
 	// notifications/tools/list_changed. It runs on the SDK's reading goroutine,
