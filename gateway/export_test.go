@@ -66,3 +66,11 @@ func SetSessionRequests(n int) (restore func()) {
 	maxSessionRequests = n
 	return func() { maxSessionRequests = old }
 }
+
+// SetParkTimeout sets how long a parked call waits for its client's retry, until the
+// returned function restores it.
+func SetParkTimeout(d time.Duration) (restore func()) {
+	old := parkTimeout
+	parkTimeout = d
+	return func() { parkTimeout = old }
+}

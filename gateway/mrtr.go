@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -21,8 +22,9 @@ import (
 // same one) and is cancelled if no retry comes within parkTimeout, or when more than
 // maxParked wait on one backend and it is the oldest.
 
-// parkTimeout is how long a parked call waits for its front client's retry.
-const parkTimeout = 5 * time.Minute
+// parkTimeout is how long a parked call waits for its front client's retry. A
+// variable for tests.
+var parkTimeout = 5 * time.Minute
 
 // gatherWait is how long the gateway waits, after a backend's first request in a
 // round, for others the backend sends with it (a backend on 2026-07-28 asks for
@@ -57,13 +59,22 @@ type parking struct {
 	cancel  context.CancelFunc
 	pending map[string]need // the needs the front was asked for, by key
 	seq     int
+	// over is closed when the call ends or is given up (cancel): a backend's
+	// request waiting for the front's answer then gets an error, whether or not
+	// its backend cancels it.
+	over     chan struct{}
+	overOnce sync.Once
 }
 
 // newParking returns the parking of a front call that may take input requests,
 // given to the call as it is published (calls.start); roundTrip starts it.
 func newParking(what string) *parking {
-	return &parking{what: what, needs: make(chan need), done: make(chan callDone, 1)}
+	return &parking{what: what, needs: make(chan need), done: make(chan callDone, 1), over: make(chan struct{})}
 }
+
+// errCallOver is what a backend's request for a parked call gets once the call is
+// over: no answer will come for it.
+var errCallOver = errors.New("mcpfsm gateway: the front call it serves is over (answered, cancelled, or given up: its client did not retry it)")
 
 // ask hands a backend's request to the front call and waits for the answer.
 func (p *parking) ask(ctx context.Context, params mcp.InputRequest) (mcp.InputResponse, error) {
@@ -72,12 +83,16 @@ func (p *parking) ask(ctx context.Context, params mcp.InputRequest) (mcp.InputRe
 	case p.needs <- need{params: params, reply: reply}:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-p.over:
+		return nil, errCallOver
 	}
 	select {
 	case a := <-reply:
 		return a.res, a.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-p.over:
+		return nil, errCallOver
 	}
 }
 
@@ -198,7 +213,11 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontSt
 		// Only roundTrip, run's goroutine and parked (after put) read cancel; the
 		// backend's requests, which may see fc from its start, read the channels.
 		p = fc.parking
-		p.cancel = func() { stop(); cancel() }
+		p.cancel = func() {
+			stop()
+			cancel()
+			p.overOnce.Do(func() { close(p.over) })
+		}
 		p.fc = fc
 		if !g.spawn(func() {
 			res, err := run(bctx)

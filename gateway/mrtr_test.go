@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpfsm/mcpfsm/gateway"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
@@ -82,5 +83,31 @@ func TestGateway_RequestStateOfAnotherRequest(t *testing.T) {
 		RequestState: res.RequestState, InputResponses: answers})
 	if err != nil || res.IsError || !strings.Contains(text(res), "the front's answer") {
 		t.Fatalf("the parked call's own retry: %v %q", err, text(res))
+	}
+}
+
+// TestGateway_ParkedCallGivenUpAnswersItsBackend: a 2026-07-28 front client that
+// never retries a parked call (the call given up after parkTimeout) leaves no
+// backend request unanswered: a backend on an older protocol whose sampling request
+// made the call's input-required result, and that does not cancel that request when
+// its call is cancelled, got no answer for as long as its session lived (a goroutine
+// of the gateway's and one of the connection's 256 server requests held, and a
+// backend waiting on it, as this one does, wedged for good).
+func TestGateway_ParkedCallGivenUpAnswersItsBackend(t *testing.T) {
+	defer gateway.SetParkTimeout(100 * time.Millisecond)()
+	g := start(t, config(rawBackend(t, "raw")), gateway.Options{})
+	cs := rawMRTR(t, g)
+	waitTools(t, cs, has("raw__sample"))
+	for i := range 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "raw__sample", Arguments: map[string]any{}})
+		cancel()
+		if err != nil {
+			t.Fatalf("call %d (the first given up, never retried): %v", i+1, err)
+		}
+		if res.RequestState == "" || len(res.InputRequests) == 0 {
+			t.Fatalf("call %d: not an input-required result: %q", i+1, text(res))
+		}
+		time.Sleep(300 * time.Millisecond) // past parkTimeout: given up
 	}
 }

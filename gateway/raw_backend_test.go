@@ -23,6 +23,8 @@ const rawBackendEnv = "MCPFSM_GATEWAY_RAW_BACKEND"
 //   - elicit_null: elicitation/create with "params": null.
 //   - elicit_titled_multi: elicitation/create of a form with one titled
 //     multi-select, choice (items of type string with anyOf, as SEP-1330 allows).
+//   - sample: sampling/createMessage, which it never cancels (it waits for its
+//     answer whatever becomes of the call).
 //
 // and those that send a notification answer "sent" at once:
 //   - spoof_update: notifications/resources/updated for testserver.ResourceA, a
@@ -44,6 +46,8 @@ var rawRequests = map[string]string{
 	"elicit_titled_multi": `{"jsonrpc":"2.0","id":"raw-1","method":"elicitation/create","params":{"mode":"form","message":"pick",` +
 		`"requestedSchema":{"type":"object","properties":{"choice":{"type":"array","items":{"type":"string",` +
 		`"anyOf":[{"const":"value1","title":"First"},{"const":"value2","title":"Second"}]}}}}}}`,
+	"sample": `{"jsonrpc":"2.0","id":"raw-1","method":"sampling/createMessage","params":{"maxTokens":10,` +
+		`"messages":[{"role":"user","content":{"type":"text","text":"hi"}}]}}`,
 	"spoof_update": `{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"` + testserver.ResourceA + `"}}`,
 }
 
