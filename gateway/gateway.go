@@ -158,7 +158,7 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.broadcast = &outbox{g: g}
 	g.setRules(cfg)
-	g.table.Store(compute(*g.rules.Load(), *g.sep.Load(), nil))
+	g.table.Store(compute(*g.rules.Load(), *g.sep.Load(), nil, g.opts.StatusResource))
 	g.server = g.newServer()
 	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
 		Client: opts.Client, Handlers: g.handlersFor, Roots: []*mcp.Root{}, Logger: opts.Logger,
@@ -388,7 +388,7 @@ func (g *Gateway) syncer() {
 			lists[k] = &c
 		}
 		g.listMu.Unlock()
-		t := compute(*g.rules.Load(), *g.sep.Load(), lists)
+		t := compute(*g.rules.Load(), *g.sep.Load(), lists, g.opts.StatusResource)
 		// The table first: a client calls only what it has seen listed, and the
 		// front server lists only what register adds.
 		g.table.Store(t)

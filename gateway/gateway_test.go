@@ -848,3 +848,36 @@ func TestGateway_BackendInstructionsCapped(t *testing.T) {
 		t.Errorf("the front's instructions are %d bytes, want the backends' cut", len(instr))
 	}
 }
+
+// TestGateway_StatusResourceNotShadowed: a backend that lists a resource at the
+// status resource's URI does not take it over. It did: the backend's resource
+// replaced the gateway's handler, so a read of the status went to the backend (which
+// could say anything there), and once the backend dropped it the status resource
+// was gone for good (not found).
+func TestGateway_StatusResourceNotShadowed(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{StatusResource: testserver.ResourceA})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("a__echo"))
+	res, err := cs.ReadResource(callCtx(t), &mcp.ReadResourceParams{URI: testserver.ResourceA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Contents) != 1 || res.Contents[0].MIMEType != "application/json" || !strings.Contains(res.Contents[0].Text, `"a"`) {
+		t.Fatalf("the status resource read %+v, want the gateway's status", res.Contents)
+	}
+	var n int
+	for r, err := range cs.Resources(callCtx(t), nil) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.URI == testserver.ResourceA {
+			n++
+			if r.Name != "mcpfsm-gateway-status" {
+				t.Errorf("the status resource is listed as %+v", r)
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("the status resource's URI listed %d times", n)
+	}
+}

@@ -113,8 +113,9 @@ var llmName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
 // compute builds the table from the rules (config order) and the backends' lists. A
 // name claimed twice goes to the first claimer in config order (within one server,
-// in its list's order).
-func compute(rs []rules, sep string, lists map[string]*listing) *table {
+// in its list's order). The URI of the gateway's status resource (status, if set) is
+// the gateway's: no backend's resource is shown there.
+func compute(rs []rules, sep string, lists map[string]*listing, status string) *table {
 	t := &table{
 		tools: map[string]shownTool{}, prompts: map[string]shownPrompt{},
 		resources: map[string]shownResource{}, rules: rs, sep: sep,
@@ -161,6 +162,10 @@ func compute(rs []rules, sep string, lists map[string]*listing) *table {
 		}
 		for _, res := range l.resources {
 			if res == nil || !r.shown(res.Name) {
+				continue
+			}
+			if status != "" && res.URI == status {
+				t.warnings = append(t.warnings, warning{"a name collides", fmt.Sprintf("resource %q of server %q is hidden by the gateway's status resource", res.URI, r.server)})
 				continue
 			}
 			if prev, dup := t.resources[res.URI]; dup {
