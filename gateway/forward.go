@@ -336,7 +336,13 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	return nil
 }
 
-func (g *Gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+// unsubscribe forwards resources/unsubscribe, and the end of a 2026-07-28
+// subscriptions/listen stream: the go-sdk's server undoes a listen's subscriptions
+// with the listen's context, which has ended by then. So it is carried out whatever
+// becomes of its request, within the gateway's life and a bound of its own.
+func (g *Gateway) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) error {
+	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+	defer cancel()
 	return g.dropSub(ctx, ctx, req.Session, req.Params.URI)
 }
 

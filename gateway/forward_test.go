@@ -437,3 +437,36 @@ func TestGateway_ElicitationSchemaTheSDKRefuses(t *testing.T) {
 		t.Errorf("the front client was asked with the schema %v", schema)
 	}
 }
+
+// TestGateway_ListenEndUnsubscribesTheBackend: a 2026-07-28 front client subscribes
+// through a subscriptions/listen stream; when the stream ends (its client cancels it:
+// the go-sdk's Unsubscribe), the last front subscription to the URI is gone and the
+// backend is unsubscribed. It stayed subscribed for good (and subscribed again by
+// every reconnect): the go-sdk's server undoes a listen's subscriptions with the
+// listen's context, ended by then, and the backend's unsubscribe was sent with it.
+func TestGateway_ListenEndUnsubscribesTheBackend(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	cs := front(t, g, nil, "2026-07-28")
+	waitTools(t, cs, has("a__touch"))
+	subs := func() []string { return g.Manager().Conn("a").Subscriptions() }
+	if err := cs.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(waitFor)
+	for len(subs()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the backend was never subscribed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := cs.Unsubscribe(callCtx(t), &mcp.UnsubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(waitFor)
+	for len(subs()) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the backend is still subscribed after the front's listen ended: %v", subs())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
