@@ -248,6 +248,10 @@ func (g *Gateway) Reload(ctx context.Context, cfg *mcpfsm.Config) (mcpfsm.Reload
 	}
 	// The rules first: lists of a new server are taken from its first session on.
 	g.setRules(cfg)
+	// The calls parked at a server removed are given up first: their retries can
+	// reach them no more, and a backend's request waiting on one (before
+	// 2026-07-28, its session's) held its close for teardown_timeout.
+	g.parked.giveUp(func(server string) bool { _, ok := cfg.Server(server); return !ok })
 	res, err := g.m.Reload(ctx, cfg)
 	g.m.Wrap()
 	g.listMu.Lock()

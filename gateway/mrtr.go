@@ -164,6 +164,25 @@ func (ps *parked) take(token, what string) (p *parking, other bool) {
 	return pc.p, false
 }
 
+// giveUp cancels the parked calls to the servers for which gone holds (a reload
+// removed them: no retry can reach them, their names gone).
+func (ps *parked) giveUp(gone func(server string) bool) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	for token, pc := range ps.by {
+		if gone(pc.p.fc.server) {
+			pc.timer.Stop()
+			pc.p.cancel()
+			delete(ps.by, token)
+		}
+	}
+	for server := range ps.order {
+		if gone(server) {
+			delete(ps.order, server)
+		}
+	}
+}
+
 // closeAll cancels every parked call (at Close).
 func (ps *parked) closeAll() {
 	ps.mu.Lock()

@@ -111,3 +111,37 @@ func TestGateway_ParkedCallGivenUpAnswersItsBackend(t *testing.T) {
 		time.Sleep(300 * time.Millisecond) // past parkTimeout: given up
 	}
 }
+
+// TestGateway_ReloadGivesUpParkedCalls: a reload that removes a server gives up the
+// 2026-07-28 calls parked there (their retries cannot reach them: the names are
+// gone) at once. It did not: the backend's request that parked the call (before
+// 2026-07-28, one of its session's) waited for a retry, and the removed server's
+// close, and with it the reload, waited teardown_timeout for it.
+func TestGateway_ReloadGivesUpParkedCalls(t *testing.T) {
+	s := inMemory("llm", testserver.Options{})
+	s.Transport.ProtocolVersion = "2025-11-25" // its sampling request is its session's
+	s.Policies.TeardownTimeout = 10 * time.Second
+	g := start(t, config(s, inMemory("b", testserver.Options{})), gateway.Options{})
+	cs := rawMRTR(t, g)
+	waitTools(t, cs, has("llm__sample"))
+	res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "llm__sample", Arguments: map[string]any{"prompt": "p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequestState == "" {
+		t.Fatalf("not an input-required result: %q", text(res))
+	}
+	start := time.Now()
+	if _, err := g.Reload(callCtx(t), config(inMemory("b", testserver.Options{}))); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the reload removing a server with a parked call took %v (teardown_timeout 10s)", took)
+	}
+	_, err = cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "llm__sample", Arguments: map[string]any{"prompt": "p"},
+		RequestState: res.RequestState, InputResponses: sampled(res.InputRequests, "late")})
+	var je *jsonrpc.Error
+	if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {
+		t.Errorf("the retry of a call parked at a removed server: %v, want invalid params (an unknown tool, or a requestState not held)", err)
+	}
+}
