@@ -339,10 +339,15 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 // unsubscribe forwards resources/unsubscribe, and the end of a 2026-07-28
 // subscriptions/listen stream: the go-sdk's server undoes a listen's subscriptions
 // with the listen's context, which has ended by then. So it is carried out whatever
-// becomes of its request, within the gateway's life and a bound of its own.
-func (g *Gateway) unsubscribe(_ context.Context, req *mcp.UnsubscribeRequest) error {
-	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
-	defer cancel()
+// becomes of its request, within a bound of its own; once the gateway closes (its
+// front's listens end then too) only the front's count is kept: the backends close
+// next, and one that does not answer would hold the front's close.
+func (g *Gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	if !g.closed.Load() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(g.ctx, 10*time.Second)
+		defer cancel()
+	}
 	return g.dropSub(ctx, ctx, req.Session, req.Params.URI)
 }
 
