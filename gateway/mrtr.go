@@ -192,7 +192,7 @@ func (ps *parked) closeAll() {
 		pc.p.cancel()
 		delete(ps.by, token)
 	}
-	ps.order = nil
+	clear(ps.order) // not nil: a call parking as the gateway closes must not panic in put
 }
 
 // roundTrip runs a front request on a 2026-07-28 front: a new call (fc, whose parking
