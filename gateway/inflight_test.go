@@ -50,3 +50,26 @@ func TestExpiring(t *testing.T) {
 		t.Errorf("at 200 s: %d kept, %d in order, want 1 and 1", e.len(), len(e.order))
 	}
 }
+
+// TestParkedAfterCloseAll: a call that parks as the gateway closes (after closeAll)
+// is parked, not a panic on a map closeAll dropped; it is given up at the next
+// closeAll or its timeout as any other.
+func TestParkedAfterCloseAll(t *testing.T) {
+	var ps parked
+	park := func() (*parking, *bool) {
+		cancelled := false
+		return &parking{fc: &frontCall{server: "s"}, what: "tools/call \"x\"", cancel: func() { cancelled = true }}, &cancelled
+	}
+	p1, c1 := park()
+	ps.put(p1)
+	ps.closeAll()
+	if !*c1 {
+		t.Error("closeAll did not give up the parked call")
+	}
+	p2, c2 := park()
+	ps.put(p2) // panicked: assignment to entry in nil map
+	ps.closeAll()
+	if !*c2 {
+		t.Error("the call parked after the first closeAll was not given up by the second")
+	}
+}
