@@ -213,13 +213,19 @@ func Load(name string, data []byte) (Scenario, error) {
 	}
 	if f := top["repeat"]; f.Value != nil {
 		every := duration(r, f.Value, "repeat", false)
-		if every > 0 && sc.Duration > 0 {
+		switch {
+		case every > 0 && sc.Duration/every > maxRepeats:
+			r.Errorf(f.Value, "repeat %s replays the timeline more than %d times in %s: repeat less often", f.Value.Value, maxRepeats, sc.Duration)
+		case every > 0 && sc.Duration > 0:
 			sc.Timeline = repeat(sc.Timeline, every, sc.Duration)
 		}
 	}
 	if f := top["calls"]; f.Value != nil {
 		c := r.Struct(f.Value, "calls", "every!", "timeout", "idempotent")
 		sc.Calls.Every = duration(r, c["every"].Value, "calls every", false)
+		if every := sc.Calls.Every; every > 0 && sc.Duration/every > maxCalls {
+			r.Errorf(c["every"].Value, "calls every %s makes more than %d calls in %s: call less often", c["every"].Value.Value, maxCalls, sc.Duration)
+		}
 		sc.Calls.Timeout = duration(r, c["timeout"].Value, "calls timeout", false)
 		if v := c["idempotent"].Value; v != nil {
 			sc.Calls.Idempotent, _ = r.Bool(v, "calls idempotent")
@@ -238,6 +244,14 @@ func Load(name string, data []byte) (Scenario, error) {
 	sc.defaults()
 	return sc, nil
 }
+
+// maxRepeats and maxCalls bound the work a scenario file may ask for, so that a
+// simulation of any file ends in seconds (a repeat or a call every nanosecond for 30
+// days would run for days, the calls' answers filling memory).
+const (
+	maxRepeats = 100000
+	maxCalls   = 1000000
+)
 
 // duration reads a duration; nil reads as 0. zero says whether 0 is allowed.
 func duration(r *machine.YAMLReader, n *yaml.Node, what string, zero bool) time.Duration {
