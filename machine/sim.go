@@ -46,6 +46,7 @@ type Sim struct {
 	trs   []Transition
 	queue simQueue // the world's scheduled doings, and posted events
 	seq   uint64   // orders doings scheduled for the same instant
+	max   int      // SimOptions.MaxTransitions
 }
 
 // SimOptions configure a Sim. World is required.
@@ -54,6 +55,10 @@ type SimOptions struct {
 	Policies *Policies  // the spec's defaults when nil
 	Rand     *rand.Rand // draws jitter; a fixed seed when nil
 	Start    time.Time  // the first instant; 2000-01-01 UTC when zero, as in testing/synctest
+	// MaxTransitions, if positive, stops the simulation once it has taken that many
+	// transitions (Stopped then says so), so that a spec whose timers fire every
+	// millisecond, or whose effects chain at once, runs in bounded time and memory.
+	MaxTransitions int
 }
 
 // NewSim returns a simulation of spec in its initial state, with the world started.
@@ -66,7 +71,7 @@ func NewSim(spec *Spec, opts SimOptions) *Sim {
 	if rng == nil {
 		rng = rand.New(rand.NewPCG(1, 1))
 	}
-	s := &Sim{world: opts.World, now: opts.Start}
+	s := &Sim{world: opts.World, now: opts.Start, max: opts.MaxTransitions}
 	if s.now.IsZero() {
 		s.now = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 	}
@@ -88,6 +93,9 @@ func (s *Sim) Calls() CallMode { return s.core.spec.states[s.core.state].calls }
 // Vars returns the simulated connection's extended state.
 func (s *Sim) Vars() Vars { return s.core.vars }
 
+// Stopped reports whether the simulation stopped at SimOptions.MaxTransitions.
+func (s *Sim) Stopped() bool { return s.max > 0 && len(s.trs) >= s.max }
+
 // Transitions returns every transition so far, in order.
 func (s *Sim) Transitions() []Transition { return s.trs }
 
@@ -105,7 +113,7 @@ func (s *Sim) At(t time.Time, fn func()) {
 // transitions that fall due on the way, in instant order (a doing before a timer due at
 // the same instant). It stops early if the connection closes.
 func (s *Sim) RunUntil(t time.Time) {
-	for !s.core.final() {
+	for !s.core.final() && !s.Stopped() {
 		next, isTimer := s.next()
 		if next.IsZero() || next.After(t) {
 			break
@@ -122,7 +130,7 @@ func (s *Sim) RunUntil(t time.Time) {
 		item := heap.Pop(&s.queue).(simItem)
 		item.fn()
 	}
-	if t.After(s.now) {
+	if t.After(s.now) && !s.Stopped() {
 		s.now = t
 	}
 }
@@ -138,6 +146,9 @@ func (s *Sim) next() (time.Time, bool) {
 
 // apply applies one event and follows the effects it sets off.
 func (s *Sim) apply(t trig, ev *Event, fromInvoke bool) {
+	if s.Stopped() {
+		return
+	}
 	tr, inv, ok := s.core.apply(t, ev, fromInvoke, s.now)
 	if !ok {
 		return
@@ -150,7 +161,7 @@ func (s *Sim) apply(t trig, ev *Event, fromInvoke bool) {
 // follow runs invoked effects in virtual time, each taking the time its outcome says,
 // and applies their outcomes.
 func (s *Sim) follow(inv *invokeSpec) {
-	for inv != nil {
+	for inv != nil && !s.Stopped() {
 		timeout := s.core.durs[inv.timeout.field]
 		out := inv.run(context.Background(), s.world, Invocation{
 			Effect: inv.name, State: s.State(), Now: s.now, Timeout: timeout, TimeoutPolicy: inv.timeout.Name,

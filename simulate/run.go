@@ -37,19 +37,35 @@ type Summary struct {
 	Recover []time.Duration
 	Calls   CallStats
 	TimeIn  map[states.State]time.Duration
+	// Stopped, if not zero, is when the simulation stopped short of its duration,
+	// having taken MaxTransitions transitions; the figures cover up to then.
+	Stopped time.Duration `json:",omitempty"`
 }
+
+// MaxTransitions is the most transitions a simulation takes (about 200 MB of them):
+// a spec whose timers fire every millisecond would otherwise fill memory within hours
+// of simulated time.
+const MaxTransitions = 1000000
 
 // Run plays sc against spec with the given policies (the spec's defaults when nil) and
 // seed, in virtual time.
 func Run(spec *machine.Spec, pol *machine.Policies, sc Scenario, seed uint64) Result {
 	sc.defaults()
 	w := NewWorld(spec, sc)
-	sim := machine.NewSim(spec, machine.SimOptions{World: w, Policies: pol, Rand: rand.New(rand.NewPCG(seed, seed))})
+	sim := machine.NewSim(spec, machine.SimOptions{World: w, Policies: pol, Rand: rand.New(rand.NewPCG(seed, seed)), MaxTransitions: MaxTransitions})
 	start := sim.Now()
 	sim.Post(machine.Event{Trigger: states.Start})
 	sim.RunUntil(start.Add(sc.Duration))
 	trs := sim.Transitions()
-	return Result{Scenario: sc, Spec: spec, Start: start, Transitions: trs, Summary: Summarize(spec, sc, start, trs, w.Calls())}
+	covered := sc
+	if sim.Stopped() {
+		covered.Duration = max(sim.Now().Sub(start), 1)
+	}
+	s := Summarize(spec, covered, start, trs, w.Calls())
+	if sim.Stopped() {
+		s.Stopped = covered.Duration
+	}
+	return Result{Scenario: sc, Spec: spec, Start: start, Transitions: trs, Summary: s}
 }
 
 // Summarize computes a Summary from a scenario's transitions through spec's states:
@@ -145,6 +161,9 @@ func (r Result) WriteTimeline(w io.Writer) {
 func (r Result) WriteSummary(w io.Writer) {
 	s := r.Summary
 	fmt.Fprintf(w, "scenario:           %s\n", r.Scenario)
+	if s.Stopped > 0 {
+		fmt.Fprintf(w, "stopped:            at %s, after %d transitions (the most a simulation takes): the figures below cover up to then\n", fmtDur(s.Stopped), s.Transitions)
+	}
 	fmt.Fprintf(w, "transitions:        %d, of which %d carried a failure that counts\n", s.Transitions, s.Failures)
 	fmt.Fprintf(w, "connect attempts:   %d (per hour: %s)\n", s.ConnectAttempts, ints(s.AttemptsPerHour))
 	fmt.Fprintf(w, "time to detect:     %s\n", durs(s.Detect))

@@ -1,10 +1,13 @@
 package simulate_test
 
 import (
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/effects"
+	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/simulate"
 )
 
@@ -35,5 +38,36 @@ func TestScenarioWorkBounded(t *testing.T) {
 	// (7.5 s to simulate, at most).
 	if _, err := simulate.Load("s.yaml", []byte("duration: 720h\ntimeline: [{at: 0s, server: up}, {at: 1m, server: down}]\nrepeat: 10m\ncalls: {every: 3s}\n")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSimulationBounded: a spec whose timers fire every millisecond (probes of 1ms)
+// stops at MaxTransitions and says so; a month of it filled memory (1.4 GB an hour).
+func TestSimulationBounded(t *testing.T) {
+	data, err := os.ReadFile("../transitions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := strings.Replace(string(data), "keepalive_interval:\n    default: 30s", "keepalive_interval:\n    default: 1ms", 1)
+	fast = strings.Replace(fast, "probe_timeout:\n    default: 5s", "probe_timeout:\n    default: 1ms", 1)
+	spec, err := machine.LoadSpec("fast.yaml", []byte(fast), effects.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc, err := simulate.Load("s.yaml", []byte("duration: 720h\ntimeline: [{at: 0s, server: up}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := simulate.Run(spec, nil, sc, 1)
+	if n := len(res.Transitions); n > simulate.MaxTransitions {
+		t.Fatalf("%d transitions, more than %d", n, simulate.MaxTransitions)
+	}
+	if s := res.Summary.Stopped; s <= 0 || s >= sc.Duration {
+		t.Errorf("Stopped = %s, want the instant it stopped, within the 720h", s)
+	}
+	var b strings.Builder
+	res.WriteSummary(&b)
+	if !strings.Contains(b.String(), "stopped:            at ") {
+		t.Errorf("the summary does not say it stopped:\n%s", b.String())
 	}
 }
