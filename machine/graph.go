@@ -65,6 +65,7 @@ func (s *Spec) DOT(opts GraphOptions) string {
 // Markdown. The output depends only on the spec and opts.
 func (s *Spec) Mermaid(opts GraphOptions) string {
 	g := s.graph(opts)
+	mermaidID := mermaidIDs(g.nodes)
 	var b strings.Builder
 	b.WriteString("stateDiagram-v2\n")
 	for _, n := range g.nodes {
@@ -196,7 +197,31 @@ func dotQuote(s string) string {
 	return `"` + r.Replace(s) + `"`
 }
 
-func mermaidID(name string) string { return strings.ReplaceAll(name, "-", "_") }
+// mermaidIDs returns the Mermaid ID of each state's name: the name with - written _
+// (an ID cannot hold a -), and, when that is another state's name or ID (a-b beside
+// a_b), with _2, _3... added, so that no two states are drawn as one. Names without a
+// - keep theirs; the others take theirs in the spec's order.
+func mermaidIDs(nodes []graphNode) func(string) string {
+	ids := make(map[string]string, len(nodes))
+	taken := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		if !strings.Contains(n.name, "-") {
+			ids[n.name], taken[n.name] = n.name, true
+		}
+	}
+	for _, n := range nodes {
+		if _, ok := ids[n.name]; ok {
+			continue
+		}
+		base := strings.ReplaceAll(n.name, "-", "_")
+		id := base
+		for i := 2; taken[id]; i++ {
+			id = fmt.Sprintf("%s_%d", base, i)
+		}
+		ids[n.name], taken[id] = id, true
+	}
+	return func(name string) string { return ids[name] }
+}
 
 // mermaidText keeps a label within what stateDiagram-v2 parses: no colons, semicolons
 // or hashes, which it reads as syntax.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 )
@@ -98,5 +99,32 @@ func TestGraphHighlight(t *testing.T) {
 		if spec.DOT(opts) != spec.DOT(opts) || spec.Mermaid(opts) != spec.Mermaid(opts) {
 			t.Fatal("rendering is not deterministic")
 		}
+	}
+}
+
+// TestMermaidIDsDistinct: states whose names differ only in - and _ are drawn as two
+// states in Mermaid (whose IDs cannot hold a -); both were drawn as one, their edges
+// merged.
+func TestMermaidIDsDistinct(t *testing.T) {
+	data := strings.ReplaceAll(string(defaultSpecYAML(t)), "breaker-open", "backing_off")
+	spec, err := machine.LoadSpec("twins.yaml", []byte(data), effects.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mmd := spec.Mermaid(machine.GraphOptions{})
+	alias := regexp.MustCompile(`(?m)^    state "([^"]+)" as (\S+)$`)
+	ids := map[string]string{} // id to the state drawn under it
+	for _, st := range spec.States() {
+		ids[string(st.Name)] = string(st.Name)
+	}
+	for _, m := range alias.FindAllStringSubmatch(mmd, -1) {
+		delete(ids, m[1])
+		if other, ok := ids[m[2]]; ok {
+			t.Errorf("states %q and %q are both drawn as %s:\n%s", other, m[1], m[2], mmd)
+		}
+		ids[m[2]] = m[1]
+	}
+	if len(ids) != len(spec.States()) {
+		t.Errorf("%d states drawn as %d", len(spec.States()), len(ids))
 	}
 }
