@@ -2,6 +2,7 @@ package machine
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/mcpfsm/mcpfsm/states"
@@ -24,7 +25,11 @@ type GraphOptions struct {
 func (s *Spec) DOT(opts GraphOptions) string {
 	g := s.graph(opts)
 	var b strings.Builder
-	fmt.Fprintf(&b, "// The lifecycle in %s, rendered by mcpfsm graph. Do not edit.\n", baseName(s.file))
+	name := baseName(s.file)
+	if q := strconv.Quote(name); q != `"`+name+`"` {
+		name = q // a line break would end the comment, the rest read as DOT
+	}
+	fmt.Fprintf(&b, "// The lifecycle in %s, rendered by mcpfsm graph. Do not edit.\n", name)
 	b.WriteString("digraph lifecycle {\n")
 	b.WriteString("  rankdir=TB;\n")
 	b.WriteString("  node [shape=box, style=rounded, fontname=\"Helvetica\", fontsize=11];\n")

@@ -128,3 +128,21 @@ func TestMermaidIDsDistinct(t *testing.T) {
 		t.Errorf("%d states drawn as %d", len(spec.States()), len(ids))
 	}
 }
+
+// TestDOTFileNameEscaped: the file name in the DOT's first line, a comment, is quoted
+// when it holds a line break (or another control character), which ended the comment
+// and wrote the rest of the name into the picture as DOT.
+func TestDOTFileNameEscaped(t *testing.T) {
+	spec, err := machine.LoadSpec("specs/x\n}\ndigraph evil {\r.yaml", defaultSpecYAML(t), effects.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(spec.DOT(machine.GraphOptions{}), "\n")
+	want := []string{`// The lifecycle in "x\n}\ndigraph evil {\r.yaml", rendered by mcpfsm graph. Do not edit.`, "digraph lifecycle {"}
+	if diff := cmp.Diff(want, lines[:2]); diff != "" {
+		t.Errorf("first lines (-want +got):\n%s", diff)
+	}
+	if got := loadDefault(t).DOT(machine.GraphOptions{}); !strings.HasPrefix(got, "// The lifecycle in transitions.yaml, rendered") {
+		t.Errorf("a plain name is quoted: %s", got[:80])
+	}
+}
