@@ -219,4 +219,14 @@ func TestPoliciesValidate(t *testing.T) {
 	if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "backoff_max") {
 		t.Errorf("a backoff_max below its base: %v", err)
 	}
+	// Past 100 years, as Set refuses it (a time that far ahead does not fit UnixNano:
+	// a status page showed 1719); Validate took up to 292 years.
+	d = loadDefault(t).Defaults()
+	d.KeepaliveInterval = 200 * 365 * 24 * time.Hour
+	if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "keepalive_interval 1752000h0m0s is longer than 876000h0m0s (100 years)") {
+		t.Errorf("a keepalive_interval of 200 years: %v", err)
+	}
+	if err := d.Set("keepalive_interval", "1752000h"); err == nil {
+		t.Error("Set took 200 years")
+	}
 }

@@ -223,6 +223,8 @@ func (p Policies) Validate() error {
 				problems = append(problems, fmt.Sprintf("%s %s is negative", info.Name, d))
 			case d == 0 && !info.ZeroIsOff:
 				problems = append(problems, fmt.Sprintf("%s is 0 (unset?): it must be positive", info.Name))
+			case d > maxPolicyDuration:
+				problems = append(problems, fmt.Sprintf("%s %s is longer than %s (100 years), the longest a policy takes", info.Name, d, maxPolicyDuration))
 			}
 		case KindCount:
 			if n := f.Int(); n < 1 {
