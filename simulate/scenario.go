@@ -11,8 +11,11 @@ package simulate
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/mcpfsm/mcpfsm/machine"
 	yaml "go.yaml.in/yaml/v3"
@@ -297,7 +300,17 @@ func baseName(path string) string {
 	return path
 }
 
-// String describes the scenario on one line.
+// String describes the scenario on one line: a name or description from a file that
+// holds a line break or another control character (a terminal's escape) is quoted.
 func (sc Scenario) String() string {
-	return fmt.Sprintf("%s (%s, %s): %s", sc.Name, sc.Duration, sc.Transport, sc.Description)
+	return fmt.Sprintf("%s (%s, %s): %s", oneLine(sc.Name), sc.Duration, sc.Transport, oneLine(sc.Description))
+}
+
+// oneLine returns s, or s quoted Go-style if it holds a control character or is not
+// UTF-8.
+func oneLine(s string) string {
+	if !utf8.ValidString(s) || strings.IndexFunc(s, unicode.IsControl) >= 0 {
+		return strconv.Quote(s)
+	}
+	return s
 }

@@ -71,3 +71,32 @@ func TestSimulationBounded(t *testing.T) {
 		t.Errorf("the summary does not say it stopped:\n%s", b.String())
 	}
 }
+
+// TestScenarioTextEscaped: a scenario's name (its file's, by default) and description
+// are written on the summary's one line, control characters quoted: a terminal's
+// escapes, or a line break forging a line of the summary, went out as they were.
+func TestScenarioTextEscaped(t *testing.T) {
+	sc, err := simulate.Load("dir/s\x1b]0;x\x07.yaml", []byte("description: \"calm\\ncalls:              0 made \\e[2J\"\nduration: 1m\ntimeline: [{at: 0s, server: up}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	simulate.Run(loadSpec(t), nil, sc, 1).WriteSummary(&b)
+	first, _, _ := strings.Cut(b.String(), "\n")
+	want := `scenario:           "s\x1b]0;x\a" (1m0s, http): "calm\ncalls:              0 made \x1b[2J"`
+	if first != want || strings.ContainsRune(b.String(), 0x1b) {
+		t.Errorf("summary:\n%s\nwant its first line %s", b.String(), want)
+	}
+}
+
+func loadSpec(t *testing.T) *machine.Spec {
+	data, err := os.ReadFile("../transitions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := machine.LoadSpec("transitions.yaml", data, effects.Registry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
