@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unicode/utf8"
 
 	yaml "go.yaml.in/yaml/v3"
 )
@@ -179,10 +180,16 @@ func (r *YAMLReader) Parse(data []byte) (root *yaml.Node) {
 		if _, e := fmt.Sscanf(msg, "line %d:", &line); e == nil {
 			msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
 		}
-		r.problems = append(r.problems, Problem{File: r.File, Line: line, Column: 1, Msg: "not valid YAML: " + msg})
-		if line == 0 {
-			r.problems[len(r.problems)-1].Column = 0
+		col := 1
+		if line == 0 && (strings.Contains(msg, "control characters") || strings.Contains(msg, "UTF-8")) {
+			// The parser names no place for a character it refuses (a control
+			// character, a byte that is not UTF-8): find it.
+			var found string
+			if line, col, found = badChar(data); line > 0 {
+				msg += " (found " + found + ")"
+			}
 		}
+		r.problems = append(r.problems, Problem{File: r.File, Line: line, Column: col, Msg: "not valid YAML: " + msg})
 		return nil
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
@@ -201,6 +208,29 @@ func (r *YAMLReader) Parse(data []byte) (root *yaml.Node) {
 		return nil
 	}
 	return doc.Content[0]
+}
+
+// badChar returns the line and column (in characters, from 1) of the first character
+// of data that YAML does not allow: a byte that is not UTF-8, or a control character
+// other than tab, line feed, carriage return and next line; and that character, quoted.
+// It returns 0 for the line if there is none.
+func badChar(data []byte) (line, col int, found string) {
+	line, col = 1, 1
+	for i := 0; i < len(data); {
+		r, w := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && w <= 1:
+			return line, col, strconv.Quote(string(data[i : i+1]))
+		case r < 0x20 && r != '\t' && r != '\n' && r != '\r', r >= 0x7f && r < 0xa0 && r != 0x85, r == 0xfffe, r == 0xffff:
+			return line, col, strconv.Quote(string(r))
+		case r == '\n':
+			line, col = line+1, 1
+		default:
+			col++
+		}
+		i += w
+	}
+	return 0, 0, ""
 }
 
 // emptyScalar reports whether n is the null of a document that says nothing.
