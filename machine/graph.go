@@ -164,7 +164,7 @@ func (s *Spec) graph(opts GraphOptions) graph {
 	for _, e := range s.edges { // grouped by state already, in file order
 		ge := graphEdge{from: string(s.name(e.from)), to: string(s.name(e.to)), timed: e.delay != nil, internal: e.internal}
 		ge.label = e.name
-		if e.delay != nil {
+		if e.delay != nil && e.delay.policy.Kind != 0 { // a registry's delay may name none
 			if e.delay.fn != nil {
 				ge.label += fmt.Sprintf(" (%s %s)", e.delay.policy.Name, pol.Format(e.delay.policy))
 			} else {

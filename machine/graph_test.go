@@ -146,3 +146,31 @@ func TestDOTFileNameEscaped(t *testing.T) {
 		t.Errorf("a plain name is quoted: %s", got[:80])
 	}
 }
+
+// TestGraphDelayWithoutPolicy: a registry's delay whose Policy names no policy (it
+// is optional) is drawn without one; the graph panicked (reflect, formatting a
+// duration as a number).
+func TestGraphDelayWithoutPolicy(t *testing.T) {
+	reg := effects.Registry()
+	delays := map[string]machine.Delay{}
+	for name, d := range reg.Delays {
+		delays[name] = d
+	}
+	for name, policy := range map[string]string{"steady": "", "typo": "backof_base"} {
+		d := delays["backoff"]
+		d.Policy = policy
+		delays[name] = d
+	}
+	reg.Delays = delays
+	for _, name := range []string{"steady", "typo"} {
+		data := strings.Replace(string(defaultSpecYAML(t)), "delay: backoff", "delay: "+name, 1)
+		spec, err := machine.LoadSpec("custom.yaml", []byte(data), reg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dot, mmd := spec.DOT(machine.GraphOptions{}), spec.Mermaid(machine.GraphOptions{})
+		if !strings.Contains(dot, `"backing-off" -> "connecting" [label="after `+name+`", style=dashed]`) || !strings.Contains(mmd, "backing_off --> connecting : after "+name+"\n") {
+			t.Errorf("the timed edge of %s is not drawn plainly:\n%s\n%s", name, dot, mmd)
+		}
+	}
+}

@@ -83,7 +83,8 @@ type Invoke struct {
 
 // A Delay is a named delay function for a timed transition, such as the backoff for the
 // current attempt. Next returns the delay, or false when the transition is disabled (a
-// keepalive interval of 0). Policy names the policy that sets its scale, for graphs.
+// keepalive interval of 0). Policy, if set, names the policy that sets its scale, for
+// graphs.
 type Delay struct {
 	Doc    string
 	Policy string
