@@ -54,11 +54,15 @@ var actions = map[string]machine.Action{
 	},
 }
 
-// scale multiplies d by f, saturating rather than overflowing.
+// scale multiplies d by f, saturating rather than overflowing; a factor over 1 adds at
+// least a nanosecond (1ns × 1.5, truncated, was 1ns for ever).
 func scale(d time.Duration, f float64) time.Duration {
 	x := float64(d) * f
 	if x >= float64(1<<62) {
 		return 1 << 62
+	}
+	if f > 1 && time.Duration(x) <= d {
+		return d + 1
 	}
 	return time.Duration(x)
 }

@@ -165,3 +165,35 @@ func TestRegistryIsDocumented(t *testing.T) {
 		}
 	}
 }
+
+// TestBackoffFromANanosecond: a backoff_base or breaker_cooldown of 1ns grows as the
+// policies say (each step was truncated back to 1ns: the machine retried a dead server
+// every millisecond for ever); and the backoff of a connection that has failed for
+// ever (2^40 attempts) is computed at once (one multiplication per attempt, when a
+// backoff_multiplier of 1 never reached backoff_max).
+func TestBackoffFromANanosecond(t *testing.T) {
+	p := policies()
+	p.BackoffBase, p.BackoffJitter = time.Nanosecond, 0
+	r := rand.New(rand.NewPCG(1, 1))
+	if d, _ := backoff(&machine.Vars{Attempts: 100}, p, r); d != p.BackoffMax {
+		t.Errorf("backoff from 1ns, attempt 100 = %s, want backoff_max %s", d, p.BackoffMax)
+	}
+	v := machine.Vars{}
+	p.BreakerCooldown = time.Nanosecond
+	p.BreakerCooldownMultiplier = 1.5
+	for range 100 {
+		actions["open_breaker"].Do(&v, p, time.Time{})
+	}
+	if v.Cooldown != p.BreakerCooldownMax {
+		t.Errorf("cooldown from 1ns after 100 trips = %s, want breaker_cooldown_max %s", v.Cooldown, p.BreakerCooldownMax)
+	}
+	p = policies()
+	p.BackoffMultiplier, p.BackoffJitter = 1, 0
+	start := time.Now()
+	if d, _ := backoff(&machine.Vars{Attempts: 1 << 40}, p, r); d != p.BackoffBase {
+		t.Errorf("backoff with multiplier 1 = %s, want backoff_base %s", d, p.BackoffBase)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("one backoff took %s", took)
+	}
+}

@@ -57,11 +57,12 @@ func firstProbe(every time.Duration, j float64, r *rand.Rand) time.Duration {
 }
 
 func backoff(v *machine.Vars, p *machine.Policies, r *rand.Rand) (time.Duration, bool) {
-	d := p.BackoffBase
-	for i := 1; i < v.Attempts && d < p.BackoffMax; i++ {
-		d = scale(d, p.BackoffMultiplier)
+	// At once rather than a multiplication per attempt: a connection may fail for
+	// ever, and a multiplier of 1 never reaches the cap.
+	d := p.BackoffMax
+	if x := float64(p.BackoffBase) * math.Pow(p.BackoffMultiplier, float64(max(v.Attempts-1, 0))); x < float64(p.BackoffMax) {
+		d = time.Duration(x)
 	}
-	d = min(d, p.BackoffMax)
 	return jitter(d, p.BackoffJitter, r), true
 }
 
