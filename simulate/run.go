@@ -96,26 +96,37 @@ func Summarize(spec *machine.Spec, sc Scenario, start time.Time, trs []machine.T
 	// Detection and recovery, fault by fault: a fault lasts from a change to down,
 	// frozen or restart until the next change.
 	serves := func(st states.State) bool { return spec.Calls(st) == machine.Serve }
+	// The transitions are in time order: an instant is found by binary search, and the
+	// first transition of a kind from any index on is tabled once, so that a timeline of
+	// 100,000 changes over a million transitions is summarized at once (it took
+	// minutes, scanning the transitions for every change).
+	n := len(trs)
+	index := func(t time.Time) int { return sort.Search(n, func(i int) bool { return !trs[i].At.Before(t) }) }
 	before := func(t time.Time) states.State { // the state just before t
-		st := spec.Initial()
-		for _, tr := range trs {
-			if !tr.At.Before(t) {
-				break
-			}
-			st = tr.To
+		if i := index(t); i > 0 {
+			return trs[i-1].To
 		}
-		return st
+		return spec.Initial()
 	}
-	firstAfter := func(t, until time.Time, ok func(machine.Transition) bool) (machine.Transition, bool) {
-		for _, tr := range trs {
-			if !tr.At.Before(t) && (until.IsZero() || tr.At.Before(until)) && ok(tr) {
-				return tr, true
+	table := func(ok func(machine.Transition) bool) []int { // the first index from i on whose transition is ok
+		next := make([]int, n+1)
+		next[n] = n
+		for i := n - 1; i >= 0; i-- {
+			next[i] = next[i+1]
+			if ok(trs[i]) {
+				next[i] = i
 			}
+		}
+		return next
+	}
+	firstAfter := func(t, until time.Time, next []int) (machine.Transition, bool) {
+		if i := next[index(t)]; i < n && (until.IsZero() || trs[i].At.Before(until)) {
+			return trs[i], true
 		}
 		return machine.Transition{}, false
 	}
-	lostSession := func(tr machine.Transition) bool { return serves(tr.From) && !serves(tr.To) }
-	ready := func(tr machine.Transition) bool { return serves(tr.To) }
+	lostSession := table(func(tr machine.Transition) bool { return serves(tr.From) && !serves(tr.To) })
+	ready := table(func(tr machine.Transition) bool { return serves(tr.To) })
 	for i, c := range sc.Timeline {
 		if c.Condition == Up {
 			continue

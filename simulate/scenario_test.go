@@ -9,6 +9,7 @@ import (
 	"github.com/mcpfsm/mcpfsm/effects"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/simulate"
+	"github.com/mcpfsm/mcpfsm/states"
 )
 
 // TestScenarioWorkBounded: a scenario file that asks for unbounded work (a repeat or
@@ -99,4 +100,35 @@ func loadSpec(t *testing.T) *machine.Spec {
 		t.Fatal(err)
 	}
 	return spec
+}
+
+// TestSummarizeLinear: the summary of the largest timeline a scenario may have (100,000
+// changes) over a million transitions takes a moment; it scanned the transitions for
+// every change (minutes: a month of flapping every 26 s never printed).
+func TestSummarizeLinear(t *testing.T) {
+	spec := loadSpec(t)
+	start := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+	cycle := []states.State{states.Connecting, states.Ready, states.TearingDown, states.BackingOff}
+	var trs []machine.Transition
+	for i := range 1000000 {
+		trs = append(trs, machine.Transition{At: start.Add(time.Duration(i) * time.Second), From: cycle[i%4], To: cycle[(i+1)%4]})
+	}
+	sc := simulate.Scenario{Duration: 1000000 * time.Second}
+	for i := range 100000 {
+		c := simulate.Down
+		if i%2 == 1 {
+			c = simulate.Up
+		}
+		sc.Timeline = append(sc.Timeline, simulate.Change{At: time.Duration(i)*10*time.Second + 500*time.Millisecond, Condition: c})
+	}
+	began := time.Now()
+	s := simulate.Summarize(spec, sc, start, trs, simulate.CallStats{})
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("Summarize took %s", took)
+	}
+	// Each fault (at i×20 s + 0.5 s, for 10 s) finds the cycle of 4 s; the session is
+	// lost within 4 s, and is back within 4 s of the fault's end.
+	if len(s.Recover) != 50000 || len(s.Detect) == 0 {
+		t.Errorf("%d recoveries, %d detections", len(s.Recover), len(s.Detect))
+	}
 }
