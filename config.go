@@ -192,6 +192,16 @@ type configParser struct {
 	dir    string
 	lookup func(string) (string, bool)
 	names  []shownNames // each server's naming keys, for checkNames
+	// specs holds each spec file loaded so far, by path: a file named by many
+	// servers is read, loaded and held once (2,000 servers naming a 1 MiB spec
+	// took 3.7 GB and 14 s), and its problems are listed once.
+	specs map[string]*loadedSpec
+}
+
+type loadedSpec struct {
+	spec *machine.Spec
+	data []byte
+	bad  *yaml.Node // where the config first named it, if it did not load
 }
 
 var serverName = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
@@ -344,6 +354,17 @@ func (p *configParser) spec(n *yaml.Node) (*machine.Spec, string, []byte) {
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(p.dir, path)
 	}
+	if l, ok := p.specs[path]; ok {
+		if l.bad != nil {
+			p.r.Errorf(n, "spec %s did not load (see line %d)", machine.Quote(name), l.bad.Line)
+			return nil, "", nil
+		}
+		return l.spec, path, l.data
+	}
+	if p.specs == nil {
+		p.specs = map[string]*loadedSpec{}
+	}
+	p.specs[path] = &loadedSpec{bad: n} // until it loads
 	data, err := machine.ReadFile(path)
 	if err != nil {
 		where := ""
@@ -362,6 +383,7 @@ func (p *configParser) spec(n *yaml.Node) (*machine.Spec, string, []byte) {
 		p.r.Errorf(n, "spec %s is not valid:\n%v", machine.Quote(name), err)
 		return nil, "", nil
 	}
+	p.specs[path] = &loadedSpec{spec: spec, data: data}
 	return spec, path, data
 }
 

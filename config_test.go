@@ -455,3 +455,44 @@ func TestConfigEmptyFromEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigSpecLoadedOnce: a spec file that many servers name is loaded once and
+// shared (2,000 servers naming a 1 MiB spec took 3.7 GB and 14 s; a 1 MiB config names
+// it 29,000 times), and a broken one lists its problems once.
+func TestConfigSpecLoadedOnce(t *testing.T) {
+	dir := t.TempDir()
+	spec, err := os.ReadFile("transitions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	write("life.yaml", string(spec))
+	write("broken.yaml", strings.Replace(string(spec), "initial: idle", "initial: nowhere", 1))
+	var b strings.Builder
+	b.WriteString("version: 1\nservers:\n")
+	for i := range 200 {
+		fmt.Fprintf(&b, "  s%d: {command: server, spec: life.yaml}\n", i)
+	}
+	cfg, err := mcpfsm.LoadConfig(write("servers.yaml", b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := cfg.Server("s0")
+	for i := range 200 {
+		if s, _ := cfg.Server(fmt.Sprint("s", i)); s.Spec != first.Spec {
+			t.Fatalf("server s%d has a spec of its own", i)
+		}
+	}
+	_, err = mcpfsm.LoadConfig(write("servers.yaml", "version: 1\nservers:\n  a: {command: server, spec: broken.yaml}\n  b: {command: server, spec: broken.yaml}\n  c: {command: server, spec: ./broken.yaml}\n"))
+	if err == nil || strings.Count(err.Error(), `initial state "nowhere" is not declared`) != 1 ||
+		!strings.Contains(err.Error(), `servers.yaml:4:30: spec "broken.yaml" did not load (see line 3)`) ||
+		!strings.Contains(err.Error(), `servers.yaml:5:30: spec "./broken.yaml" did not load (see line 3)`) {
+		t.Errorf("a broken spec named three times:\n%v", err)
+	}
+}
