@@ -78,6 +78,7 @@ type Conn struct {
 	name    string
 	spec    *machine.Spec
 	m       *machine.Machine
+	left    sync.Once // closes the sessions a spec's close left open (see Close)
 	opts    Options
 	hs      *Handlers
 	client  *mcp.Client
@@ -308,7 +309,28 @@ func (c *Conn) Reconfigure(ctx context.Context, cfg transport.Config, p *machine
 // Close closes the connection for good: it returns once the session is closed (bounded
 // by the teardown timeout: see machine.Machine.Close for the rules) and the machine's
 // owner has exited for good, or with ctx's error.
-func (c *Conn) Close(ctx context.Context) error { return c.m.Close(ctx) }
+func (c *Conn) Close(ctx context.Context) error {
+	if err := c.m.Close(ctx); err != nil {
+		return err
+	}
+	// The machine is final and its owner gone for good. A spec may have reached
+	// its final state without a teardown (close straight from ready to closed, which
+	// the validator allows): the sessions it left open are closed here, within
+	// teardown_timeout, rather than left open for ever.
+	c.left.Do(func() {
+		if c.retired == nil && c.current.Load() == nil {
+			return
+		}
+		tctx, cancel := context.WithTimeout(ctx, c.m.Policies().TeardownTimeout)
+		defer cancel()
+		c.closeRetired(tctx)
+		if s := c.current.Swap(nil); s != nil {
+			s.draining.Store(true)
+			_ = c.closeNow(tctx, s)
+		}
+	})
+	return nil
+}
 
 // WaitReady waits until the connection has a session that calls may use. It fails at
 // once in a state where calls fail fast (ErrUnavailable, with the last failure),
