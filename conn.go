@@ -323,10 +323,10 @@ func (c *Conn) Close(ctx context.Context) error {
 		}
 		tctx, cancel := context.WithTimeout(ctx, c.m.Policies().TeardownTimeout)
 		defer cancel()
-		c.closeRetired(tctx)
+		c.closeRetired(tctx, true)
 		if s := c.current.Swap(nil); s != nil {
 			s.draining.Store(true)
-			_ = c.closeNow(tctx, s)
+			_ = c.closeNow(tctx, s, true)
 		}
 	})
 	return nil
