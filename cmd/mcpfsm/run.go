@@ -61,18 +61,10 @@ reader is gone (mcpfsm run ... | head), the run ends as on Ctrl-C.`, stderr)
 		fmt.Fprintln(stderr, "mcpfsm run: want exactly one CONFIG")
 		return 2
 	}
-	// SIGHUP is caught from here to the end: its default action kills the
-	// process, which must not happen while the connections open or close.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	// A write to a stdout whose reader is gone (mcpfsm run ... | head) fails with
-	// EPIPE instead of killing the process: the run then ends as on Ctrl-C, its
-	// connections closed. Notify, not Ignore: an ignored signal stays ignored in the
-	// servers it starts.
-	pipe := make(chan os.Signal, 1)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	defer signal.Stop(pipe)
+	// From here to the end: SIGHUP reloads, and a write to a stdout whose reader is
+	// gone (mcpfsm run ... | head) fails, which ends the run as Ctrl-C does.
+	hup, stopSignals := catchHangupAndPipe()
+	defer stopSignals()
 	path := fs.Arg(0)
 	cfg, err := mcpfsm.LoadConfig(path)
 	if err != nil {
@@ -386,4 +378,16 @@ func sortedStates(m map[states.State]time.Duration) []states.State {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// catchHangupAndPipe catches, until stop, the two signals whose default action would
+// kill a long-running command while its connections open or close: SIGHUP, which
+// it reads from hup (a reload), and SIGPIPE, so that a write to an output whose
+// reader is gone fails with EPIPE, which the command handles. Notify, not Ignore:
+// an ignored signal stays ignored in the servers the command starts.
+func catchHangupAndPipe() (hup <-chan os.Signal, stop func()) {
+	pipe, h := make(chan os.Signal, 1), make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	signal.Notify(h, syscall.SIGHUP)
+	return h, func() { signal.Stop(pipe); signal.Stop(h) }
 }

@@ -10,10 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"runtime/debug"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
@@ -105,19 +103,12 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	// A write to a stdout (or stderr) whose reader is gone fails with EPIPE instead
-	// of killing the process: a host that closes the gateway's stdout ends its
-	// stdio session, and the gateway closes its backends as at stdin's end. Notify,
-	// not Ignore: an ignored signal stays ignored in the backends it starts.
-	pipe := make(chan os.Signal, 1)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	defer signal.Stop(pipe)
-	// SIGHUP is caught from here to the end, the close included: its default
-	// action kills the process, backends and all. One that comes before the loop
-	// below reads it is kept, and reloads then.
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	// From here to the end, the close included: a write to a stdout (or stderr)
+	// whose reader is gone fails (a host that closes the gateway's stdout ends its
+	// stdio session, and the gateway closes its backends as at stdin's end), and
+	// SIGHUP reloads (one that comes before the loop below reads it is kept).
+	hup, stopSignals := catchHangupAndPipe()
+	defer stopSignals()
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "mcpfsm serve: want exactly one CONFIG")
 		return 2
