@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -135,32 +134,15 @@ func TestRunStdoutUnread(t *testing.T) {
 	cfg := writeConfig(t, "version: 1\npolicies: {park_interval: 1ms}\nservers:\n  s:\n    command: ./no-such-server\n")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "run", cfg)
-	stdout, err := cmd.StdoutPipe() // never read
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdout.Close()
 	var stderr testutil.SyncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, _, stdout, _ := startPiped(ctx, t, &stderr, "run", cfg) // stdout never read
+	defer stdout.Close()
 	time.Sleep(3 * time.Second) // a transition every millisecond or so: the pipe's 64 KiB are full
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("run ended with %v; stderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		t.Fatalf("still running 60s after SIGTERM with its stdout unread; stderr:\n%s", stderr.String())
+	if err := exited(t, cmd, 60*time.Second, "after SIGTERM with its stdout unread", &stderr); err != nil {
+		t.Errorf("run ended with %v; stderr:\n%s", err, stderr.String())
 	}
 }
 
@@ -171,16 +153,8 @@ func TestRunStdoutClosed(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "run", cfg)
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var stderr testutil.SyncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, _, stdout, _ := startPiped(ctx, t, &stderr, "run", cfg)
 	lines := bufio.NewScanner(stdout)
 	for lines.Scan() && !strings.Contains(lines.Text(), "→ ready") {
 	}
@@ -188,16 +162,7 @@ func TestRunStdoutClosed(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil { // a reload: a line more
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("run ended with %v once its stdout was gone, want exit 0; stderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(40 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		t.Fatalf("still running 40s after its stdout was gone; stderr:\n%s", stderr.String())
+	if err := exited(t, cmd, 40*time.Second, "after its stdout was gone", &stderr); err != nil {
+		t.Errorf("run ended with %v once its stdout was gone, want exit 0; stderr:\n%s", err, stderr.String())
 	}
 }

@@ -524,7 +524,7 @@ func TestServeStdioSurvivesGarbage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd, stdin, stdout, _ := serveStdio(ctx, t, &stderr, cfg)
+	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg)
 	answers := bufio.NewReader(stdout)
 	exchange := func(lines ...string) map[string]any {
 		t.Helper()
@@ -579,7 +579,7 @@ func TestServeStopsWithStdoutUnread(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd, stdin, stdout, _ := serveStdio(ctx, t, &stderr, cfg) // never read
+	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg) // never read
 	defer stdout.Close()
 	// Each line is answered with an error of some 100 bytes: 3,000 of them are
 	// more than the pipe holds.
@@ -646,7 +646,7 @@ func TestServeStdoutClosed(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd, stdin, stdout, _ := serveStdio(ctx, t, &stderr, cfg)
+	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg)
 	defer stdin.Close()
 	if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"); err != nil {
 		t.Fatal(err)
@@ -691,7 +691,7 @@ func TestServeSIGHUPWhileStopping(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer
-	cmd, stdin, stdout, _ := serveStdio(ctx, t, &stderr, cfg)
+	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg)
 	defer stdin.Close()
 	answers := bufio.NewReader(stdout)
 	for _, line := range []string{
@@ -827,7 +827,7 @@ func TestServeStderrClosed(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd, stdin, stdout, stderr := serveStdio(ctx, t, nil, cfg)
+	cmd, stdin, stdout, stderr := startPiped(ctx, t, nil, "serve", cfg)
 	defer stdin.Close()
 	stderr.Close() // the host reads no log
 	answers := bufio.NewReader(stdout)
@@ -863,7 +863,7 @@ func TestServeStderrUnread(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd, stdin, stdout, stderr := serveStdio(ctx, t, nil, cfg) // never read
+	cmd, stdin, stdout, stderr := startPiped(ctx, t, nil, "serve", cfg) // never read
 	defer stdin.Close()
 	defer stderr.Close()
 	answers := bufio.NewReader(stdout)
@@ -902,11 +902,12 @@ func TestServeStderrUnread(t *testing.T) {
 	}
 }
 
-// serveStdio starts mcpfsm serve with args as a host launching it does: its stdin and
-// stdout are pipes; its stderr goes to stderr or, if that is nil, to a pipe, errPipe.
-func serveStdio(ctx context.Context, t *testing.T, stderr io.Writer, args ...string) (cmd *exec.Cmd, stdin io.WriteCloser, stdout, errPipe io.ReadCloser) {
+// startPiped starts mcpfsm with args (a command and its arguments) as a host or a
+// shell pipeline would: its stdin and stdout are pipes; its stderr goes to stderr or,
+// if that is nil, to a pipe, errPipe.
+func startPiped(ctx context.Context, t *testing.T, stderr io.Writer, args ...string) (cmd *exec.Cmd, stdin io.WriteCloser, stdout, errPipe io.ReadCloser) {
 	t.Helper()
-	cmd = exec.CommandContext(ctx, mcpfsmBin(t), append([]string{"serve"}, args...)...)
+	cmd = exec.CommandContext(ctx, mcpfsmBin(t), args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -923,6 +924,23 @@ func serveStdio(ctx context.Context, t *testing.T, stderr io.Writer, args ...str
 		t.Fatal(err)
 	}
 	return cmd, stdin, stdout, errPipe
+}
+
+// exited waits up to d for cmd to end and returns how it ended; past d it kills cmd
+// and fails the test, saying what it waited for.
+func exited(t *testing.T, cmd *exec.Cmd, d time.Duration, what string, stderr fmt.Stringer) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("still running %v %s; stderr:\n%s", d, what, stderr)
+		return nil
+	}
 }
 
 // TestWatcherWaitsForASettledFile: --watch adopts a change once two readings in a row
