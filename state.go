@@ -63,7 +63,10 @@ func setLevel(ctx context.Context, s *session, name string, level mcp.LoggingLev
 // refuses apart from the request, Subscribe (and a restore) waits for that word, so
 // that no update made once it returns is missed, and a refusal is the server's error
 // (the go-sdk drops it unread); a server that says nothing costs a wait of 2 s (see
-// transport.Session.Subscribe).
+// transport.Session.Subscribe). A Subscribe (or Unsubscribe) whose ctx ends while its
+// request is in flight may have taken effect on the server all the same, unrecorded:
+// until the next session, which holds what the connection records, that server may
+// send updates for a resource Subscriptions does not list (or none for one it does).
 func (c *Conn) Subscribe(ctx context.Context, p *mcp.SubscribeParams) error {
 	uri := orEmpty(p).URI
 	return c.changeState(ctx, "resources/subscribe", uri, false, func(ctx context.Context, s *session) error {
