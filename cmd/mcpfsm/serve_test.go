@@ -591,22 +591,14 @@ func TestServeStopsWithStdoutUnread(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case <-exited:
-		if d := time.Since(start); d > 40*time.Second {
-			t.Errorf("stopped %v after SIGTERM, want within the 5s grace and the 15s close", d)
-		}
-		// The stuck front took half of the close's time, not all of it: the
-		// backend was closed in what was left, not cut off.
-		if strings.Contains(stderr.String(), "closing example") {
-			t.Errorf("the backend's close was cut off by the stuck front's:\n%s", stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		t.Fatalf("still running 60s after SIGTERM with its stdout unread\nstderr:\n%s", stderr.String())
+	_ = exited(t, cmd, 60*time.Second, "after SIGTERM with its stdout unread", &stderr)
+	if d := time.Since(start); d > 40*time.Second {
+		t.Errorf("stopped %v after SIGTERM, want within the 5s grace and the 15s close", d)
+	}
+	// The stuck front took half of the close's time, not all of it: the backend was
+	// closed in what was left, not cut off.
+	if strings.Contains(stderr.String(), "closing example") {
+		t.Errorf("the backend's close was cut off by the stuck front's:\n%s", stderr.String())
 	}
 }
 
@@ -658,20 +650,11 @@ func TestServeStdoutClosed(t *testing.T) {
 	// Something for the gateway to answer; a write that finds the gateway gone
 	// is what the test is about.
 	_, _ = io.WriteString(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"+`{"jsonrpc":"2.0","id":2,"method":"ping"}`+"\n")
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
-		}
-		if !strings.Contains(stderr.String(), "broken pipe") {
-			t.Errorf("the gateway did not say why it ended:\n%s", stderr.String())
-		}
-	case <-time.After(40 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		t.Fatalf("still running 40s after its stdout closed\nstderr:\n%s", stderr.String())
+	if err := exited(t, cmd, 40*time.Second, "after its stdout closed", &stderr); err != nil {
+		t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "broken pipe") {
+		t.Errorf("the gateway did not say why it ended:\n%s", stderr.String())
 	}
 }
 
@@ -706,8 +689,6 @@ func TestServeSIGHUPWhileStopping(t *testing.T) {
 		}
 	}
 	go func() { _, _ = io.Copy(io.Discard, answers) }()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -715,15 +696,8 @@ func TestServeSIGHUPWhileStopping(t *testing.T) {
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
-		}
-	case <-time.After(40 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		t.Fatalf("still running 40s after SIGTERM\nstderr:\n%s", stderr.String())
+	if err := exited(t, cmd, 40*time.Second, "after SIGTERM", &stderr); err != nil {
+		t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
 	}
 }
 
@@ -885,20 +859,11 @@ func TestServeStderrUnread(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	time.Sleep(500 * time.Millisecond)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("the gateway ended with %v, want exit 0", err)
-		}
-	case <-time.After(40 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-		t.Fatal("still running 40s after SIGTERM, its stderr unread")
+	if err := exited(t, cmd, 40*time.Second, "after SIGTERM, its stderr unread", unread{}); err != nil {
+		t.Errorf("the gateway ended with %v, want exit 0", err)
 	}
 }
 
@@ -927,7 +892,7 @@ func startPiped(ctx context.Context, t *testing.T, stderr io.Writer, args ...str
 }
 
 // exited waits up to d for cmd to end and returns how it ended; past d it kills cmd
-// and fails the test, saying what it waited for.
+// and fails the test, saying what it waited for and what cmd wrote on stderr.
 func exited(t *testing.T, cmd *exec.Cmd, d time.Duration, what string, stderr fmt.Stringer) error {
 	t.Helper()
 	done := make(chan error, 1)
@@ -959,3 +924,8 @@ func TestWatcherWaitsForASettledFile(t *testing.T) {
 		t.Errorf("adopted (-want +got):\n%s", diff)
 	}
 }
+
+// unread stands for a stderr the test leaves unread, in exited's failure.
+type unread struct{}
+
+func (unread) String() string { return "(not read)" }
