@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -696,18 +695,12 @@ func TestGateway_CollisionLoggedOnce(t *testing.T) {
 	empty := ""
 	a, b := inMemory("a", testserver.Options{}), inMemory("b", testserver.Options{})
 	a.Prefix, b.Prefix = &empty, &empty
-	var warned atomic.Int64
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		if strings.Contains(string(p), "a name collides") {
-			warned.Add(1)
-		}
-		return len(p), nil
-	}), nil))
+	log, logged := logLines("a name collides")
 	g := start(t, config(a, b), gateway.Options{Logger: log})
 	cs := front(t, g, nil, "2025-11-25")
 	waitTools(t, cs, has("echo"))
 	time.Sleep(100 * time.Millisecond) // both servers listed and settled
-	first := warned.Load()
+	first := len(logged())
 	if first == 0 {
 		t.Fatal("no collision logged")
 	}
@@ -719,7 +712,7 @@ func TestGateway_CollisionLoggedOnce(t *testing.T) {
 			waitTools(t, cs, func(n []string) bool { return !has("extra")(n) })
 		}
 	}
-	if got := warned.Load(); got != first {
+	if got := len(logged()); got != first {
 		t.Errorf("%d collisions logged after 10 list changes, %d before", got, first)
 	}
 }
@@ -732,16 +725,7 @@ func TestGateway_LLMNameWarned(t *testing.T) {
 	dotted, long, good := "files.v2", strings.Repeat("p", 60), "ok"
 	a, b, c := inMemory("a", testserver.Options{}), inMemory("b", testserver.Options{}), inMemory("c", testserver.Options{})
 	a.Prefix, b.Prefix, c.Prefix = &dotted, &long, &good
-	var mu sync.Mutex
-	var lines []string
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		if strings.Contains(string(p), "function-name rule") {
-			mu.Lock()
-			lines = append(lines, string(p))
-			mu.Unlock()
-		}
-		return len(p), nil
-	}), nil))
+	log, logged := logLines("function-name rule")
 	g := start(t, config(a, b, c), gateway.Options{Logger: log})
 	cs := front(t, g, nil, "2025-11-25")
 	waitTools(t, cs, func(n []string) bool { return has("files.v2__echo")(n) && has(long+"__echo")(n) && has("ok__echo")(n) })
@@ -749,11 +733,6 @@ func TestGateway_LLMNameWarned(t *testing.T) {
 		t.Errorf("files.v2__echo: %q, want hi", got)
 	}
 	time.Sleep(100 * time.Millisecond) // every server listed and settled
-	logged := func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(lines)
-	}
 	first := logged()
 	for _, want := range []string{`tool \"files.v2__echo\" of server \"a\"`, `tool \"` + long + `__echo\" of server \"b\"`} {
 		if n := len(slices.DeleteFunc(slices.Clone(first), func(l string) bool { return !strings.Contains(l, want) })); n != 1 {
@@ -780,6 +759,26 @@ type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
+// logLines returns a logger, and a function that returns the records it has logged
+// that hold substr.
+func logLines(substr string) (*slog.Logger, func() []string) {
+	var mu sync.Mutex
+	var lines []string
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), substr) {
+			mu.Lock()
+			lines = append(lines, string(p))
+			mu.Unlock()
+		}
+		return len(p), nil
+	}), nil))
+	return log, func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(lines)
+	}
+}
+
 // TestGateway_RefusedToolLoggedOnce: a backend tool the front server refuses (its
 // input schema is not an object: a server on another SDK may list one) is left out
 // and logged once, not again (and tried again) on every list change of any backend.
@@ -792,18 +791,12 @@ func TestGateway_RefusedToolLoggedOnce(t *testing.T) {
 	odd.InputSchema = map[string]any{"type": "string"} // past the go-sdk's check: listed as is
 	sc := inMemory("odd", testserver.Options{})
 	sc.Transport.InMemory.Server = s
-	var warned atomic.Int64
-	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
-		if strings.Contains(string(p), "cannot be shown") {
-			warned.Add(1)
-		}
-		return len(p), nil
-	}), nil))
+	log, logged := logLines("cannot be shown")
 	g := start(t, config(sc, inMemory("a", testserver.Options{})), gateway.Options{Logger: log})
 	cs := front(t, g, nil, "2025-11-25")
 	waitTools(t, cs, has("a__echo"))
 	time.Sleep(100 * time.Millisecond)
-	if n := warned.Load(); n != 1 {
+	if n := len(logged()); n != 1 {
 		t.Fatalf("the refused tool was logged %d times, want once", n)
 	}
 	for i := range 10 {
@@ -814,7 +807,7 @@ func TestGateway_RefusedToolLoggedOnce(t *testing.T) {
 			waitTools(t, cs, func(n []string) bool { return !has("a__extra")(n) })
 		}
 	}
-	if n := warned.Load(); n != 1 {
+	if n := len(logged()); n != 1 {
 		t.Errorf("the refused tool was logged %d times after 10 list changes, want once", n)
 	}
 	if has("odd__odd")(toolNames(t, cs)) {
