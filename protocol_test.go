@@ -911,17 +911,9 @@ func TestPingStateless(t *testing.T) {
 // a planned reconnect subscribes a new session, while a call in flight, not idempotent,
 // finishes on the old one: it is answered, not failed as one that may have run.
 func TestListenCutKeepsCallsInFlight(t *testing.T) {
-	ct := listenCutter(t)
-	updated := newSeen[string]()
-	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, func(o *Options) {
-		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	uri := testserver.ResourceA
-	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
-		t.Fatal(err)
-	}
+	ct, c, updated, uri := cutSubscribed(ctx, t)
 	first := c.session()
 	held := make(chan error, 1)
 	go func() {
@@ -957,6 +949,20 @@ type cutter struct {
 	cut            func()
 	refuse         atomic.Bool
 	refuseDiscover atomic.Int32
+}
+
+// cutSubscribed opens a connection through a listenCutter, subscribed to one
+// resource (uri), with the updates it reports.
+func cutSubscribed(ctx context.Context, t *testing.T) (ct *cutter, c *conn, updated *seen[string], uri string) {
+	t.Helper()
+	ct, updated, uri = listenCutter(t), newSeen[string](), testserver.ResourceA
+	c = open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, func(o *Options) {
+		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
+	})
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	return ct, c, updated, uri
 }
 
 func listenCutter(t *testing.T) *cutter {
@@ -1002,17 +1008,9 @@ func listenCutter(t *testing.T) *cutter {
 // only whether it did would pass. The next probe fails it instead, and the connection
 // reconnects as after any failure, subscribed again once the server opens sessions.
 func TestListenCutWhileNoSessionOpens(t *testing.T) {
-	ct := listenCutter(t)
-	updated := newSeen[string]()
-	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, func(o *Options) {
-		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	uri := testserver.ResourceA
-	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
-		t.Fatal(err)
-	}
+	ct, c, updated, uri := cutSubscribed(ctx, t)
 	first := c.session()
 	ct.refuse.Store(true)
 	ct.cut()
@@ -1033,17 +1031,9 @@ func TestListenCutWhileNoSessionOpens(t *testing.T) {
 // nothing, and nothing told. The dial fails instead, and the next one speaks
 // 2026-07-28 again: subscribed, with updates.
 func TestNoFallbackFromAStatelessServer(t *testing.T) {
-	ct := listenCutter(t)
-	updated := newSeen[string]()
-	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, func(o *Options) {
-		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
-	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	uri := testserver.ResourceA
-	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
-		t.Fatal(err)
-	}
+	ct, c, updated, uri := cutSubscribed(ctx, t)
 	first := c.session()
 	ct.refuseDiscover.Store(1)
 	ct.cut()
