@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
@@ -913,7 +914,7 @@ func TestPingStateless(t *testing.T) {
 func TestListenCutKeepsCallsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ct, c, updated, uri := cutSubscribed(ctx, t)
+	ct, c, updated, uri := cutSubscribed(ctx, t, nil)
 	first := c.session()
 	held := make(chan error, 1)
 	go func() {
@@ -952,11 +953,11 @@ type cutter struct {
 }
 
 // cutSubscribed opens a connection through a listenCutter, subscribed to one
-// resource (uri), with the updates it reports.
-func cutSubscribed(ctx context.Context, t *testing.T) (ct *cutter, c *conn, updated *seen[string], uri string) {
+// resource (uri), with the updates it reports; pol nil means fastPolicies.
+func cutSubscribed(ctx context.Context, t *testing.T, pol *machine.Policies) (ct *cutter, c *conn, updated *seen[string], uri string) {
 	t.Helper()
 	ct, updated, uri = listenCutter(t), newSeen[string](), testserver.ResourceA
-	c = open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, func(o *Options) {
+	c = open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, pol, func(o *Options) {
 		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
 	})
 	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
@@ -1003,24 +1004,51 @@ func listenCutter(t *testing.T) *cutter {
 }
 
 // TestListenCutWhileNoSessionOpens: the listens are cut while the server opens no new
-// session: the planned reconnect fails, and the old session, which no longer hears
-// of its subscription, serves on; its server still answers, and a probe that asked
-// only whether it did would pass. The next probe fails it instead, and the connection
-// reconnects as after any failure, subscribed again once the server opens sessions.
+// session: the planned reconnect fails (one failure), and the old session, which no
+// longer hears of its subscription, is torn down: its server still answers, but the
+// session has lost what it was opened with. The connection reconnects as after any
+// failure, each failed attempt counted once, and is subscribed again once the server
+// opens sessions. The old session used to serve on until a probe failed it, which
+// counted the one failure twice, and without probes (keepalive_interval 0) it served
+// on for good, deaf to its subscription.
 func TestListenCutWhileNoSessionOpens(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ct, c, updated, uri := cutSubscribed(ctx, t)
-	first := c.session()
-	ct.refuse.Store(true)
-	ct.cut()
-	c.waitFor(func(states.State) bool { return c.count(states.Replacing, states.Ready) > 0 }, 10*time.Second)
-	ct.refuse.Store(false)
-	c.waitNewSession(first, 10*time.Second)
-	if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
-		t.Fatalf("touch after the cut: %q (subscribers), %v\n%s", n, err, c.timeline())
+	for name, keepalive := range map[string]time.Duration{"probes": 300 * time.Millisecond, "no probes": 0} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			pol := fastPolicies()
+			pol.KeepaliveInterval = keepalive
+			pol.BreakerThreshold = 100 // every failure shows in the count
+			ct, c, updated, uri := cutSubscribed(ctx, t, pol)
+			first, before := c.session(), len(c.transitions())
+			ct.refuse.Store(true)
+			ct.cut()
+			c.waitFor(func(states.State) bool { return c.count(states.BackingOff, states.Connecting) >= 2 }, 10*time.Second)
+			ct.refuse.Store(false)
+			c.waitNewSession(first, 10*time.Second)
+			if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
+				t.Fatalf("touch after the cut: %q (subscribers), %v\n%s", n, err, c.timeline())
+			}
+			updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
+			// Every failure counted is a connect that failed: the failed replace,
+			// then the failed attempts after the old session's teardown.
+			failed := 0
+			for _, tr := range c.transitions()[before:] {
+				if tr.Trigger == states.ConnectFailed.String() {
+					failed++
+				}
+				if tr.To == states.Ready && tr.Trigger == states.Connected.String() {
+					break
+				}
+				if tr.Failures != failed {
+					t.Fatalf("%s: %d failures counted after %d failed connects\n%s", tr, tr.Failures, failed, c.timeline())
+				}
+			}
+			if n := c.count(states.Replacing, states.Ready); n != 1 {
+				t.Errorf("%d failed replaces, want 1\n%s", n, c.timeline())
+			}
+		})
 	}
-	updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
 }
 
 // TestNoFallbackFromAStatelessServer: a new session of a server that spoke 2026-07-28
@@ -1033,7 +1061,7 @@ func TestListenCutWhileNoSessionOpens(t *testing.T) {
 func TestNoFallbackFromAStatelessServer(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ct, c, updated, uri := cutSubscribed(ctx, t)
+	ct, c, updated, uri := cutSubscribed(ctx, t, nil)
 	first := c.session()
 	ct.refuseDiscover.Store(1)
 	ct.cut()

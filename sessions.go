@@ -131,9 +131,15 @@ func (l *lifecycle) Connect(ctx context.Context, inv machine.Invocation) machine
 }
 
 // Replace opens a session while the current one serves (make before break); connect
-// leaves the one it replaces for Retire.
+// leaves the one it replaces for Retire. If it fails, a current session that is deaf
+// (its server ended a listen: see listenLost) cannot serve on.
 func (l *lifecycle) Replace(ctx context.Context, inv machine.Invocation) machine.Event {
-	return (*Conn)(l).connect(ctx, inv)
+	c := (*Conn)(l)
+	ev := c.connect(ctx, inv)
+	if ev.Trigger == states.ConnectFailed {
+		c.dropDeaf()
+	}
+	return ev
 }
 
 // Probe, Teardown and Retire: see the Conn methods of the same names in lower case.
@@ -522,10 +528,10 @@ func (c *Conn) probe(ctx context.Context, inv machine.Invocation) machine.Event 
 	if s == nil {
 		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: errNoSession}
 	}
-	if p := s.deaf.Load(); p != nil {
-		// A planned reconnect was asked for and did not replace s.
-		s.reported.Store(true)
-		return machine.Event{Trigger: states.ProbeFailed, Cause: states.CauseLost, Err: *p, Session: s.id}
+	if s.deaf.Load() != nil {
+		// s is deaf (see listenLost), and no reconnect has replaced it: one is
+		// asked for now.
+		return machine.Event{Trigger: states.Recycle, Session: s.id}
 	}
 	healthy := machine.Event{Trigger: states.ProbeOK, Session: s.id}
 	if age := inv.Policies.MaxSessionAge; age > 0 && time.Since(s.start) >= age {
@@ -566,11 +572,13 @@ var errNoSession = errors.New("no session")
 // listenLost: the server of s ended a subscriptions/listen stream it had agreed to
 // (over streamable HTTP on protocol 2026-07-28, where the server keeps no session:
 // a restarted server holds none of them, a proxy may have cut one). It no longer
-// holds those subscriptions, or sends those changed lists. A planned reconnect gives
-// a new session them again (and reports each resource updated once), while s serves
-// on and its calls finish; should that reconnect fail (the server is down), the next
-// probe of s fails, and the connection reconnects as after any failure. A session
-// that a newer one has replaced already (it drains its calls) needs nothing.
+// holds those subscriptions, or sends those changed lists: s is deaf. A planned
+// reconnect gives a new session them again (and reports each resource updated once),
+// while s serves on and its calls finish; should that reconnect fail (the server is
+// down), s is dropped (dropDeaf), and the connection reconnects as after any failure.
+// Should the machine ignore that reconnect (it was tearing s down already), a probe of
+// a deaf s asks again. A session that a newer one has replaced already (it drains its
+// calls) needs nothing.
 func (c *Conn) listenLost(s *session, err error) {
 	s.deaf.Store(&err)
 	if cur := c.current.Load(); cur != nil && cur.id > s.id {
@@ -578,6 +586,22 @@ func (c *Conn) listenLost(s *session, err error) {
 	}
 	c.opts.Logger.Warn("mcpfsm: the server ended a subscription stream; reconnecting to listen again", "server", c.name, "error", err)
 	c.m.Reconnect()
+}
+
+// dropDeaf: a reconnect that was to replace the current session failed. If that
+// session is deaf (see listenLost), it has lost what it was opened with and cannot
+// serve on: it is reported lost, without a cause that counts (the failed connect has
+// counted the one failure), and the connection reconnects as after any failure. It
+// used to serve on until a probe failed it, which counted that failure twice, and
+// without probes (keepalive_interval 0) for good.
+func (c *Conn) dropDeaf() {
+	s := c.current.Load()
+	if s == nil {
+		return
+	}
+	if p := s.deaf.Load(); p != nil && s.reported.CompareAndSwap(false, true) {
+		c.m.Post(machine.Event{Trigger: states.Lost, Err: *p, Session: s.id})
+	}
 }
 
 // endCause classifies the error a session ended with by itself. Whatever it says, the
