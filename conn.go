@@ -97,11 +97,8 @@ type Conn struct {
 	current atomic.Pointer[session]
 	retired *session // a session connect replaced, until retire closes it; owner only
 	last    atomic.Pointer[attempt]
-	// modern is the generation of the config (see versioned) with which a
-	// session spoke protocol 2026-07-28 over streamable HTTP; 0 if none has.
-	modern atomic.Uint64
-	listMu sync.Mutex // orders list deliveries with changes of the current session
-	sent   delivered  // under listMu
+	listMu  sync.Mutex // orders list deliveries with changes of the current session
+	sent    delivered  // under listMu
 
 	// rootsMu orders SetRoots calls (see SetRoots).
 	rootsMu sync.Mutex

@@ -1075,6 +1075,71 @@ func TestNoFallbackFromAStatelessServer(t *testing.T) {
 	updated.waitFor(t, "the gap's update and a new one", func(got []string) bool { return len(got) >= 2 }, 10*time.Second)
 }
 
+// TestNoFallbackOnFirstConnect: as TestNoFallbackFromAStatelessServer, on the
+// connection's first connect: nothing says yet that the server speaks 2026-07-28,
+// and its server/discover gets a 503. The go-sdk fell back to initialize, which the
+// stateless server took without a session of its own (no Mcp-Session-Id): the
+// connection served on 2025-11-25 a server that kept nothing of it, its subscriptions
+// silently dead, until the session happened to end. A fallback that has no session to
+// keep what it is given fails the connect instead; the next speaks 2026-07-28.
+func TestNoFallbackOnFirstConnect(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ct := listenCutter(t)
+	ct.refuseDiscover.Store(1)
+	updated := newSeen[string]()
+	c := open(t, transport.Config{Name: "cut", HTTP: &transport.HTTP{URL: ct.url}}, nil, func(o *Options) {
+		o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updated.add(p.URI) }
+	})
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := c.Server(); info.ProtocolVersion != "2026-07-28" {
+		t.Errorf("the session speaks %q\n%s", info.ProtocolVersion, c.timeline())
+	}
+	if n := c.count(states.Connecting, states.BackingOff); n != 1 {
+		t.Errorf("%d failed connects, want 1 (the fallback)\n%s", n, c.timeline())
+	}
+	uri := testserver.ResourceA
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.callText(ctx, "touch", map[string]any{"uri": uri}); err != nil || n != "1" {
+		t.Fatalf("touch: %q (subscribers), %v\n%s", n, err, c.timeline())
+	}
+	updated.waitFor(t, "the update", func(got []string) bool { return len(got) >= 1 }, 10*time.Second)
+}
+
+// TestFallbackToASessionKept: a server on 2025-11-25 only, stateful, whose
+// server/discover gets a 503 on a first connect: the go-sdk's fallback to initialize
+// opens a session (Mcp-Session-Id) that keeps what it is given, and serves.
+func TestFallbackToASessionKept(t *testing.T) {
+	srv := testserver.New(testserver.Options{})
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
+	var refused atomic.Int32
+	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Method") == "server/discover" {
+			refused.Add(1)
+			http.Error(w, "not now", http.StatusServiceUnavailable)
+			return
+		}
+		sdk.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.Close)
+	c := open(t, transport.Config{Name: "old", HTTP: &transport.HTTP{URL: h.URL}}, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := c.Server(); info.ProtocolVersion != "2025-11-25" || refused.Load() == 0 {
+		t.Errorf("the session speaks %q after %d refused server/discover", info.ProtocolVersion, refused.Load())
+	}
+	if n := c.count(states.Connecting, states.BackingOff); n != 0 {
+		t.Errorf("%d failed connects\n%s", n, c.timeline())
+	}
+}
+
 // TestSetLoggingLevelUnknown: a level that is not one of the protocol's eight is the
 // caller's mistake, refused before anything is sent (cause request), on every
 // protocol. Over streamable HTTP on 2026-07-28, where no server is asked (see

@@ -182,10 +182,6 @@ func (c *Conn) open(ctx context.Context, inv machine.Invocation, v *versioned, s
 		Logger:        c.opts.Logger,
 		OnEnd:         func(err error) { c.report(s, endCause(err), err) },
 		OnListenEnded: func(err error) { c.listenLost(s, err) },
-		// A server that spoke 2026-07-28 over streamable HTTP (stateless) is not
-		// to be spoken to on an older protocol because its server/discover got
-		// no answer once.
-		RequireDiscover: c.modern.Load() == v.gen,
 	}
 	if inv.Timeout > 0 {
 		topts.Deadline = inv.Now.Add(inv.Timeout) // the effect's context says only that it ended
@@ -198,9 +194,6 @@ func (c *Conn) open(ctx context.Context, inv machine.Invocation, v *versioned, s
 	s.settler, _ = ts.(settler)
 	if r := ts.InitializeResult(); r != nil && cfg.Kind() == transport.KindHTTP {
 		s.stateless = transport.NewProtocol(r.ProtocolVersion)
-		if s.stateless {
-			c.modern.Store(v.gen)
-		}
 	}
 	if c.opts.onOpen != nil {
 		c.opts.onOpen(s)

@@ -111,7 +111,7 @@ type lifeRoundTripper struct {
 	// ended it.
 	lost func(error)
 	// discoverErr is why a server/discover got no answer that says anything of
-	// the protocol (see Options.RequireDiscover), if one did not.
+	// the protocol (see Session.fellBack), if one did not.
 	discoverErr atomic.Pointer[error]
 }
 

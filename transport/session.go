@@ -41,16 +41,6 @@ type Options struct {
 	// a goroutine of its own, and not once Close has been called; err wraps
 	// ErrListenEnded.
 	OnListenEnded func(err error)
-	// RequireDiscover, over streamable HTTP, fails a dial whose server/discover
-	// got no answer that says anything of the protocol (no answer at all, or
-	// HTTP 408, 429 or 5xx: a load balancer while the server restarts), rather
-	// than let the go-sdk fall back to initialize and protocol 2025-11-25. Set
-	// it for a server known to speak 2026-07-28: such a server may be
-	// stateless, and takes the fallback, but then keeps nothing of the session
-	// (subscriptions, the log level) and has no stream to send anything on. (A
-	// server rolled back to an older protocol behind a proxy that answers the
-	// unknown server/discover with a 5xx is then not reached.)
-	RequireDiscover bool
 	// OnToolsChanged is called when the server sends
 	// notifications/tools/list_changed. It runs on the SDK's reading goroutine,
 	// which handles notifications in order: it must return promptly (post an
@@ -429,7 +419,7 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	stop := context.AfterFunc(ctx, func() { s.kill(context.Cause(ctx)) })
 	dctx, status := withStatus(ctx)
 	cs, err := s.connect(dctx, cfg, opts)
-	if err == nil && opts.RequireDiscover {
+	if err == nil {
 		err = s.fellBack(cs)
 	}
 	if !stop() && err == nil {
@@ -478,18 +468,26 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	return s, nil
 }
 
-// fellBack returns why cs may not serve, if the go-sdk fell back from a
-// server/discover that got no answer worth the name to an older protocol (see
-// Options.RequireDiscover).
+// fellBack returns why cs may not serve, over streamable HTTP: its server/discover
+// got no answer that says anything of the protocol (no answer at all, or HTTP 408,
+// 429 or 5xx: a load balancer while the server restarts), the go-sdk fell back to
+// initialize and an older protocol, and the server opened no session
+// (Mcp-Session-Id) to keep what it is given. A server on 2026-07-28 is stateless:
+// it takes the fallback, and then keeps nothing of the session (subscriptions, the
+// log level) and has no stream to send anything on, so that they would fail without
+// a word. The dial fails instead, and the next one asks server/discover again. A
+// fallback to a session of the server's is kept: it works, whatever the server
+// speaks besides. (A server on an older protocol that keeps no session, behind a
+// proxy that answers the unknown server/discover with a 5xx, is not reached.)
 func (s *Session) fellBack(cs *mcp.ClientSession) error {
 	if s.rt == nil {
 		return nil
 	}
 	p := s.rt.discoverErr.Load()
-	if r := cs.InitializeResult(); p == nil || r == nil || NewProtocol(r.ProtocolVersion) {
+	if r := cs.InitializeResult(); p == nil || r == nil || NewProtocol(r.ProtocolVersion) || cs.ID() != "" {
 		return nil
 	}
-	return fmt.Errorf("server/discover failed (%w), and the go-sdk fell back to protocol %s, which a stateless server takes without keeping anything of the session", *p, cs.InitializeResult().ProtocolVersion)
+	return fmt.Errorf("server/discover failed (%w), and the go-sdk fell back to protocol %s, which the server took without a session to keep anything of it", *p, cs.InitializeResult().ProtocolVersion)
 }
 
 // connect builds the SDK transport for cfg and connects a client over it.
