@@ -24,8 +24,10 @@ type HTTPOptions struct {
 	// SessionTimeout closes a front session that has sent no request for this long;
 	// 0 keeps idle sessions for ever.
 	SessionTimeout time.Duration
-	// MaxSessions is the most stateful sessions open at once: a request that
-	// would open one more gets 503. 0 means DefaultMaxSessions; negative, no bound.
+	// MaxSessions is the most stateful sessions and 2026-07-28
+	// subscriptions/listen streams open at once (a stream is held open for as
+	// long as its client listens): a request that would open one more gets 503.
+	// 0 means DefaultMaxSessions; negative, no bound.
 	MaxSessions int
 	// BodyMemory is how many bytes of request bodies are held at once, each
 	// charged as it arrives and held until its request has been answered: a
@@ -92,6 +94,16 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		}
 		defer lim.releaseBody(charge)
 		if transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")) && r.Header.Get("Mcp-Session-Id") == "" {
+			// A listen holds its stream open: it counts as a session would.
+			// (The go-sdk refuses a request whose Mcp-Method is not its method's.)
+			if r.Method == http.MethodPost && r.Header.Get("Mcp-Method") == "subscriptions/listen" {
+				done, ok := lim.openStream()
+				if !ok {
+					tooMany(w, lim)
+					return
+				}
+				defer done()
+			}
 			stateless.ServeHTTP(w, r)
 			return
 		}
@@ -109,8 +121,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		if r.Header.Get("Mcp-Session-Id") == "" {
 			done, ok := lim.openSession()
 			if !ok {
-				w.Header().Set("Retry-After", "5")
-				http.Error(w, fmt.Sprintf("the gateway has %d sessions open, as many as it may (MaxSessions, --max-sessions)", lim.maxSessions), http.StatusServiceUnavailable)
+				tooMany(w, lim)
 				return
 			}
 			defer done()
@@ -130,6 +141,13 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		h = bearer(o.Token, h)
 	}
 	return h
+}
+
+// tooMany answers a request that would open one more session or listen stream
+// than lim allows.
+func tooMany(w http.ResponseWriter, lim *limits) {
+	w.Header().Set("Retry-After", "5")
+	http.Error(w, fmt.Sprintf("the gateway has %d sessions and listen streams open, as many as it may (MaxSessions, --max-sessions)", lim.maxSessions), http.StatusServiceUnavailable)
 }
 
 // hasSession reports whether id is the ID of a front session of the gateway's.

@@ -15,8 +15,10 @@ import (
 
 // The HTTP front's bounds, when HTTPOptions leave them zero.
 const (
-	// DefaultMaxSessions is the most stateful front sessions open at once (each
-	// costs some 27 KB and a goroutine until it is deleted or times out).
+	// DefaultMaxSessions is the most stateful front sessions and 2026-07-28
+	// subscriptions/listen streams open at once (a session costs some 27 KB and a
+	// goroutine until it is deleted or times out; a stream, a goroutine and a
+	// connection for as long as it listens).
 	DefaultMaxSessions = 10000
 	// DefaultBodyMemory is how many bytes of request bodies the front holds at
 	// once: eight of the largest the go-sdk accepts (mcp.DefaultMaxRequestBodyBytes).
@@ -28,13 +30,15 @@ const (
 var bodyWait = 10 * time.Second
 
 // limits bound what the HTTP front holds for its clients whoever they are: the
-// stateful sessions open, and the bytes of the request bodies being served.
+// stateful sessions and 2026-07-28 listen streams open, and the bytes of the
+// request bodies being served.
 type limits struct {
 	server      *mcp.Server
 	maxSessions int // 0: none
 
 	mu      sync.Mutex
 	opening int // requests that may open a session, under way
+	streams int // 2026-07-28 subscriptions/listen requests, under way
 
 	bodies  *semaphore.Weighted // nil: no bound
 	maxBody int64               // the most one body is charged: the SDK refuses more
@@ -61,6 +65,20 @@ func newLimits(server *mcp.Server, o HTTPOptions) *limits {
 // when its answer starts (its session, if it opened one, is then counted as open)
 // or it has been served, whichever comes first (it may be called again).
 func (l *limits) openSession() (done func(), ok bool) {
+	return l.admit(&l.opening)
+}
+
+// openStream admits a 2026-07-28 subscriptions/listen request, which holds its
+// stream open for as long as it listens, if there is room for one more session or
+// stream, and returns the function to call when it has been served.
+func (l *limits) openStream() (done func(), ok bool) {
+	return l.admit(&l.streams)
+}
+
+// admit counts one more in *under (l.opening or l.streams) if the sessions open,
+// those opening and the streams leave room under maxSessions, and returns the
+// function that counts it out (it may be called again).
+func (l *limits) admit(under *int) (done func(), ok bool) {
 	if l.maxSessions < 0 {
 		return func() {}, true
 	}
@@ -75,15 +93,15 @@ func (l *limits) openSession() (done func(), ok bool) {
 			open++
 		}
 	}
-	if open+l.opening >= l.maxSessions {
+	if open+l.opening+l.streams >= l.maxSessions {
 		return nil, false
 	}
-	l.opening++
+	*under++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			l.mu.Lock()
-			l.opening--
+			*under--
 			l.mu.Unlock()
 		})
 	}, true

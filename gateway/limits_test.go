@@ -31,7 +31,7 @@ func TestGateway_MaxSessions(t *testing.T) {
 	resp := post(t, url, initializeBody, "", "")
 	msg, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(msg), "2 sessions open") {
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(msg), "2 sessions and listen streams open") {
 		t.Errorf("a third initialize: %s %q, want 503 saying the gateway has 2 sessions open", resp.Status, msg)
 	}
 	if got := text(call(t, first, "a__echo", map[string]any{"text": "open"})); got != "open" {
@@ -54,6 +54,70 @@ func TestGateway_MaxSessions(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("after a session closed, an initialize still got %s", resp.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGateway_MaxSessionsCountsListens: a 2026-07-28 client keeps no session, but
+// each subscriptions/listen stream it opens (a Subscribe) is held open, with a
+// goroutine and a connection, for as long as it listens: streams are counted with
+// the sessions against MaxSessions. They were bounded only by the body memory and
+// the file descriptors (a client could hold hundreds of thousands).
+func TestGateway_MaxSessionsCountsListens(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{MaxSessions: 2})
+	first := httpFront(t, url, "2026-07-28", nil)
+	waitTools(t, first, has("a__touch"))
+	if err := first.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	httpFront(t, url, "2025-11-25", nil) // a session: two held
+	// A listen's answer: its status, the stream then cut. (The go-sdk's client
+	// takes a refused listen for a Subscribe that worked.)
+	listen := func() (int, string) {
+		ctx, cancel := context.WithCancel(callCtx(t))
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "POST", url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"subscriptions/listen","params":{"notifications":{"resourceSubscriptions":["test://static/b"]}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2026-07-28")
+		req.Header.Set("Mcp-Method", "subscriptions/listen")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return resp.StatusCode, ""
+		}
+		msg, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(msg)
+	}
+	if code, msg := listen(); code != http.StatusServiceUnavailable || !strings.Contains(msg, "2 sessions and listen streams open") {
+		t.Errorf("a listen past MaxSessions: %d %q, want 503 saying why", code, msg)
+	}
+	resp := post(t, url, initializeBody, "", "")
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(msg), "as many as it may") {
+		t.Errorf("an initialize past MaxSessions: %s %q, want 503", resp.Status, msg)
+	}
+	stateless := httpFront(t, url, "2026-07-28", nil)
+	if got := text(call(t, stateless, "a__echo", map[string]any{"text": "x"})); got != "x" {
+		t.Errorf("a 2026-07-28 call, not a stream, answered %q", got)
+	}
+	if err := first.Unsubscribe(callCtx(t), &mcp.UnsubscribeParams{URI: testserver.ResourceA}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		code, msg := listen()
+		if code != http.StatusServiceUnavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a listen ended, another still gets %d %q", code, msg)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -58,8 +58,8 @@ for clients before protocol 2026-07-28, stateless requests for clients on it.
 
 --token-env NAME makes the HTTP front require "Authorization: Bearer TOKEN",
 TOKEN being the value of the environment variable NAME. Whoever its clients
-are, the HTTP front holds at most --max-sessions sessions and --body-memory MiB
-of request bodies (each until its request is answered); past them a client gets
+are, the HTTP front holds at most --max-sessions sessions and 2026-07-28
+subscriptions/listen streams, and --body-memory MiB of request bodies (each until its request is answered); past them a client gets
 503 with Retry-After, and a body over 4 MiB gets 413.
 
 On SIGHUP (and, with --watch, when the config file changes) the config is read
@@ -93,7 +93,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	watchEvery := fs.Duration("watch-interval", time.Second, "how often --watch looks at the config file (a change is adopted once two looks in a row agree)")
 	replica := fs.String("replica", "", "I/N: replica I of N behind nginx hashing Mcp-Session-Id")
 	sessionTimeout := fs.Duration("session-timeout", 30*time.Minute, "close an HTTP front session idle this long (0: never)")
-	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most HTTP front sessions open at once; one more gets 503 (0: no bound)")
+	maxSessions := fs.Int("max-sessions", gateway.DefaultMaxSessions, "the most HTTP front sessions and 2026-07-28 listen streams open at once; one more gets 503 (0: no bound)")
 	bodyMemory := fs.Int64("body-memory", gateway.DefaultBodyMemory>>20, "MiB of request bodies the HTTP front holds at once; a request finding no room waits up to 10s, then gets 503 (0: no bound)")
 	readyWait := fs.Duration("ready-wait", 0, "how long a request waits for a server that has no session (0: fail at once)")
 	startupWait := fs.Duration("startup-wait", 5*time.Second, "at startup, how long listing waits for the servers to list theirs (0: not at all)")
