@@ -2,6 +2,7 @@ package mcpfsm
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -476,9 +477,20 @@ func orEmpty[P any](p *P) *P {
 	return p
 }
 
+// maxListBytes is transport.MaxListBytes; tests lower it.
+var maxListBytes = transport.MaxListBytes
+
+// jsonSize is the size of v as JSON, 0 if it cannot be encoded: what a listing's
+// items count against transport.MaxListBytes.
+func jsonSize(v any) int {
+	b, _ := json.Marshal(v)
+	return len(b)
+}
+
 // pages iterates over a paginated list, following cursors, for at most
-// transport.MaxListPages pages and transport.MaxListItems items; a server that repeats
-// a cursor, or keeps going past the caps, ends the iteration with an error.
+// transport.MaxListPages pages, transport.MaxListItems items and
+// transport.MaxListBytes bytes of them; a server that repeats a cursor, or keeps
+// going past the caps, ends the iteration with an error.
 // wrap makes the iteration's own errors (past the caps, a repeated cursor) the
 // caller's kind.
 func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *P) ([]T, string, error), setCursor func(*P, string), wrap func(error) error) iter.Seq2[T, error] {
@@ -486,7 +498,7 @@ func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *
 		var zero T
 		p := *first
 		seen := map[string]bool{}
-		items := 0
+		items, size := 0, 0
 		for n := 0; ; n++ {
 			if n >= transport.MaxListPages {
 				yield(zero, wrap(fmt.Errorf("%w: more than %d pages", transport.ErrListTooLong, transport.MaxListPages)))
@@ -495,6 +507,10 @@ func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *
 			list, next, err := page(ctx, &p)
 			if err != nil {
 				yield(zero, err)
+				return
+			}
+			if size += jsonSize(list); size > maxListBytes {
+				yield(zero, wrap(fmt.Errorf("%w: more than %d bytes", transport.ErrListTooLong, maxListBytes)))
 				return
 			}
 			for _, it := range list {

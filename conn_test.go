@@ -325,3 +325,46 @@ func TestIteratorErrorsAreCallErrors(t *testing.T) {
 		t.Errorf("a walk of a list whose cursor repeats ended with %#v (%v), want a *CallError of prompts/list, cause server, wrapping ErrListTooLong", last, last)
 	}
 }
+
+// TestIteratorBytesCapped: a list whose pages add up to more than
+// transport.MaxListBytes bytes (a page may be as large as a message, 16 MiB, and
+// 1,000 pages were allowed: 16 GB) ends the walk there, with a *CallError wrapping
+// ErrListTooLong; no later page is asked for.
+func TestIteratorBytesCapped(t *testing.T) {
+	var served atomic.Int64
+	big := strings.Repeat("x", 10_000)
+	srv := httptest.NewServer(rawHTTPServer(false, func(method string) any {
+		switch method {
+		case "initialize":
+			return map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"prompts": map[string]any{}},
+				"serverInfo": map[string]any{"name": "big", "version": "0"}}
+		case "prompts/list":
+			n := served.Add(1)
+			return map[string]any{"prompts": []any{map[string]any{"name": "p", "description": big}}, "nextCursor": fmt.Sprint("c", n)}
+		}
+		return map[string]any{}
+	}))
+	t.Cleanup(srv.Close)
+	defer func(old int) { maxListBytes = old }(maxListBytes)
+	maxListBytes = 3*10_000 + 1000 // three pages, not four
+	c := open(t, transport.Config{Name: "big", HTTP: &transport.HTTP{URL: srv.URL}}, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	got := 0
+	for _, err := range c.Conn.Prompts(ctx, nil) {
+		if last = err; err == nil {
+			got++
+		}
+	}
+	var ce *CallError
+	if !errors.As(last, &ce) || ce.Method != "prompts/list" || !errors.Is(last, transport.ErrListTooLong) || !strings.Contains(last.Error(), "bytes") {
+		t.Errorf("the walk ended with %v, want a *CallError of prompts/list wrapping ErrListTooLong, over its bytes", last)
+	}
+	if got != 3 || served.Load() != 4 {
+		t.Errorf("%d prompts yielded of %d pages served, want 3 of 4", got, served.Load())
+	}
+}

@@ -66,8 +66,8 @@
 //   - an HTTP response body other than an event stream is read up to
 //     [MaxResponseBody], the body of a non-2xx answer up to [MaxErrorBody];
 //     the SDK bounds each event of a stream.
-//   - a listing follows at most [MaxListPages] pages and [MaxListItems] items
-//     ([ErrListTooLong]).
+//   - a listing follows at most [MaxListPages] pages, [MaxListItems] items
+//     and [MaxListBytes] bytes of them ([ErrListTooLong]).
 //   - [Error.Error] quotes at most [MaxErrorText] bytes of its cause.
 //
 // # Probe

@@ -32,6 +32,10 @@ const (
 	MaxListPages = 1000
 	// MaxListItems is the most items one listing returns.
 	MaxListItems = 100_000
+	// MaxListBytes is the most bytes one listing's items add up to, as JSON:
+	// a page may be as large as a message (16 MiB), and MaxListPages of them
+	// would be 16 GB.
+	MaxListBytes = 64 << 20
 	// MaxErrorText is the most bytes of an *Error's cause that Error() prints
 	// (its stderr tail aside): the rest is elided with "… (N bytes more)".
 	// The wrapped error is kept whole for errors.Is and errors.As.
@@ -39,8 +43,8 @@ const (
 )
 
 // ErrListTooLong is wrapped by the error of a listing that has more than
-// MaxListPages pages or MaxListItems items (a server that hands out a fresh
-// cursor forever, for one).
+// MaxListPages pages, MaxListItems items or MaxListBytes bytes (a server that
+// hands out a fresh cursor forever, for one).
 var ErrListTooLong = errors.New("the server's list is too long")
 
 // ErrInvalidRequest is wrapped by the error of a request that cannot be sent as

@@ -16,10 +16,7 @@ import (
 // and a fresh cursor, forever; pages counts the pages it served.
 func endlessLists(perPage int, pages *atomic.Int64) *mcp.Server {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "endless", Version: "1"}, nil)
-	tools := make([]*mcp.Tool, perPage)
-	for i := range tools {
-		tools[i] = &mcp.Tool{Name: "t" + strconv.Itoa(i), InputSchema: map[string]any{"type": "object"}}
-	}
+	tools := endlessPage(perPage)
 	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method != "tools/list" {
@@ -32,9 +29,20 @@ func endlessLists(perPage int, pages *atomic.Int64) *mcp.Server {
 	return srv
 }
 
+// endlessPage is a page of endlessLists.
+func endlessPage(perPage int) []*mcp.Tool {
+	tools := make([]*mcp.Tool, perPage)
+	for i := range tools {
+		tools[i] = &mcp.Tool{Name: "t" + strconv.Itoa(i), InputSchema: map[string]any{"type": "object"}}
+	}
+	return tools
+}
+
 // TestListToolsCapped (issue 17, item 5): a tools/list that hands out a fresh
 // cursor forever fails after MaxListPages pages, and one whose pages add up
-// to more than MaxListItems tools fails there, with ErrListTooLong.
+// to more than MaxListItems tools, or MaxListBytes bytes of them, fails there,
+// with ErrListTooLong. (Pages as large as a message each, 16 MiB, were bounded
+// only by the pages: 16 GB.)
 func TestListToolsCapped(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -44,11 +52,17 @@ func TestListToolsCapped(t *testing.T) {
 		{"pages", 1, MaxListPages},
 		// MaxListItems tools cost seconds to decode: the test lowers it.
 		{"items", 500, 10_000/500 + 1},
+		// So does MaxListBytes: a page of 500 tools is some 25 KB of JSON.
+		{"bytes", 500, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "items" {
+			switch tc.name {
+			case "items":
 				defer func(old int) { maxListItems = old }(maxListItems)
 				maxListItems = 10_000
+			case "bytes":
+				defer func(old int) { maxListBytes = old }(maxListBytes)
+				maxListBytes = 3*jsonSize(endlessPage(500)) + 1
 			}
 			var pages atomic.Int64
 			s := dial(t, Config{Name: "endless", InMemory: &InMemory{Server: endlessLists(tc.perPage, &pages)}}, Options{})

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -595,8 +596,18 @@ func uncachedToolLists(next mcp.MethodHandler) mcp.MethodHandler {
 	}
 }
 
-// maxListItems is MaxListItems; tests lower it.
-var maxListItems = MaxListItems
+// maxListItems and maxListBytes are MaxListItems and MaxListBytes; tests lower them.
+var (
+	maxListItems = MaxListItems
+	maxListBytes = MaxListBytes
+)
+
+// jsonSize is the size of v as JSON, 0 if it cannot be encoded: what a listing's
+// items count against MaxListBytes.
+func jsonSize(v any) int {
+	b, _ := json.Marshal(v)
+	return len(b)
+}
 
 // probeKey keys the context value that marks a probe's tools/list: the
 // session's tools as last listed (see uncachedToolLists).
@@ -655,12 +666,13 @@ func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Cal
 
 // ListTools lists every tool, following pagination. Every page is requested
 // from the server: the SDK's list cache is never used. A listing of more than
-// MaxListPages pages or MaxListItems tools fails with an error wrapping
-// ErrListTooLong.
+// MaxListPages pages, MaxListItems tools or MaxListBytes bytes fails with an
+// error wrapping ErrListTooLong.
 func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 	var tools []*mcp.Tool
 	seen := map[string]bool{}
 	cursor := ""
+	size := 0
 	for pages := 1; ; pages++ {
 		pctx, status := withStatus(ctx)
 		res, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{Cursor: cursor})
@@ -675,6 +687,9 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 		tools = append(tools, res.Tools...)
 		if len(tools) > maxListItems {
 			return nil, s.wrap(OpListTools, "", fmt.Errorf("%w: more than %d tools", ErrListTooLong, maxListItems), nil)
+		}
+		if size += jsonSize(res.Tools); size > maxListBytes {
+			return nil, s.wrap(OpListTools, "", fmt.Errorf("%w: more than %d bytes", ErrListTooLong, maxListBytes), nil)
 		}
 		cursor = res.NextCursor
 		if cursor == "" {
