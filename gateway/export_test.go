@@ -74,3 +74,18 @@ func SetParkTimeout(d time.Duration) (restore func()) {
 	parkTimeout = d
 	return func() { parkTimeout = old }
 }
+
+// SetGatherWait sets how long a round gathers a backend's requests, until the
+// returned function restores it.
+func SetGatherWait(d time.Duration) (restore func()) {
+	old := gatherWait
+	gatherWait = d
+	return func() { gatherWait = old }
+}
+
+// Parked returns how many calls are parked.
+func (g *Gateway) Parked() int {
+	g.parked.mu.Lock()
+	defer g.parked.mu.Unlock()
+	return len(g.parked.by)
+}

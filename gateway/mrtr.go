@@ -28,8 +28,9 @@ var parkTimeout = 5 * time.Minute
 
 // gatherWait is how long the gateway waits, after a backend's first request in a
 // round, for others the backend sends with it (a backend on 2026-07-28 asks for
-// several inputs at once), so that they reach the front client in one round.
-const gatherWait = 10 * time.Millisecond
+// several inputs at once), so that they reach the front client in one round. A
+// variable for tests.
+var gatherWait = 10 * time.Millisecond
 
 // A need is a backend's request, waiting for the front's answer.
 type need struct {
@@ -283,6 +284,12 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontSt
 				add(nd)
 			case <-t.C:
 				break gather
+			case <-ctx.Done():
+				// The front request ended while gathering: nobody is left to
+				// retry the call, which ends, its backend's requests answered
+				// with errCallOver.
+				p.cancel()
+				return zero, ctx.Err()
 			}
 		}
 		g.calls.between(p.fc, true)

@@ -145,3 +145,29 @@ func TestGateway_ReloadGivesUpParkedCalls(t *testing.T) {
 		t.Errorf("the retry of a call parked at a removed server: %v, want invalid params (an unknown tool, or a requestState not held)", err)
 	}
 }
+
+// TestGateway_CancelWhileGathering: a 2026-07-28 front call whose client gives up
+// while the gateway gathers its backend's requests for one round is not parked: it
+// ends, and its backend's request is answered (an error) at once. It was parked,
+// its input-required result sent to a client that was gone, and the call held one
+// of its backend's parked slots, and the backend's request, for parkTimeout.
+func TestGateway_CancelWhileGathering(t *testing.T) {
+	defer gateway.SetGatherWait(2 * time.Second)()
+	g := start(t, config(inMemory("llm", testserver.Options{})), gateway.Options{})
+	cs := rawMRTR(t, g)
+	waitTools(t, cs, has("llm__sample"))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "llm__sample", Arguments: map[string]any{"prompt": "p"}}); err == nil {
+		t.Fatalf("the call given up while gathering answered: %q", text(res))
+	}
+	time.Sleep(2500*time.Millisecond - time.Since(start)) // past the gathering
+	if n := g.Parked(); n != 0 {
+		t.Errorf("%d calls parked after their client gave up while gathering", n)
+	}
+	// The backend's call has ended: a call to it is answered at once.
+	if got := text(call(t, cs, "llm__echo", map[string]any{"text": "after"})); got != "after" {
+		t.Errorf("a call after: %q", got)
+	}
+}
