@@ -267,6 +267,40 @@ func TestGraphTrace(t *testing.T) {
 	_ = io.Discard
 }
 
+// TestGraphTraceBounded: graph --trace reads its trace whole before it draws, and an
+// endless one (on stdin) grew without bound: it reads at most maxTraceTransitions of
+// the server's transitions, and lines of at most 1 MiB, and says where it stopped.
+func TestGraphTraceBounded(t *testing.T) {
+	defer func(old int) { maxTraceTransitions = old }(maxTraceTransitions)
+	maxTraceTransitions = 3
+	dir := t.TempDir()
+	line := `{"server":"s","from":"idle","to":"connecting","trigger":"start"}` + "\n"
+	write := func(name, data string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct{ name, data, want string }{
+		{"three.jsonl", strings.Repeat(line, 3), ""},
+		{"four.jsonl", strings.Repeat(line, 4), `four.jsonl:4: more than 3 transitions of server "s"`},
+		{"long.jsonl", line + `{"server":"` + strings.Repeat("x", maxTraceLine) + `"}` + "\n", "long.jsonl:2: a line longer than"},
+		{"broken.jsonl", line + "\n" + `{"server":` + "\n", "broken.jsonl:3: "},
+	} {
+		_, errOut, code := runCLI(t, "graph", "--trace", write(tc.name, tc.data))
+		if tc.want == "" {
+			if code != 0 {
+				t.Errorf("%s: exit %d, %s", tc.name, code, errOut)
+			}
+			continue
+		}
+		if code != 1 || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%s: exit %d, %q; want 1 and %q", tc.name, code, errOut, tc.want)
+		}
+	}
+}
+
 // TestRunAndCallNeverPrintSecrets plants a marker secret in a server's URL (query and
 // userinfo) and headers, through ${VAR}, lets the server refuse it (401) and then
 // vanish, and searches everything mcpfsm run and call print for it.

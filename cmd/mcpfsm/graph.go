@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/machine"
+	"github.com/mcpfsm/mcpfsm/simulate"
 	"github.com/mcpfsm/mcpfsm/states"
 )
 
@@ -26,7 +30,8 @@ picture: FILE holds the JSON lines of mcpfsm run --json or mcpfsm simulate --jso
 ("-" for stdin); --server picks one server when FILE holds several. Each edge
 taken shows how many times it was taken, and timed edges and invoked effects show
 the policies the connection ran with (the last "server" line of FILE for it),
-not the spec's defaults.`, stderr)
+not the spec's defaults. FILE is read whole before anything is drawn: at most
+1,000,000 transitions of the server drawn, and lines of at most 1 MiB.`, stderr)
 	format := fs.String("format", "dot", "output format: dot or mermaid")
 	trace := fs.String("trace", "", "JSON lines of transitions to highlight")
 	server := fs.String("server", "", "the server of --trace to highlight")
@@ -86,6 +91,13 @@ type traceLine struct {
 	Policies map[string]string `json:"policies"`
 }
 
+// The most of a trace that graph --trace reads: transitions of the server drawn (as
+// many as a simulation takes), and bytes in one line. A trace is read whole before
+// anything is drawn: an endless one (on stdin) grew without bound.
+const maxTraceLine = 1 << 20
+
+var maxTraceTransitions = simulate.MaxTransitions // tests lower it
+
 // readTrace reads the transitions of one server from JSON lines, and the policies of
 // its last server line (nil if it has none).
 func readTrace(spec *machine.Spec, file, server string) ([]machine.Transition, map[string]string, error) {
@@ -98,16 +110,21 @@ func readTrace(spec *machine.Spec, file, server string) ([]machine.Transition, m
 		defer f.Close()
 		r = f
 	}
-	dec := json.NewDecoder(r)
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxTraceLine)
 	var out []machine.Transition
 	servers := map[string]bool{}
 	policies := map[string]map[string]string{}
-	for line := 1; ; line++ {
+	line := 0
+	for sc.Scan() {
+		line++
+		b := bytes.TrimSpace(sc.Bytes())
+		if len(b) == 0 {
+			continue
+		}
 		var ev traceLine
-		if err := dec.Decode(&ev); err == io.EOF {
-			break
-		} else if err != nil {
-			return nil, nil, fmt.Errorf("%s: object %d: %v", file, line, err)
+		if err := json.Unmarshal(b, &ev); err != nil {
+			return nil, nil, fmt.Errorf("%s:%d: %v", file, line, err)
 		}
 		if ev.Kind == "server" {
 			policies[ev.Server] = ev.Policies
@@ -126,7 +143,15 @@ func readTrace(spec *machine.Spec, file, server string) ([]machine.Transition, m
 		if !ok1 || !ok2 {
 			return nil, nil, fmt.Errorf("%s: object %d: state %s or %s is not in the lifecycle drawn", file, line, machine.Quote(ev.From), machine.Quote(ev.To))
 		}
+		if len(out) == maxTraceTransitions {
+			return nil, nil, fmt.Errorf("%s:%d: more than %d transitions of server %s: graph a part of the trace (such as its last lines: tail -n %d)", file, line, maxTraceTransitions, machine.Quote(ev.Server), maxTraceTransitions)
+		}
 		out = append(out, machine.Transition{At: ev.Time, From: from, To: to, Trigger: ev.Trigger})
+	}
+	if err := sc.Err(); errors.Is(err, bufio.ErrTooLong) {
+		return nil, nil, fmt.Errorf("%s:%d: a line longer than %d bytes: not a trace", file, line+1, maxTraceLine)
+	} else if err != nil {
+		return nil, nil, fmt.Errorf("%s: %v", file, err)
 	}
 	if server == "" && len(servers) > 1 {
 		return nil, nil, fmt.Errorf("%s holds several servers (%s): pick one with --server", file, strings.Join(sortedNames(servers), ", "))
