@@ -143,7 +143,10 @@ reader is gone (mcpfsm run ... | head), the run ends as on Ctrl-C.`, stderr)
 	defer cancel()
 	err = m.Close(cctx)
 	if web != nil {
-		err = errors.Join(err, web.Close(cctx))
+		// Its own 5 s, as serve gives it: requests still in flight then are cut.
+		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = errors.Join(err, web.Close(wctx))
+		cancel()
 	}
 	var histories map[string][]machine.Transition
 	if *history {

@@ -120,18 +120,41 @@ func (s *statusServer) Serve(m *mcpfsm.Manager) {
 	mux.Handle("GET /metrics", s.metrics)
 	mux.HandleFunc("GET /page.js", static("text/javascript; charset=utf-8", pageJS))
 	mux.HandleFunc("GET /page.css", static("text/css; charset=utf-8", pageCSS))
-	s.srv = &http.Server{Handler: s.guard(mux), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: idleTimeout}
+	s.srv = &http.Server{
+		Handler:           s.guard(mux),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       statusReadTimeout,
+		WriteTimeout:      statusWriteTimeout,
+		IdleTimeout:       idleTimeout,
+	}
 	go func() { s.done <- s.srv.Serve(s.ln) }()
 }
 
+// statusReadTimeout bounds the reading of a request to the status server, its body
+// included, and statusWriteTimeout the writing of its answer. No handler reads a
+// body, but Go's server reads up to 256 KiB of one before it answers (to keep the
+// connection): a GET declaring a body it never sent held its answer and its
+// connection for ever. A client that never reads its answers (pipelined requests
+// for the page) held its connection, blocked on a write, for ever, and with it Close.
+// The status server has no long-lived answer (no stream), so the server's own
+// timeouts do it. Variables for tests.
+var (
+	statusReadTimeout  = 10 * time.Second
+	statusWriteTimeout = 30 * time.Second
+)
+
 // Close stops serving (and closes the listener of a server never served), and shuts
-// the meter provider down.
+// the meter provider down. Requests still in flight when ctx ends are cut (their
+// connections closed), so that nothing of the server outlives Close; that is not an
+// error.
 func (s *statusServer) Close(ctx context.Context) error {
 	var err error
 	if s.srv != nil {
-		err = s.srv.Shutdown(ctx)
+		if serr := s.srv.Shutdown(ctx); serr != nil {
+			_ = s.srv.Close()
+		}
 		if serr := <-s.done; !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
+			err = serr
 		}
 	} else {
 		err = s.ln.Close()

@@ -3,10 +3,12 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -268,5 +270,76 @@ func TestStatusServerIdleConnections(t *testing.T) {
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := br.ReadByte(); err != io.EOF {
 		t.Errorf("the idle connection: %v after %v, want it closed (EOF) after about %v", err, time.Since(start), idleTimeout)
+	}
+}
+
+// TestStatusServerHostileClients: a client of the status server that declares a body
+// it never sends, or pipelines requests and never reads the answers, holds neither its
+// connection nor the run's exit: the first had no answer at all (Go's server reads a
+// body before answering, and the status server had no read timeout), the second held
+// a goroutine blocked writing to it, and with both Ctrl-C took the run's 30 s for its
+// connections and exited 1.
+func TestStatusServerHostileClients(t *testing.T) {
+	defer func(r, w time.Duration) { statusReadTimeout, statusWriteTimeout = r, w }(statusReadTimeout, statusWriteTimeout)
+	statusReadTimeout, statusWriteTimeout = 300*time.Millisecond, 300*time.Millisecond
+	h := testserver.StartHTTP(t, testserver.Options{})
+	run := startCLI(t, "run", "--http-status", ":0", writeConfig(t, fmt.Sprintf("version: 1\nservers:\n  good:\n    url: %s\n", h.URL())))
+	var addr string
+	run.waitFor(t, "the status page's address", func(out string) bool {
+		m := regexp.MustCompile(`status page at http://(127\.0\.0\.1:\d+)/`).FindStringSubmatch(out)
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	dial := func() *net.TCPConn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c.(*net.TCPConn)
+	}
+
+	// A body declared and never sent: an answer, or the connection closed, at once.
+	silent := dial()
+	fmt.Fprintf(silent, "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n")
+	start := time.Now()
+	_ = silent.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadAll(silent); err != nil || time.Since(start) > 5*time.Second {
+		t.Errorf("a request whose body never comes: %v after %v, want its connection ended within about %v", err, time.Since(start), statusReadTimeout)
+	}
+
+	// Pipelined requests for the page whose answers are not read: cut once a write
+	// has waited past the write timeout.
+	deaf := dial()
+	_ = deaf.SetReadBuffer(4096)
+	const requests = 2000
+	go func() {
+		_, _ = deaf.Write([]byte(strings.Repeat("GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", requests)))
+	}()
+	time.Sleep(2 * time.Second)
+	_ = deaf.SetReadDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(deaf)
+	answered := 0
+	var err error
+	for ; answered < requests; answered++ {
+		var res *http.Response
+		if res, err = http.ReadResponse(br, nil); err != nil {
+			break
+		}
+		if _, err = io.Copy(io.Discard, res.Body); err != nil {
+			break
+		}
+		res.Body.Close()
+	}
+	if answered == requests || errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a client that reads no answers: %d of %d answered, then %v; want it cut", answered, requests, err)
+	}
+
+	start = time.Now()
+	if code := run.stop(t); code != 0 || time.Since(start) > 5*time.Second {
+		t.Errorf("Ctrl-C: exit %d after %v: %s", code, time.Since(start), run.stderr.String())
 	}
 }
