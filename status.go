@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // A Status is what a connection can say of itself at once: where it is, what last
@@ -85,7 +87,7 @@ type SessionStatus struct {
 	Started  time.Time     `json:"started"`
 	Age      time.Duration `json:"age"`
 	InFlight int64         `json:"inFlight"` // requests in flight on it
-	Server   ServerInfo    `json:"server"`
+	Server   ServerInfo    `json:"server"`   // what the server said of itself, bounded (see statusInfo)
 }
 
 // MarshalJSON writes Age as a string ("1m30s").
@@ -132,7 +134,7 @@ func (c *Conn) Status() Status {
 	}
 	if s := c.current.Load(); s != nil {
 		info, _ := c.Server()
-		info.SessionID = sessionTag(info.SessionID)
+		info = statusInfo(info)
 		st.Session = &SessionStatus{ID: info.SessionID, Started: s.start, Age: time.Since(s.start), InFlight: s.inflight.Load(), Server: info}
 	}
 	return st
@@ -147,6 +149,84 @@ func sessionTag(id string) string {
 		return ""
 	}
 	return id[:min(8, len(id)/2)] + "…"
+}
+
+// What a status shows of a server's own words, at most: a status is read again and
+// again (the live page every second, /status, the gateway's status resource, which
+// a host's model may read), and a server may say megabytes of itself.
+const (
+	maxStatusInstructions = 8 << 10 // bytes of the instructions
+	maxStatusName         = 200     // bytes of each of the implementation's texts
+	maxStatusExtra        = 8 << 10 // bytes of JSON of experimental or extensions
+)
+
+// statusInfo is what a status shows of info: the session ID's tag (see sessionTag),
+// the instructions and the implementation's texts cut (marked with "…"), its icons
+// left out, and the capabilities' experimental and extensions left out when either
+// is larger than maxStatusExtra.
+func statusInfo(info ServerInfo) ServerInfo {
+	info.SessionID = sessionTag(info.SessionID)
+	info.Instructions = cutText(info.Instructions, maxStatusInstructions)
+	if impl := info.Implementation; impl != nil {
+		info.Implementation = &mcp.Implementation{
+			Name: cutText(impl.Name, maxStatusName), Title: cutText(impl.Title, maxStatusName),
+			Description: cutText(impl.Description, maxStatusName), Version: cutText(impl.Version, maxStatusName),
+			WebsiteURL: cutText(impl.WebsiteURL, maxStatusName),
+		}
+	}
+	if caps := info.Capabilities; caps != nil && (jsonOver(caps.Experimental, maxStatusExtra) < 0 || jsonOver(caps.Extensions, maxStatusExtra) < 0) {
+		c := *caps
+		if jsonOver(c.Experimental, maxStatusExtra) < 0 {
+			c.Experimental = nil
+		}
+		if jsonOver(c.Extensions, maxStatusExtra) < 0 {
+			c.Extensions = nil
+		}
+		info.Capabilities = &c
+	}
+	return info
+}
+
+// cutText shortens s to at most n bytes, at a rune's start, marking the cut.
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// jsonOver returns budget less about the size of v's JSON (as decoded: maps, slices,
+// strings, numbers), stopping once it is negative: walking a value costs at most
+// budget steps.
+func jsonOver[M ~map[string]any](v M, budget int) int {
+	var walk func(v any, budget int) int
+	walk = func(v any, budget int) int {
+		switch x := v.(type) {
+		case string:
+			return budget - len(x) - 2
+		case map[string]any:
+			budget -= 2
+			for k, e := range x {
+				if budget = walk(e, budget-len(k)-4); budget < 0 {
+					return budget
+				}
+			}
+			return budget
+		case []any:
+			budget -= 2
+			for _, e := range x {
+				if budget = walk(e, budget-1); budget < 0 {
+					return budget
+				}
+			}
+			return budget
+		}
+		return budget - 8
+	}
+	return walk(map[string]any(v), budget)
 }
 
 // transportKind names the transport of cfg.

@@ -411,3 +411,63 @@ func TestStatusSessionIDTagged(t *testing.T) {
 		t.Errorf("the status's JSON holds the whole session ID:\n%s", data)
 	}
 }
+
+// TestStatusServerInfoBounded: a server that says megabytes of itself (instructions,
+// its implementation's name and icons, experimental capabilities) has a status of a
+// few KiB: a status is read again and again (the live page every second, /status,
+// the gateway's status resource, which a host's model may read), and it carried all
+// of it each time, where the gateway's initialize answer carries 8 KiB of a backend's
+// instructions. What a well-behaved server says is shown whole.
+func TestStatusServerInfoBounded(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	var icons []mcp.Icon
+	for range 1000 {
+		icons = append(icons, mcp.Icon{Source: "data:image/png;base64," + strings.Repeat("A", 1000)})
+	}
+	open := func(impl *mcp.Implementation, opts *mcp.ServerOptions) Status {
+		t.Helper()
+		srv := mcp.NewServer(impl, opts)
+		c, err := Open(transport.Config{Name: "s", InMemory: &transport.InMemory{Server: srv}}, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.Background()) })
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := c.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return c.Status()
+	}
+
+	st := open(&mcp.Implementation{Name: "n" + big, Title: big, Description: big, Version: big, WebsiteURL: big, Icons: icons},
+		&mcp.ServerOptions{Instructions: "i" + big, Capabilities: &mcp.ServerCapabilities{
+			Experimental: map[string]any{"huge": big}, Extensions: map[string]any{"io.x/huge": map[string]any{"v": []any{big}}},
+			Tools: &mcp.ToolCapabilities{ListChanged: true},
+		}})
+	data, err := json.Marshal(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) > 16<<10 {
+		t.Errorf("the status of a server that says megabytes of itself is %d bytes", len(data))
+	}
+	info := st.Session.Server
+	if !strings.HasPrefix(info.Instructions, "ix") || !strings.HasSuffix(info.Instructions, "…") ||
+		!strings.HasPrefix(info.Implementation.Name, "nx") || len(info.Implementation.Icons) != 0 ||
+		info.Capabilities.Experimental != nil || info.Capabilities.Extensions != nil || info.Capabilities.Tools == nil {
+		t.Errorf("the server's info, cut: %.300s", data)
+	}
+
+	small := &mcp.ServerCapabilities{Experimental: map[string]any{"x": map[string]any{"on": true}}, Extensions: map[string]any{"io.x/y": map[string]any{}}}
+	st = open(&mcp.Implementation{Name: "files", Version: "1.2.3", Title: "Files"}, &mcp.ServerOptions{Instructions: "Read files.", Capabilities: small})
+	want := ServerInfo{
+		Implementation: &mcp.Implementation{Name: "files", Version: "1.2.3", Title: "Files"},
+		Capabilities:   small, Instructions: "Read files.",
+	}
+	got := st.Session.Server
+	got.ProtocolVersion, got.Started = "", time.Time{}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("a well-behaved server's info (-want +got):\n%s", diff)
+	}
+}
