@@ -35,8 +35,8 @@ type Config struct {
 // so that a forced close can kill everything it started.
 type Stdio struct {
 	Command string            // program to run: a path, or a name looked up in PATH
-	Args    []string          // arguments, not including the program name
-	Env     map[string]string // added to (and overriding) the inherited environment; values are secrets
+	Args    []string          // arguments, not including the program name; secrets, as are the credentials in a header line or URL among them
+	Env     map[string]string // added to (and overriding) the inherited environment; values are secrets, and so is the token of a "Bearer T"
 	Dir     string            // working directory; the caller's if empty
 	Stderr  io.Writer         // receives the child's stderr; discarded if nil
 }

@@ -95,8 +95,11 @@
 // Over HTTP, [Error.HTTPStatus] holds the status of a non-2xx answer to the
 // failed request (401, 403, 404, 429, 5xx...), which the SDK keeps only as
 // text. Its text, the logs and [Config.String] never contain a secret of the
-// configuration (header values, environment values, URL userinfo and query
-// values).
+// configuration (header values, environment values, command arguments, URL
+// userinfo and query values; and, where an argument or an environment value
+// carries credentials as a header does, "Authorization: Bearer T" or a URL with
+// a token in its query, the token alone, which a proxy quotes as its remote
+// server said it).
 //
 // # Facts (go-sdk v1.8.0, measured with real servers, pinned by tests)
 //

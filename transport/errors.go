@@ -198,17 +198,91 @@ func newRedactor(c Config) *redactor {
 			}
 		}
 	}
+	// A header's value: a server may quote the credentials alone ("invalid token
+	// T" of "Bearer T"), or, for basic auth, decoded: each word after the scheme
+	// is a secret too.
+	addHeader := func(v string) {
+		add(v)
+		words := strings.Fields(v)
+		if len(words) > 1 {
+			add(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), words[0])))
+			for _, w := range words[1:] {
+				add(w)
+				if strings.EqualFold(words[0], "basic") {
+					if dec, err := base64.StdEncoding.DecodeString(w); err == nil {
+						user, pass, _ := strings.Cut(string(dec), ":")
+						add(string(dec))
+						add(user)
+						add(pass)
+					}
+				}
+			}
+		}
+	}
+	// Credentials in an argument or an environment value, written as in a header
+	// ("Bearer T", "Authorization: Bearer T", "Authorization:Basic B"): taken as
+	// a header's value is. Nothing else of such a text is split into words.
+	addCredentials := func(v string) {
+		if name, rest, ok := strings.Cut(v, ":"); ok && isHeaderName(name) {
+			v = rest
+		}
+		v = strings.TrimSpace(v)
+		if scheme, _, ok := strings.Cut(v, " "); ok && slices.ContainsFunc([]string{"bearer", "basic", "token", "apikey"}, func(s string) bool { return strings.EqualFold(s, scheme) }) {
+			addHeader(v)
+		}
+	}
+	// A URL's user info and query values.
+	addURL := func(u *url.URL) {
+		if u.User != nil {
+			add(u.User.Username())
+			p, _ := u.User.Password()
+			add(p)
+			add(u.User.String())
+			// net/http sends userinfo as basic auth: a server may quote it.
+			add(base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + p)))
+		}
+		if u.RawQuery != "" {
+			add(u.RawQuery)
+			for _, kv := range strings.Split(u.RawQuery, "&") {
+				if _, v, ok := strings.Cut(kv, "="); ok {
+					add(v) // as written, undecoded
+				}
+			}
+			if q, err := url.ParseQuery(u.RawQuery); err == nil {
+				for _, vs := range q {
+					for _, v := range vs {
+						add(v)
+					}
+				}
+			}
+		}
+	}
 	if c.Stdio != nil {
 		for _, v := range c.Stdio.Env {
 			add(v)
+			addCredentials(v) // AUTH_HEADER="Bearer T", for an argument "Authorization:${AUTH_HEADER}"
 		}
 		// Arguments carry tokens as often as the environment does: each
 		// whole, and the value of --flag=value.
+		// An argument may also be a header line (mcp-remote's --header
+		// "Authorization: Bearer T") or a URL with credentials, which a server
+		// quotes in part ("invalid token T"): their secrets are taken as a
+		// config's headers' and URL's are.
 		for _, a := range c.Stdio.Args {
 			add(a)
+			vals := []string{a}
 			if strings.HasPrefix(a, "-") {
 				if _, v, ok := strings.Cut(a, "="); ok {
 					add(v)
+					vals = append(vals, v)
+				}
+			}
+			for _, v := range vals {
+				addCredentials(v)
+				if strings.Contains(v, "://") {
+					if u, err := url.Parse(v); err == nil {
+						addURL(u)
+					}
 				}
 			}
 		}
@@ -218,53 +292,13 @@ func newRedactor(c Config) *redactor {
 			add(h.Auth.ClientSecret)
 		}
 		for _, v := range h.Headers {
-			add(v)
-			// A server may quote the credentials alone ("invalid token T" of
-			// "Bearer T"), or, for basic auth, decoded: each word after the
-			// scheme is a secret too.
-			words := strings.Fields(v)
-			if len(words) > 1 {
-				add(strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), words[0])))
-				for _, w := range words[1:] {
-					add(w)
-					if strings.EqualFold(words[0], "basic") {
-						if dec, err := base64.StdEncoding.DecodeString(w); err == nil {
-							user, pass, _ := strings.Cut(string(dec), ":")
-							add(string(dec))
-							add(user)
-							add(pass)
-						}
-					}
-				}
-			}
+			addHeader(v)
 		}
 		if u, err := url.Parse(h.URL); err == nil {
 			if safe := safeURL(h.URL); safe != h.URL {
 				pairs = append(pairs, pair{h.URL, safe})
 			}
-			if u.User != nil {
-				add(u.User.Username())
-				p, _ := u.User.Password()
-				add(p)
-				add(u.User.String())
-				// net/http sends userinfo as basic auth: a server may quote it.
-				add(base64.StdEncoding.EncodeToString([]byte(u.User.Username() + ":" + p)))
-			}
-			if u.RawQuery != "" {
-				add(u.RawQuery)
-				for _, kv := range strings.Split(u.RawQuery, "&") {
-					if _, v, ok := strings.Cut(kv, "="); ok {
-						add(v) // as written, undecoded
-					}
-				}
-				if q, err := url.ParseQuery(u.RawQuery); err == nil {
-					for _, vs := range q {
-						for _, v := range vs {
-							add(v)
-						}
-					}
-				}
-			}
+			addURL(u)
 		} else {
 			add(h.URL)
 		}
@@ -283,6 +317,20 @@ func newRedactor(c Config) *redactor {
 		args = append(args, p.old, p.new)
 	}
 	return &redactor{r: strings.NewReplacer(args...), longest: len(pairs[0].old)}
+}
+
+// isHeaderName reports whether s could name an HTTP header (letters, digits, '-'
+// and '_').
+func isHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			return false
+		}
+	}
+	return true
 }
 
 // scrub returns s without the secrets. A nil redactor returns s.

@@ -213,3 +213,48 @@ func TestArgumentsNeverPrinted(t *testing.T) {
 		}
 	}
 }
+
+// TestCredentialsInArgumentsNeverPrinted: a stdio server launched as a proxy to a
+// remote one (mcp-remote's --header "Authorization: Bearer T", an argument that is a
+// URL with a token in its query or user info, or an environment value "Bearer T"
+// that an argument names) that quotes the token alone ("invalid token T"), as the
+// remote server said it, leaks it nowhere: each argument was a secret whole, and the
+// token alone was quoted as it came.
+func TestCredentialsInArgumentsNeverPrinted(t *testing.T) {
+	const (
+		hdr   = "argHDRsecretMarker"
+		query = "argQUERYsecretMarker"
+		pass  = "argPASSsecretMarker"
+		env   = "envBEARERsecretMarker"
+	)
+	// $1..$4: the header, the URL, the user info's password (as the proxy would
+	// decode them); AUTH the environment's.
+	script := `echo "remote said 401: invalid token ${1#*Bearer }; bad api_key ${2#*api_key=}; user x:${3} refused; ${AUTH#Bearer } expired" >&2; exit 1`
+	cfg := Config{Name: "proxy", Stdio: &Stdio{
+		Command: "/bin/sh",
+		Args: []string{"-c", script, "sh",
+			"Authorization: Bearer " + hdr, "https://remote.example/mcp?api_key=" + query, pass,
+			"--url=https://x:" + pass + "@remote.example/mcp", "--header", "X-Auth:${AUTH_HEADER}"},
+		Env: map[string]string{"AUTH": "Bearer " + env},
+	}}
+	var out outputs
+	_, err := Dial(callCtx(t), cfg, Options{Logger: out.logger()})
+	var te *Error
+	if !errors.As(err, &te) {
+		t.Fatalf("Dial = %v, want an *Error", err)
+	}
+	if !strings.Contains(te.StderrTail, "invalid token") || !strings.Contains(te.StderrTail, "REDACTED") {
+		t.Fatalf("the stderr tail %q quotes nothing redacted: the test proves nothing", te.StderrTail)
+	}
+	for _, text := range []string{err.Error(), out.logs.String(), cfg.String()} {
+		for _, m := range []string{hdr, query, pass, env} {
+			if strings.Contains(text, m) {
+				t.Errorf("secret %s leaked in:\n%s", m, text)
+			}
+		}
+	}
+	// Words of other arguments are not secrets.
+	if !strings.Contains(err.Error(), "remote said 401: invalid token") {
+		t.Errorf("the error lost its words: %s", err)
+	}
+}
