@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
@@ -474,5 +475,47 @@ func TestRecordWithEndedContext(t *testing.T) {
 		if err := c.Unsubscribe(ctx, &mcp.UnsubscribeParams{URI: testserver.ResourceA}); err != nil {
 			t.Fatalf("Unsubscribe %d with no session up and the gate free: %v", i, err)
 		}
+	}
+}
+
+// TestConnectTimeoutSaysWhatHung: a restarted server that never answers the restore
+// of the log level (logging/setLevel) holds every connect to connect_timeout. The
+// failure said only "replace: no answer within 500ms (connect_timeout)": nothing of
+// what had no answer. It names the request now, in the transition and the status.
+func TestConnectTimeoutSaysWhatHung(t *testing.T) {
+	srv := testserver.New(testserver.Options{})
+	var hang atomic.Bool
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "logging/setLevel" && hang.Load() {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			return next(ctx, method, req)
+		}
+	})
+	pol := fastPolicies()
+	pol.ConnectTimeout = 300 * time.Millisecond
+	c := open(t, transport.Config{Name: "mem", InMemory: &transport.InMemory{Server: srv}}, pol, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "warning"}); err != nil {
+		t.Fatal(err)
+	}
+	hang.Store(true)
+	c.Reconnect()
+	c.waitFor(func(states.State) bool { return c.count(states.Replacing, states.Ready) > 0 }, 10*time.Second)
+	var failed machine.Transition
+	for _, tr := range c.transitions() {
+		if tr.From == states.Replacing && tr.To == states.Ready {
+			failed = tr
+		}
+	}
+	if failed.Cause != states.CauseTimeout || !strings.Contains(failed.Err.Error(), "no answer within 300ms (connect_timeout)") ||
+		!strings.Contains(failed.Err.Error(), "logging/setLevel") {
+		t.Errorf("the failed replace: %s; want a timeout naming logging/setLevel", failed)
+	}
+	if !errors.Is(failed.Err, machine.ErrEffectTimeout) {
+		t.Errorf("the failed replace's error %v does not wrap machine.ErrEffectTimeout", failed.Err)
 	}
 }

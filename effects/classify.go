@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"reflect"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/mcpfsm/mcpfsm/machine"
@@ -325,7 +326,9 @@ func notRun(cause states.Cause, err error) bool {
 
 // ClassifyEffect classifies the error an invoked effect ran into. When the effect's
 // context has ended, what counts is why it ended (its timeout, or Close), which the
-// SDK's bare context error does not say: the error is then that reason, in words.
+// SDK's bare context error does not say: the error is then that reason, in words,
+// followed by what err says was waiting (the request a server left unanswered, such
+// as a restore's logging/setLevel), if it says more than that its context ended.
 func ClassifyEffect(ctx context.Context, inv machine.Invocation, err error, ownClose bool) (states.Cause, error) {
 	if ctx.Err() == nil {
 		return Classify(err, ownClose), err
@@ -334,6 +337,16 @@ func ClassifyEffect(ctx context.Context, inv machine.Invocation, err error, ownC
 	msg := fmt.Sprintf("%s interrupted by Close", inv.Effect)
 	if errors.Is(why, machine.ErrEffectTimeout) {
 		msg = fmt.Sprintf("%s: no answer within %s (%s)", inv.Effect, inv.Timeout, inv.TimeoutPolicy)
+	}
+	if err != nil {
+		// The context's own words at its end say nothing more.
+		text := err.Error()
+		for _, end := range []string{why.Error(), context.Canceled.Error(), context.DeadlineExceeded.Error()} {
+			text = strings.TrimSuffix(strings.TrimSuffix(text, end), ": ")
+		}
+		if text != "" {
+			msg += ": " + text
+		}
 	}
 	return Classify(why, ownClose), &reasonError{msg: msg, reason: why}
 }
