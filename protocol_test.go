@@ -1140,6 +1140,44 @@ func TestFallbackToASessionKept(t *testing.T) {
 	}
 }
 
+// TestFallbackOfAServerThatSaidNo: a server on 2025-11-25 that keeps no session
+// (stateless by design) answers the server/discover it does not know with HTTP 500
+// and a JSON-RPC error, method not found (as servers that put every JSON-RPC error in
+// a 5xx do). That is an answer, from the server, not a load balancer's: the fallback
+// to initialize is kept, without a session of the server's. Taken for no answer, it
+// was refused on every connect, and such a server was never reached.
+func TestFallbackOfAServerThatSaidNo(t *testing.T) {
+	srv := testserver.New(testserver.Options{})
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
+	var refused atomic.Int32
+	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Mcp-Method") == "server/discover" {
+			refused.Add(1)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusInternalServerError)
+			io.WriteString(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found: server/discover"}}`)
+			return
+		}
+		sdk.ServeHTTP(w, r)
+	}))
+	t.Cleanup(h.Close)
+	c := open(t, transport.Config{Name: "old", HTTP: &transport.HTTP{URL: h.URL}}, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatalf("%v\n%s", err, c.timeline())
+	}
+	if info, _ := c.Server(); info.ProtocolVersion != "2025-11-25" || refused.Load() == 0 {
+		t.Errorf("the session speaks %q after %d refused server/discover", info.ProtocolVersion, refused.Load())
+	}
+	if n := c.count(states.Connecting, states.BackingOff); n != 0 {
+		t.Errorf("%d failed connects\n%s", n, c.timeline())
+	}
+	if got, err := c.callText(ctx, "echo", map[string]any{"text": "hi"}); err != nil || got != "hi" {
+		t.Errorf("echo: %q, %v", got, err)
+	}
+}
+
 // TestSetLoggingLevelUnknown: a level that is not one of the protocol's eight is the
 // caller's mistake, refused before anything is sent (cause request), on every
 // protocol. Over streamable HTTP on 2026-07-28, where no server is asked (see

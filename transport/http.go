@@ -327,16 +327,36 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 }
 
 // discoverFailed notes why a server/discover got no answer that says anything of
-// the protocol: no answer at all, or a status of the way there (408, 429, 5xx).
+// the protocol: no answer at all, or a status of the way there (408, 429, 5xx). A
+// status whose body is the server's JSON-RPC error "method not found" is an answer
+// (a server on an older protocol that sends every error with a 5xx): the body is
+// read, within MaxErrorBody, and handed on as it came.
 func (rt *lifeRoundTripper) discoverFailed(resp *http.Response, err error) {
 	switch {
 	case err != nil:
 	case resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		if unknownMethod(resp) {
+			return
+		}
 		err = fmt.Errorf("HTTP status %d", resp.StatusCode)
 	default:
 		return
 	}
 	rt.discoverErr.Store(&err)
+}
+
+// unknownMethod reports whether resp's body is a JSON-RPC error "method not found";
+// it reads at most MaxErrorBody of it, and leaves resp.Body to read as it came.
+func unknownMethod(resp *http.Response) bool {
+	data, rerr := io.ReadAll(io.LimitReader(resp.Body, MaxErrorBody))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(&heldBody{r: bytes.NewReader(data), err: rerr}, resp.Body), resp.Body}
+	msg, derr := decodeMessage(data)
+	r, ok := msg.(*jsonrpc.Response)
+	var werr *jsonrpc.Error
+	return derr == nil && ok && errors.As(r.Error, &werr) && werr.Code == jsonrpc.CodeMethodNotFound
 }
 
 // listenAnswer is the body of a JSON (not SSE) 2xx answer to a subscriptions/listen

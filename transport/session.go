@@ -479,7 +479,9 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 // a word. The dial fails instead, and the next one asks server/discover again. A
 // fallback to a session of the server's is kept: it works, whatever the server
 // speaks besides. (A server on an older protocol that keeps no session, behind a
-// proxy that answers the unknown server/discover with a 5xx, is not reached.)
+// proxy that answers the unknown server/discover with a 5xx, is not reached; one
+// that answers it itself with "method not found", whatever the status, is: see
+// lifeRoundTripper.discoverFailed.)
 func (s *Session) fellBack(cs *mcp.ClientSession) error {
 	if s.rt == nil {
 		return nil
