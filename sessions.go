@@ -136,8 +136,8 @@ func (l *lifecycle) Connect(ctx context.Context, inv machine.Invocation) machine
 func (l *lifecycle) Replace(ctx context.Context, inv machine.Invocation) machine.Event {
 	c := (*Conn)(l)
 	ev := c.connect(ctx, inv)
-	if ev.Trigger == states.ConnectFailed {
-		c.dropDeaf()
+	if ev.Trigger == states.ConnectFailed && !errors.Is(context.Cause(ctx), machine.ErrClosed) {
+		c.dropDeaf() // (Close tears the session down anyway: calls cut by it are its artifacts)
 	}
 	return ev
 }

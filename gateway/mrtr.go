@@ -292,6 +292,10 @@ func roundTrip[R any](g *Gateway, ctx context.Context, fc *frontCall, to frontSt
 				return zero, ctx.Err()
 			}
 		}
+		if ctx.Err() != nil { // it ended as the gathering did (select picked the timer)
+			p.cancel()
+			return zero, ctx.Err()
+		}
 		g.calls.between(p.fc, true)
 		return inputRequired(reqs, g.parked.put(p)), nil
 	case <-ctx.Done():

@@ -56,9 +56,9 @@ func (t Transition) String() string {
 	s := fmt.Sprintf("%s → %s (%s", t.From, t.To, t.Trigger)
 	if t.Cause != states.CauseNone {
 		s += ", cause " + t.Cause.String()
-		if t.Err != nil {
-			s += ": " + ErrorText(t.Err)
-		}
+	}
+	if t.Err != nil {
+		s += ": " + ErrorText(t.Err)
 	}
 	return s + ")"
 }
