@@ -78,7 +78,11 @@ type Conn struct {
 	name    string
 	spec    *machine.Spec
 	m       *machine.Machine
-	left    sync.Once // closes the sessions a spec's close left open (see Close)
+	left    sync.Once // closes the sessions a spec left open on its way to its final state (closeLeft)
+	// closeAsked is set by Close; finalWG counts the goroutine that closes what
+	// a spec that reached its final state by itself left open (see Open).
+	closeAsked atomic.Bool
+	finalWG    sync.WaitGroup
 	opts    Options
 	hs      *Handlers
 	client  *mcp.Client
@@ -182,11 +186,23 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 		}
 	}
 	c.tel = newTelemetry(cfg.Name, spec, cfg, opts.MeterProvider, opts.TracerProvider)
-	observer := c.tel.transition
-	if obs := opts.Observer; obs != nil {
-		observer = func(tr machine.Transition) {
-			c.tel.transition(tr)
+	obs := opts.Observer
+	observer := func(tr machine.Transition) {
+		c.tel.transition(tr)
+		if obs != nil {
 			obs(tr)
+		}
+		if tr.From != tr.To && c.m.Calls() == 0 && !c.closeAsked.Load() {
+			// The spec reached its final state by itself, not by Close: the
+			// sessions it left open are closed now, not at a Close that may
+			// come much later. Off the owner, whom an observer must not hold;
+			// Close waits for it.
+			c.finalWG.Go(func() {
+				<-c.m.Done() // the owner, who owns the sessions until then, is gone
+				ctx, cancel := context.WithTimeout(context.Background(), c.m.Policies().TeardownTimeout)
+				defer cancel()
+				c.closeLeft(ctx)
+			})
 		}
 	}
 	c.m = machine.New(spec, machine.Options{
@@ -307,6 +323,7 @@ func (c *Conn) Reconfigure(ctx context.Context, cfg transport.Config, p *machine
 // by the teardown timeout: see machine.Machine.Close for the rules) and the machine's
 // owner has exited for good, or with ctx's error.
 func (c *Conn) Close(ctx context.Context) error {
+	c.closeAsked.Store(true)
 	if err := c.m.Close(ctx); err != nil {
 		return err
 	}
@@ -314,19 +331,23 @@ func (c *Conn) Close(ctx context.Context) error {
 	// its final state without a teardown (close straight from ready to closed, which
 	// the validator allows): the sessions it left open are closed here, within
 	// teardown_timeout, rather than left open for ever.
+	tctx, cancel := context.WithTimeout(ctx, c.m.Policies().TeardownTimeout)
+	defer cancel()
+	c.closeLeft(tctx)
+	c.finalWG.Wait()
+	return nil
+}
+
+// closeLeft closes, once, the sessions a spec left open on its way to its final state
+// (the machine's owner is gone for good: nothing else touches them), within ctx.
+func (c *Conn) closeLeft(ctx context.Context) {
 	c.left.Do(func() {
-		if c.retired == nil && c.current.Load() == nil {
-			return
-		}
-		tctx, cancel := context.WithTimeout(ctx, c.m.Policies().TeardownTimeout)
-		defer cancel()
-		c.closeRetired(tctx, true)
+		c.closeRetired(ctx, true)
 		if s := c.current.Swap(nil); s != nil {
 			s.draining.Store(true)
-			_ = c.closeNow(tctx, s, true)
+			_ = c.closeNow(ctx, s, true)
 		}
 	})
-	return nil
 }
 
 // WaitReady waits until the connection has a session that calls may use. It fails at
