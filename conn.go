@@ -75,19 +75,19 @@ type Options struct {
 // any number of goroutines: each goes straight to the current session; only a failure
 // is reported to the machine. Open one with Open.
 type Conn struct {
-	name    string
-	spec    *machine.Spec
-	m       *machine.Machine
-	left    sync.Once // closes the sessions a spec left open on its way to its final state (closeLeft)
+	name string
+	spec *machine.Spec
+	m    *machine.Machine
+	left sync.Once // closes the sessions a spec left open on its way to its final state (closeLeft)
 	// closeAsked is set by Close; finalWG counts the goroutine that closes what
 	// a spec that reached its final state by itself left open (see Open).
 	closeAsked atomic.Bool
 	finalWG    sync.WaitGroup
-	opts    Options
-	hs      *Handlers
-	client  *mcp.Client
-	shared  bool // client is a Manager's: roots are the Manager's
-	answers bool // the client answers requests of the server (sampling, elicitation, roots)
+	opts       Options
+	hs         *Handlers
+	client     *mcp.Client
+	shared     bool // client is a Manager's: roots are the Manager's
+	answers    bool // the client answers requests of the server (sampling, elicitation, roots)
 	// healthyAfter is how long a session must have lived for an answer on it to
 	// prove the connection healthy: the breaker cooldown (see answeredOn).
 	healthyAfter atomic.Int64
