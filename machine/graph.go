@@ -75,7 +75,9 @@ func (s *Spec) Mermaid(opts GraphOptions) string {
 	b.WriteString("stateDiagram-v2\n")
 	for _, n := range g.nodes {
 		id := mermaidID(n.name)
-		if id != n.name {
+		if id != n.name || len(n.lines) > 1 {
+			// Named, not only identified: Mermaid draws a state that has
+			// description lines with those alone, its name left off.
 			fmt.Fprintf(&b, "    state %q as %s\n", n.name, id)
 		}
 		for _, line := range n.lines[1:] {
@@ -202,15 +204,25 @@ func dotQuote(s string) string {
 	return `"` + r.Replace(s) + `"`
 }
 
+// mermaidKeywords are the words with which a line of Mermaid's stateDiagram-v2 may
+// begin (its lexer's, case aside): a state whose ID is one (note, state, class...)
+// made the whole picture fail to parse.
+var mermaidKeywords = map[string]bool{
+	"state": true, "note": true, "class": true, "classdef": true, "style": true, "scale": true,
+	"default": true, "href": true, "click": true, "acctitle": true, "accdescr": true,
+	"statediagram": true, "hide": true, "direction": true, "end": true, "as": true,
+}
+
 // mermaidIDs returns the Mermaid ID of each state's name: the name with - written _
-// (an ID cannot hold a -), and, when that is another state's name or ID (a-b beside
-// a_b), with _2, _3... added, so that no two states are drawn as one. Names without a
-// - keep theirs; the others take theirs in the spec's order.
+// (an ID cannot hold a -), or with _ added if it is one of mermaidKeywords, and, when
+// that is another state's name or ID (a-b beside a_b), with _2, _3... added, so that no
+// two states are drawn as one. Other names keep theirs; the others take theirs in the
+// spec's order.
 func mermaidIDs(nodes []graphNode) func(string) string {
 	ids := make(map[string]string, len(nodes))
 	taken := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
-		if !strings.Contains(n.name, "-") {
+		if !strings.Contains(n.name, "-") && !mermaidKeywords[n.name] {
 			ids[n.name], taken[n.name] = n.name, true
 		}
 	}
@@ -219,6 +231,9 @@ func mermaidIDs(nodes []graphNode) func(string) string {
 			continue
 		}
 		base := strings.ReplaceAll(n.name, "-", "_")
+		if mermaidKeywords[base] {
+			base += "_"
+		}
 		id := base
 		for i := 2; taken[id]; i++ {
 			id = fmt.Sprintf("%s_%d", base, i)
