@@ -29,7 +29,9 @@
 // by a goroutine of the session as soon as it exits, whatever else happens: no
 // zombie is left on any path. When the child exits, what is left of its group
 // is killed too. On Linux the child is also killed when the client process
-// dies (Pdeathsig; see setParentDeathSignal for its one caveat). The last 4
+// dies (Pdeathsig; see setParentDeathSignal for its one caveat); a program that
+// exits before its sessions have finished closing calls [KillAll] for the rest
+// of their groups (mcpfsm's commands do). The last 4
 // KiB of its stderr are kept (and passed on to Stdio.Stderr) for the errors
 // of a child that fails to start or dies ([Error.StderrTail]).
 //

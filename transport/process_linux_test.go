@@ -245,6 +245,29 @@ func TestGroupIsKilled(t *testing.T) {
 	})
 }
 
+// TestKillAll: a program exiting before its sessions have finished closing kills
+// every stdio server it started, and what they started, at once; the servers it has
+// reaped are forgotten, so that the registry holds only what still runs.
+func TestKillAll(t *testing.T) {
+	e := newEnds()
+	s := dial(t, stdioConfig(t, testserver.Options{SpawnGrandchild: true, HangClose: true}), e.options())
+	gc := grandchildPID(t, s)
+	KillAll()
+	e.wait(t)
+	dead(t, gc)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		running.mu.Lock()
+		_, held := running.m[s.proc]
+		running.mu.Unlock()
+		if !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a reaped server is still registered as running")
+		}
+	}
+}
+
 // TestPipeBuffered: what the reaper looks at before it closes a reaped child's stdout
 // under a descendant that still holds it: the bytes left in the pipe.
 func TestPipeBuffered(t *testing.T) {

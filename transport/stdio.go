@@ -106,8 +106,48 @@ func startProcess(life context.Context, s *Stdio) (*process, error) {
 		return nil, err
 	}
 	p := &process{cmd: cmd, stdin: inW, stdout: outR, stderr: tail, life: life, exited: make(chan struct{}), stdoutClosed: make(chan struct{})}
+	running.add(p)
 	go p.reap()
 	return p, nil
+}
+
+// running are the stdio servers this process has started and not yet reaped (see
+// KillAll).
+var running processes
+
+type processes struct {
+	mu sync.Mutex
+	m  map[*process]struct{}
+}
+
+func (ps *processes) add(p *process) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.m == nil {
+		ps.m = map[*process]struct{}{}
+	}
+	ps.m[p] = struct{}{}
+}
+
+func (ps *processes) remove(p *process) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	delete(ps.m, p)
+}
+
+// KillAll kills, at once and by force, every stdio server this process has started
+// and that has not exited yet, with its process group (see Stdio). It is for a
+// program about to exit before its connections have finished closing (a Close whose
+// context ended first, as a command's bounded shutdown does: a server's close is
+// bounded by its teardown timeout, which may be longer): the kernel kills such a
+// server itself when its client dies (on Linux), but not what the server started.
+// It does not wait.
+func KillAll() {
+	running.mu.Lock()
+	defer running.mu.Unlock()
+	for p := range running.m {
+		p.kill()
+	}
 }
 
 // reap waits for the child, kills whatever is left of its process group, and
@@ -129,6 +169,7 @@ func (p *process) reap() {
 		p.reaped = true
 		p.mu.Unlock()
 	}
+	running.remove(p)
 	close(p.exited)
 	// A descendant that left the child's process group (setsid) may still
 	// hold the write end of its stdout: the reader would then never see the

@@ -32,6 +32,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/mcpfsm/mcpfsm/transport"
 )
 
 // A command is one subcommand of mcpfsm.
@@ -63,6 +65,10 @@ func main() {
 	}
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	// A stdio server still closing (a command's shutdown is bounded, a server's
+	// teardown timeout may be longer) is killed with everything it started: the
+	// kernel kills the server when mcpfsm exits, but not its process group.
+	transport.KillAll()
 	os.Exit(code)
 }
 

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -745,14 +746,16 @@ func TestServeWatchSameStamp(t *testing.T) {
 // reported as such, and the gateway exits within its bound; the HTTP front, which
 // ended at once, is not blamed. The close took all of the 15 s, and serve then said
 // a front had not ended, naming a stdio client that reads no answers, with no stdio
-// front at all.
+// front at all. Nothing the backend started outlives the gateway: a process of its
+// group (a sleep it started) was left running, orphaned, for its minute.
 func TestServeStopsPastABackendsTeardown(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes the gateway's 15s close")
 	}
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "servers.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("version: 1\nservers:\n  deaf:\n    command: /bin/sh\n    args: [-c, 'trap \"\" TERM; %s example-server; exec sleep 60']\n    policies:\n      teardown_timeout: 60s\n", mcpfsmBin(t))), 0o644); err != nil {
+	pidFile := filepath.Join(dir, "grandchild.pid")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("version: 1\nservers:\n  deaf:\n    command: /bin/sh\n    args: [-c, 'trap \"\" TERM; sleep 60 & echo $$! > %s; %s example-server; exec sleep 60']\n    policies:\n      teardown_timeout: 60s\n", pidFile, mcpfsmBin(t))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A process of its own: the backend outlives the serve it was closed by
@@ -791,6 +794,23 @@ func TestServeStopsPastABackendsTeardown(t *testing.T) {
 	}
 	if out := stderr.String(); !strings.Contains(out, "closing deaf") || strings.Contains(out, "a front did not end") {
 		t.Errorf("want the backend's close reported, and no front blamed:\n%s", out)
+	}
+	data, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
+		if stat, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); strings.Contains(string(stat), ") Z ") {
+			break // killed, a zombie until init reaps it
+		}
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the backend's grandchild (pid %d) outlived the gateway", pid)
+		}
 	}
 }
 
