@@ -53,7 +53,8 @@ type OAuth struct {
 	badRefresh uint64 // gen+1 of the credentials whose refresh failed; 0: none
 	refreshErr error  // why
 	asked      map[string]bool
-	lastErr    error // why the last refresh or authorization failed
+	lastErr    error   // why the last refresh or authorization failed
+	renewing   *flight // the renewal under way, if any
 	inner      *auth.AuthorizationCodeHandler
 }
 
@@ -368,11 +369,30 @@ func (o *OAuth) worked(gen uint64) {
 	o.save(c)
 }
 
-// expiryDelta is how long before its expiry a token is refreshed.
+// expiryDelta is how long before its expiry a token is refreshed, at most: a
+// token whose answer said its lifetime (expires_in) is refreshed within a
+// quarter of it, when that is shorter. (A token of 30 s or less was once never
+// fresh: every request refreshed it first.)
 const expiryDelta = 30 * time.Second
 
+// fresh reports whether t can be sent without refreshing it first.
 func fresh(t *oauth2.Token) bool {
-	return t != nil && t.AccessToken != "" && (t.Expiry.IsZero() || time.Until(t.Expiry) > expiryDelta)
+	if t == nil || t.AccessToken == "" {
+		return false
+	}
+	if t.Expiry.IsZero() {
+		return true
+	}
+	margin := expiryDelta
+	if t.ExpiresIn > 0 && t.ExpiresIn < int64(4*expiryDelta/time.Second) {
+		margin = time.Duration(t.ExpiresIn) * time.Second / 4
+	}
+	return time.Until(t.Expiry) > margin
+}
+
+// unexpired reports whether t has not expired yet (it may be about to).
+func unexpired(t *oauth2.Token) bool {
+	return t != nil && t.AccessToken != "" && (t.Expiry.IsZero() || time.Now().Before(t.Expiry))
 }
 
 // bearer implements authorizer: the current access token, refreshed first if
@@ -393,11 +413,13 @@ func (o *OAuth) bearer(ctx context.Context) (string, uint64) {
 		return "", gen
 	}
 	defer o.release()
+	seen := gen
+	o.newerStored(ctx) // another process's refresh: its token, or its refresh token
 	o.mu.Lock()
 	c, gen = o.creds, o.gen
 	bad := o.badRefresh == gen+1
 	o.mu.Unlock()
-	if fresh(c.Token) {
+	if fresh(c.Token) || (gen != seen && unexpired(c.Token)) {
 		return c.Token.AccessToken, gen // refreshed meanwhile
 	}
 	if bad || !o.renewable(c) {
@@ -405,7 +427,7 @@ func (o *OAuth) bearer(ctx context.Context) (string, uint64) {
 	}
 	actx, cancel := authContext(ctx)
 	defer cancel()
-	if err := o.renew(actx, c, gen); err != nil {
+	if err := o.renewFor(actx, c, gen); err != nil {
 		return "", gen
 	}
 	o.mu.Lock()
@@ -419,6 +441,78 @@ func (o *OAuth) renewable(c *Credentials) bool {
 		return c.TokenURL != ""
 	}
 	return c.Token.RefreshToken != "" && c.TokenURL != ""
+}
+
+// A flight is a renewal under way (see renewFor).
+type flight struct {
+	gen  uint64 // of the credentials it renews
+	done chan struct{}
+	err  error // once done is closed
+}
+
+// renewFor renews c (generation gen) as renew does, waiting for it until ctx
+// ends; the renewal itself is not bound to ctx but to Auth.Timeout, and its
+// answer is adopted (and saved) whether or not anyone still waits for it. A
+// refresh its caller gave up on was once abandoned mid-request: the
+// authorization server had granted it all the same, and where it rotates
+// refresh tokens the one held was then dead and the new one never read, so
+// that the next request needed a login. A renewal of gen under way is joined,
+// not made twice.
+func (o *OAuth) renewFor(ctx context.Context, c *Credentials, gen uint64) error {
+	o.mu.Lock()
+	f := o.renewing
+	if f == nil || f.gen != gen {
+		f = &flight{gen: gen, done: make(chan struct{})}
+		o.renewing = f
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.Timeout)
+		go func() {
+			defer close(f.done)
+			defer cancel()
+			f.err = o.renew(rctx, c, gen)
+			o.mu.Lock()
+			if o.renewing == f {
+				o.renewing = nil
+			}
+			o.mu.Unlock()
+		}()
+	}
+	o.mu.Unlock()
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		what := "refreshing the token"
+		if o.cfg.Grant == GrantClientCredentials {
+			what = "client credentials"
+		}
+		return &tokenError{what, fmt.Errorf("%w (no answer within the time the request left it; the request goes on for the next)", context.Cause(ctx))}
+	}
+}
+
+// newerStored reads the store and adopts the credentials it holds if they are
+// newer than the current ones (their token expires later: another process
+// sharing the store refreshed them), reporting whether it did. It is called
+// before a refresh: a refresh token that another process has had rotated is
+// not used (an authorization server may take its reuse for a theft, and revoke
+// every token of the grant).
+func (o *OAuth) newerStored(ctx context.Context) bool {
+	if o.cfg.Store == nil || o.cfg.Grant == GrantClientCredentials {
+		return false
+	}
+	sc, err := o.cfg.Store.Load(ctx, o.key)
+	if err != nil || sc == nil || sc.Token == nil || sc.Token.AccessToken == "" || (sc.Resource != "" && sc.Resource != o.resource) {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c := o.creds
+	if o.pending || c == nil || c.Token == nil || c.Token.Expiry.IsZero() || !sc.Token.Expiry.After(c.Token.Expiry) {
+		return false
+	}
+	o.creds = sc
+	o.gen++
+	o.log.Debug("mcpfsm: newer credentials in the token store: adopted", "server", o.server)
+	return true
 }
 
 // renew gets a new access token for c (generation gen) without a user: a
@@ -550,7 +644,7 @@ func (o *OAuth) authorizeLocked(ctx context.Context, req *http.Request, resp *ht
 		bad := o.badRefresh == gen+1
 		o.mu.Unlock()
 		if !bad {
-			if refreshErr = o.renew(ctx, c, gen); refreshErr == nil {
+			if refreshErr = o.renewFor(ctx, c, gen); refreshErr == nil {
 				return nil
 			}
 		} else {

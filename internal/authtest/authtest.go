@@ -45,6 +45,10 @@ type Options struct {
 	// RotateRefresh issues a new refresh token with each refresh (the old one
 	// dies); NoRefreshInAnswer answers a refresh without one (the old one lives).
 	RotateRefresh, NoRefreshInAnswer bool
+	// RevokeOnReuse, with RotateRefresh, takes the use of a refresh token that
+	// was rotated already for a theft, as OAuth 2.1 allows: every token of its
+	// client is revoked.
+	RevokeOnReuse bool
 	// NoRegistration: no dynamic client registration.
 	NoRegistration bool
 	// ClientID and ClientSecret are a client registered in advance (for client
@@ -77,11 +81,17 @@ type Server struct {
 	access   map[string]*grant
 	refresh  map[string]*grant
 	revoked  bool
+	retired  map[string]string // refresh tokens rotated, to their client
 	nclients int
 
 	// Outage, while set, makes the token endpoint answer 503 (a transient failure,
 	// not a refusal of the grant).
 	Outage atomic.Bool
+	// TokenDelay, while set (a time.Duration), makes the token endpoint wait that
+	// long before it grants anything, whether or not its client is still there (as
+	// a slow authorization server does: the grant is made, rotating the refresh
+	// token, even if nobody reads the answer).
+	TokenDelay atomic.Int64
 
 	// Counters.
 	Authorizations atomic.Int64 // /authorize visits
@@ -121,7 +131,7 @@ func New(opts Options, mcp http.Handler) *Server {
 	s := &Server{
 		opts: opts, inner: mcp, hang: make(chan struct{}),
 		clients: map[string]client{}, codes: map[string]codeGrant{},
-		access: map[string]*grant{}, refresh: map[string]*grant{},
+		access: map[string]*grant{}, refresh: map[string]*grant{}, retired: map[string]string{},
 	}
 	if opts.ClientID != "" {
 		s.clients[opts.ClientID] = client{secret: opts.ClientSecret, method: "client_secret_basic"}
@@ -165,6 +175,20 @@ func (s *Server) Revoke() {
 	defer s.mu.Unlock()
 	s.access = map[string]*grant{}
 	s.refresh = map[string]*grant{}
+}
+
+// revokeLocked revokes every token of client. s.mu is held.
+func (s *Server) revokeLocked(client string) {
+	for k, g := range s.access {
+		if g.client == client {
+			delete(s.access, k)
+		}
+	}
+	for k, g := range s.refresh {
+		if g.client == client {
+			delete(s.refresh, k)
+		}
+	}
 }
 
 // Issue issues a token to the pre-registered client (as a login elsewhere
@@ -303,6 +327,14 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
 		return
 	}
+	if d := time.Duration(s.TokenDelay.Load()); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.hang:
+		}
+		t.Stop()
+	}
 	if s.opts.HangToken {
 		select {
 		case <-s.hang:
@@ -348,6 +380,9 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		g, ok := s.refresh[r.PostForm.Get("refresh_token")]
 		if !ok || g.client != id {
 			s.RefreshFails.Add(1)
+			if s.opts.RevokeOnReuse && s.retired[r.PostForm.Get("refresh_token")] == id {
+				s.revokeLocked(id)
+			}
 			oauthError(w, http.StatusBadRequest, "invalid_grant")
 			return
 		}
@@ -361,6 +396,7 @@ func (s *Server) token(w http.ResponseWriter, r *http.Request) {
 		s.access[random()] = n
 		if s.opts.RotateRefresh {
 			delete(s.refresh, g.refresh)
+			s.retired[g.refresh] = id
 			n.refresh = random()
 		}
 		s.refresh[n.refresh] = n
