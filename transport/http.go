@@ -126,7 +126,13 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		return rt.send(req, "")
 	}
 	ctx := req.Context()
-	tok, gen := rt.auth.bearer(ctx)
+	// What the authorizer does for the request (a refresh waited for, an
+	// authorization) ends with the session's life too: a forced close (or a lost
+	// session) does not wait for a slow authorization server.
+	actx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	defer context.AfterFunc(rt.life, func() { stop(context.Cause(rt.life)) })()
+	tok, gen := rt.auth.bearer(actx)
 	resp, err := rt.send(req, tok)
 	if err != nil || !refusesCredentials(resp.StatusCode) {
 		if err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
@@ -136,7 +142,7 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	}
 	status, ch := resp.StatusCode, ParseChallenge(resp.Header)
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	aerr := rt.auth.authorize(ctx, req, resp, gen) // closes resp.Body
+	aerr := rt.auth.authorize(actx, req, resp, gen) // closes resp.Body
 	if aerr == nil && !replayable {
 		aerr = errors.New("new credentials were had, but the request could not be sent again")
 	}
@@ -151,7 +157,7 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		if rec != nil {
 			rec.status.CompareAndSwap(int32(status), 0) // answered again below
 		}
-		tok, gen = rt.auth.bearer(ctx)
+		tok, gen = rt.auth.bearer(actx)
 		resp, err = rt.send(again, tok)
 		if err != nil || !refusesCredentials(resp.StatusCode) {
 			if err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {

@@ -647,6 +647,14 @@ func (o *OAuth) authorizeLocked(ctx context.Context, req *http.Request, resp *ht
 			if refreshErr = o.renewFor(ctx, c, gen); refreshErr == nil {
 				return nil
 			}
+			if o.cfg.Grant == GrantAuthorizationCode && unanswered(refreshErr) {
+				// Nothing refused the refresh token: a new authorization (a
+				// user sent to log in, through the same authorization server)
+				// is not what is needed. Once took one all the same: a token
+				// endpoint's blip had the user log in again, or, the flow
+				// failing as the refresh had, the connection unauthorized.
+				return &authUnavailable{refreshErr}
+			}
 		} else {
 			o.mu.Lock()
 			refreshErr = fmt.Errorf("%w (not tried again)", o.refreshErr)

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -108,5 +109,82 @@ func TestSharedStoreRefreshTokenRotated(t *testing.T) {
 	want := map[string]int64{"refreshes": 1, "refused refreshes": 0}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("token endpoint (-want +got):\n%s", diff)
+	}
+}
+
+// TestTokenEndpointHangsWithCallsInFlight: the token endpoint stops answering
+// as the token expires, with calls in flight: each call returns by its deadline,
+// none as a refusal of the credentials (a connection would go unauthorized), no
+// new login is tried, and the session closes within its timeout. The close once
+// took its timeout and forceGrace and said the teardown was stuck: its DELETE
+// waited for the refresh, which the session's end did not stop.
+func TestTokenEndpointHangsWithCallsInFlight(t *testing.T) {
+	srv := authServer(t, authtest.Options{}, false)
+	s := dial(t, authConfig(srv, &Auth{Fetcher: authtest.Fetcher(nil), RedirectURL: redirect}, false), Options{})
+	if err := authEcho(t, s, "login"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Expire()
+	srv.TokenDelay.Store(int64(time.Minute)) // until the test's end
+	const deadline = time.Second
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), deadline)
+			defer cancel()
+			start := time.Now()
+			_, err := echo(ctx, s, "held")
+			if d := time.Since(start); d > deadline+500*time.Millisecond {
+				t.Errorf("call %d returned after %v, deadline %v", i, d, deadline)
+			}
+			var ae *AuthError
+			if err == nil || errors.As(err, &ae) || !(errors.Is(err, ErrAuthServerUnavailable) || errors.Is(err, context.DeadlineExceeded)) {
+				t.Errorf("call %d: %v, want ErrAuthServerUnavailable or its deadline", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := s.Close(ctx); errors.Is(err, errCloseStuck) {
+		t.Errorf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 1500*time.Millisecond {
+		t.Errorf("Close took %v, its timeout 1s", d)
+	}
+	if n := srv.Authorizations.Load(); n != 1 {
+		t.Errorf("%d authorizations, want 1 (the login)", n)
+	}
+}
+
+// TestOutageDoesNotSendTheUserToLogIn: with a Fetcher (a client that can log in),
+// a token that expired while the token endpoint was down (503) made the request
+// that met the server's 401 authorize anew: the user sent to log in for a refresh
+// token that was good, and, the code exchange failing at the same endpoint, an
+// *AuthError (a connection's cause auth: unauthorized for auth_recheck_interval).
+// A refresh that got no answer now fails the request with ErrAuthServerUnavailable,
+// as without a Fetcher.
+func TestOutageDoesNotSendTheUserToLogIn(t *testing.T) {
+	srv := authServer(t, authtest.Options{}, false)
+	s := dial(t, authConfig(srv, &Auth{Fetcher: authtest.Fetcher(nil), RedirectURL: redirect}, false), Options{})
+	if err := authEcho(t, s, "login"); err != nil {
+		t.Fatal(err)
+	}
+	srv.Expire()
+	srv.Outage.Store(true)
+	err := authEcho(t, s, "during")
+	var ae *AuthError
+	if !errors.Is(err, ErrAuthServerUnavailable) || errors.As(err, &ae) {
+		t.Errorf("during the outage: %v, want ErrAuthServerUnavailable", err)
+	}
+	srv.Outage.Store(false)
+	if err := authEcho(t, s, "after"); err != nil {
+		t.Errorf("after the outage: %v", err)
+	}
+	got := map[string]int64{"authorizations": srv.Authorizations.Load(), "refreshes": srv.Refreshes.Load()}
+	want := map[string]int64{"authorizations": 1, "refreshes": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("authorization server (-want +got):\n%s", diff)
 	}
 }
