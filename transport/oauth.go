@@ -314,7 +314,18 @@ func (o *OAuth) reload(ctx context.Context) bool {
 // authorization: saved once it works). An answer without a refresh token keeps
 // the one held for the same client.
 func (o *OAuth) adopt(c *Credentials, pending bool) {
+	o.adoptOver(c, pending, nil)
+}
+
+// adoptOver is adopt, but if over is not nil only while the current
+// credentials are still generation *over (the ones c renews); it reports
+// whether c was adopted.
+func (o *OAuth) adoptOver(c *Credentials, pending bool, over *uint64) bool {
 	o.mu.Lock()
+	if over != nil && o.gen != *over {
+		o.mu.Unlock()
+		return false
+	}
 	if old := o.creds; old != nil && old.Token != nil && c.Token.RefreshToken == "" && old.Token.RefreshToken != "" && sameClient(old, c) {
 		t := *c.Token
 		t.RefreshToken = old.Token.RefreshToken
@@ -327,6 +338,7 @@ func (o *OAuth) adopt(c *Credentials, pending bool) {
 	if !pending {
 		o.save(c)
 	}
+	return true
 }
 
 // sameClient reports whether two credentials were issued to one client by one token endpoint.
@@ -549,7 +561,13 @@ func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 	n := *c
 	n.Token = tok
 	n.Scopes = grantedScopes(tok, c.Scopes)
-	o.adopt(&n, o.cfg.Grant == GrantClientCredentials)
+	if !o.adoptOver(&n, o.cfg.Grant == GrantClientCredentials, &gen) {
+		// Credentials handed over (SetCredentials), or found in the store,
+		// while the renewal was under way are newer: they stay. (A renewal
+		// outlives the request that started it: it once replaced them.)
+		o.log.Debug("mcpfsm: token renewed, but the credentials changed meanwhile: the renewed token is dropped", "server", o.server)
+		return nil
+	}
 	o.log.Debug("mcpfsm: token renewed", "server", o.server, "expiry", tok.Expiry)
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm/internal/authtest"
+	"golang.org/x/oauth2"
 )
 
 // TestRefreshOutlivesItsCaller: a refresh was bound to the request that needed
@@ -186,5 +187,43 @@ func TestOutageDoesNotSendTheUserToLogIn(t *testing.T) {
 	want := map[string]int64{"authorizations": 1, "refreshes": 1}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("authorization server (-want +got):\n%s", diff)
+	}
+}
+
+// TestRenewalDoesNotReplaceNewerCredentials: credentials handed over
+// (SetCredentials) while a refresh of the old ones was under way were replaced
+// by that refresh when it landed, and saved in their place: a login with more
+// scope, handed to a running process, was silently undone. They now stay.
+func TestRenewalDoesNotReplaceNewerCredentials(t *testing.T) {
+	srv := authServer(t, authtest.Options{ClientID: "pre"}, false)
+	store := &FileStore{Dir: t.TempDir()}
+	o, err := NewOAuth(authConfig(srv, &Auth{Store: store}, false), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := func(access, refresh string, expiry time.Time) *Credentials {
+		return &Credentials{TokenURL: srv.URL + "/token", ClientID: "pre", Token: &oauth2.Token{AccessToken: access, RefreshToken: refresh, Expiry: expiry}}
+	}
+	access, refresh, _ := srv.Issue("mcp")
+	if err := o.SetCredentials(creds(access, refresh, time.Now().Add(-time.Minute))); err != nil {
+		t.Fatal(err)
+	}
+	srv.TokenDelay.Store(int64(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	if tok, _ := o.bearer(ctx); tok != "" {
+		t.Fatal("a token from a refresh that takes 1s, in 200ms")
+	}
+	cancel()
+	newer, newerRefresh, expiry := srv.Issue("mcp", "more")
+	if err := o.SetCredentials(creds(newer, newerRefresh, expiry)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond) // the refresh has landed
+	tok, gen := o.bearer(callCtx(t))
+	o.worked(gen) // the server took it: saved
+	stored, _ := store.Load(context.Background(), "authed")
+	got := []bool{tok == newer, stored != nil && stored.Token.AccessToken == newer}
+	if diff := cmp.Diff([]bool{true, true}, got); diff != "" {
+		t.Errorf("the handed-over token in use, in the store (-want +got):\n%s", diff)
 	}
 }
