@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -225,5 +227,24 @@ func TestRenewalDoesNotReplaceNewerCredentials(t *testing.T) {
 	got := []bool{tok == newer, stored != nil && stored.Token.AccessToken == newer}
 	if diff := cmp.Diff([]bool{true, true}, got); diff != "" {
 		t.Errorf("the handed-over token in use, in the store (-want +got):\n%s", diff)
+	}
+}
+
+// TestFileStoreLargeFile: a store file was read whole, whatever its size, and it
+// is read before every refresh: a file of gigabytes in the token directory (a
+// mistake, a disk filled by something else) took as much memory each time.
+// Past 4 MiB it is an error, as a file that is not JSON is.
+func TestFileStoreLargeFile(t *testing.T) {
+	store := &FileStore{Dir: t.TempDir()}
+	big := make([]byte, maxStoreFile+1)
+	for i := range big {
+		big[i] = ' '
+	}
+	if err := os.WriteFile(store.Path("big"), big, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := store.Load(context.Background(), "big")
+	if c != nil || err == nil || !strings.Contains(err.Error(), "larger than 4 MiB") {
+		t.Errorf("Load of a file of %d bytes: %v, %v", len(big), c, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -84,14 +85,27 @@ func (s *FileStore) Path(key string) string {
 	return filepath.Join(s.Dir, name+".json")
 }
 
-// Load reads key's credentials; nil, nil if there are none.
+// maxStoreFile bounds what FileStore.Load reads of a file: credentials are a
+// few kilobytes (a token endpoint's answer is read up to 1 MiB).
+const maxStoreFile = 4 << 20
+
+// Load reads key's credentials; nil, nil if there are none. A file larger than
+// 4 MiB is not read: it is an error.
 func (s *FileStore) Load(_ context.Context, key string) (*Credentials, error) {
-	data, err := os.ReadFile(s.Path(key))
+	f, err := os.Open(s.Path(key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("token store: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxStoreFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("token store: %w", err)
+	}
+	if len(data) > maxStoreFile {
+		return nil, fmt.Errorf("token store: %s is larger than %d MiB: not credentials", s.Path(key), maxStoreFile>>20)
 	}
 	var c Credentials
 	if err := json.Unmarshal(data, &c); err != nil {
