@@ -497,7 +497,7 @@ func (o *OAuth) renewFor(ctx context.Context, c *Credentials, gen uint64) error 
 		if o.cfg.Grant == GrantClientCredentials {
 			what = "client credentials"
 		}
-		return &tokenError{what, fmt.Errorf("%w (no answer within the time the request left it; the request goes on for the next)", context.Cause(ctx))}
+		return &tokenError{what, fmt.Errorf("%w (no answer within the time the request left it; the refresh goes on, for the next request)", context.Cause(ctx))}
 	}
 }
 
