@@ -209,6 +209,18 @@ func (cs *calls) pruneLocked(server string, now time.Time) []cutCall {
 	return l
 }
 
+// prune drops, for every backend, the cut calls that no longer count. A backend's
+// are otherwise pruned only as its calls end or its requests are attributed: those
+// of a server a reload removed (renamed, say) were kept for good, with their front
+// sessions.
+func (cs *calls) prune(now time.Time) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for server := range cs.cut {
+		cs.pruneLocked(server, now)
+	}
+}
+
 // between marks fc as parked between two rounds (a 2026-07-28 call waiting for its
 // client's retry), or no longer.
 func (cs *calls) between(fc *frontCall, parked bool) {

@@ -89,3 +89,49 @@ func (g *Gateway) Parked() int {
 	defer g.parked.mu.Unlock()
 	return len(g.parked.by)
 }
+
+// Sizes returns how many entries each of the gateway's maps holds: what it keeps
+// for front sessions, calls and backends, to be compared before and after churn.
+func (g *Gateway) Sizes() map[string]int {
+	s := map[string]int{}
+	g.sessMu.Lock()
+	s["levels"], s["roots"], s["rootsAsked"], s["subs"] = len(g.levels), len(g.roots), len(g.rootsAsked), len(g.subs)
+	s["subCount"], s["subConn"], s["levelWaits"] = len(g.subCount), len(g.subConn), len(g.levelWaits)
+	g.sessMu.Unlock()
+	g.calls.mu.Lock()
+	s["calls"] = len(g.calls.by)
+	for _, l := range g.calls.cut {
+		s["cut"] += len(l)
+	}
+	s["cutServers"] = len(g.calls.cut)
+	g.calls.mu.Unlock()
+	g.inflight.mu.Lock()
+	s["inflight"], s["inflightSessions"] = len(g.inflight.reqs), len(g.inflight.sessions)
+	g.inflight.mu.Unlock()
+	g.parked.mu.Lock()
+	s["parked"] = len(g.parked.by)
+	for _, o := range g.parked.order {
+		s["parkedOrder"] += len(o)
+	}
+	s["parkedServers"] = len(g.parked.order)
+	g.parked.mu.Unlock()
+	g.elicitations.mu.Lock()
+	s["elicitations"] = g.elicitations.by.len()
+	g.elicitations.mu.Unlock()
+	g.listMu.Lock()
+	s["lists"] = len(g.lists)
+	g.listMu.Unlock()
+	g.regMu.Lock()
+	s["refused"] = len(g.refused)
+	s["regTools"] = len(g.reg.tools)
+	g.regMu.Unlock()
+	g.settleMu.Lock()
+	s["unsettled"], s["listed"] = len(g.unsettled), len(g.listed)
+	g.settleMu.Unlock()
+	n := 0
+	for range g.server.Sessions() {
+		n++
+	}
+	s["frontSessions"] = n
+	return s
+}

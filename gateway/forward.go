@@ -689,7 +689,8 @@ func (g *Gateway) pushRoots() {
 
 // sweeper forgets, now and then, what the gateway kept for front sessions that have
 // ended (the SDK tells no one when a session ends): their log levels, roots and
-// subscriptions, and so what the backends were given for them.
+// subscriptions, and so what the backends were given for them; and the cancelled
+// calls that count no longer (see calls.cut), a removed server's included.
 func (g *Gateway) sweeper() {
 	defer g.wg.Done()
 	tick := time.NewTicker(g.opts.SweepInterval)
@@ -705,6 +706,7 @@ func (g *Gateway) sweeper() {
 }
 
 func (g *Gateway) sweep() {
+	g.calls.prune(time.Now())
 	live := map[*mcp.ServerSession]bool{}
 	for ss := range g.server.Sessions() {
 		live[ss] = true
