@@ -33,7 +33,8 @@
 // Tool calls, prompts, resource reads, completion (by a prompt's shown name or a
 // template's URI), subscriptions (the first front subscription to a URI subscribes
 // the backend, whose connection keeps it across reconnects; the last one gone
-// unsubscribes it), logging (the backends are set to the most verbose level any front
+// unsubscribes it; a front session holds at most 1,024, the front sessions together
+// 4,096 resources), logging (the backends are set to the most verbose level any front
 // session asked for; a message goes to the front session whose call is in flight, or
 // to every front session, each filtering by its own level), progress (a backend's
 // progress for a call reaches the front under the front's token, before the call's

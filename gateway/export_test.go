@@ -135,3 +135,11 @@ func (g *Gateway) Sizes() map[string]int {
 	s["frontSessions"] = n
 	return s
 }
+
+// SetMaxSubscriptions sets how many resources one front session, and the front
+// sessions together, may be subscribed to, until the returned function restores them.
+func SetMaxSubscriptions(session, all int) (restore func()) {
+	oldSession, oldAll := maxSessionSubscriptions, maxSubscriptions
+	maxSessionSubscriptions, maxSubscriptions = session, all
+	return func() { maxSessionSubscriptions, maxSubscriptions = oldSession, oldAll }
+}

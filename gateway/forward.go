@@ -292,7 +292,9 @@ func (g *Gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 
 // subscribe forwards resources/subscribe: the first front subscription to a URI
 // subscribes the backend (whose connection keeps it across reconnects), later ones
-// count. The SDK's server keeps which front session gets which update.
+// count. The SDK's server keeps which front session gets which update. A front
+// session holds at most maxSessionSubscriptions, and the front sessions together
+// at most maxSubscriptions resources: past them a subscribe gets an error.
 func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
 	uri := req.Params.URI
 	r, ok := g.table.Load().resourceRoute(uri)
@@ -313,7 +315,14 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 		return nil
 	}
 	first := g.subCount[uri] == 0
+	mine, all := len(g.subs[req.Session]), len(g.subCount)
 	g.sessMu.Unlock()
+	switch {
+	case mine >= maxSessionSubscriptions:
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("mcpfsm gateway: this session has %d subscriptions, as many as it may: unsubscribe from one first", maxSessionSubscriptions)}
+	case first && all >= maxSubscriptions:
+		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("mcpfsm gateway: the front sessions are subscribed to %d resources, as many as the gateway holds", maxSubscriptions)}
+	}
 	if first {
 		if _, err := forward(g, ctx, req.Session, req, r.server, request[struct{}]{
 			send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (struct{}, error) {
@@ -335,6 +344,19 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	}
 	return nil
 }
+
+// maxSessionSubscriptions is the most resources one front session is subscribed to,
+// maxSubscriptions the most the front sessions are subscribed to together (each a
+// subscription of a backend's, kept across its reconnects): nothing else bounded
+// them, and a client subscribing to URIs a backend's template matches (a new one
+// each time) grew the gateway without end: on protocol 2026-07-28 each is a
+// subscriptions/listen stream of the backend's, with its goroutines (some 12 KB
+// each in process; over streamable HTTP, a connection each, with its file
+// descriptor). Variables for tests.
+var (
+	maxSessionSubscriptions = 1024
+	maxSubscriptions        = 4096
+)
 
 // unsubscribe forwards resources/unsubscribe, and the end of a 2026-07-28
 // subscriptions/listen stream: the go-sdk's server undoes a listen's subscriptions

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +56,60 @@ func TestGateway_CutCallsOfRemovedServers(t *testing.T) {
 			t.Fatalf("what the gateway keeps after 10 reloads, each removing a server a call was cancelled at (-before +after):\n%s", diff)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestGateway_SubscriptionsBounded: a front client subscribing to URIs a backend's
+// template matches, a new one each time, subscribed the backend to each (on
+// 2026-07-28 a subscriptions/listen stream of its own, 12 KB and two goroutines in
+// process: 5,000 made 10,000 goroutines and 58 MB), without bound. A session now
+// holds at most so many, and the sessions together at most so many URIs; a URI
+// subscribed already costs the backend nothing more.
+func TestGateway_SubscriptionsBounded(t *testing.T) {
+	defer gateway.SetMaxSubscriptions(3, 5)()
+	g := start(t, config(inMemory("b", testserver.Options{})), gateway.Options{})
+	a := front(t, g, nil, "2025-11-25")
+	b := front(t, g, nil, "2025-11-25")
+	waitTools(t, a, has("b__echo"))
+	item := func(i int) string { return fmt.Sprintf("test://items/%d", i) }
+	subscribe := func(cs *mcp.ClientSession, uri string) string {
+		if err := cs.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: uri}); err != nil {
+			return err.Error()
+		}
+		return ""
+	}
+	var got []string
+	for _, step := range []struct {
+		cs  *mcp.ClientSession
+		uri string
+	}{
+		{a, item(1)}, {a, item(2)}, {a, item(3)}, {a, item(4)}, // the fourth of a session
+		{b, item(1)}, {b, item(5)}, {b, item(6)}, // shared, then two new ones: five URIs
+		{b, item(3)}, // a URI subscribed already, but one more of b's
+	} {
+		got = append(got, subscribe(step.cs, step.uri))
+	}
+	unsubscribe := func(cs *mcp.ClientSession, uri string) {
+		if err := cs.Unsubscribe(callCtx(t), &mcp.UnsubscribeParams{URI: uri}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := front(t, g, nil, "2025-11-25")
+	unsubscribe(b, item(5))
+	got = append(got, subscribe(b, item(7))) // 1, 2, 3, 6, 7: five URIs
+	got = append(got, subscribe(c, item(8))) // a sixth
+	got = append(got, subscribe(c, item(2))) // subscribed already
+	unsubscribe(a, item(3))
+	got = append(got, subscribe(c, item(8))) // 1, 2, 6, 7, 8
+	perSession := "this session has 3 subscriptions, as many as it may"
+	all := "subscribed to 5 resources, as many as the gateway holds"
+	want := []string{"", "", "", perSession, "", "", "", perSession, "", all, "", ""}
+	if len(got) != len(want) {
+		t.Fatalf("%d answers, want %d: %q", len(got), len(want), got)
+	}
+	for i := range want {
+		if (want[i] == "") != (got[i] == "") || !strings.Contains(got[i], want[i]) {
+			t.Errorf("subscribe %d: %q, want %q", i, got[i], want[i])
+		}
 	}
 }
