@@ -566,7 +566,7 @@ func (g *Gateway) newServer() *mcp.Server {
 			Prompts:     &mcp.PromptCapabilities{ListChanged: true},
 			Resources:   &mcp.ResourceCapabilities{ListChanged: true, Subscribe: true},
 		},
-		Logger:                  g.log.With("component", "gateway front"),
+		Logger:                  slog.New(undeliveredQuiet{g.log.Handler()}).With("component", "gateway front"),
 		CompletionHandler:       g.complete,
 		SubscribeHandler:        g.subscribe,
 		UnsubscribeHandler:      g.unsubscribe,
@@ -589,6 +589,33 @@ func (g *Gateway) newServer() *mcp.Server {
 		})
 	}
 	return s
+}
+
+// undeliveredQuiet is the front server's log handler: it makes debug records of the
+// go-sdk's warnings that a notification could not be sent to a front session that
+// has no stream to take it (an HTTP session that opened no GET stream, which the
+// spec lets a client not open). The go-sdk warned once per such session at every
+// list change: at each reload, three times the sessions open (30,000 with the
+// default --max-sessions), drowning the warnings that matter.
+type undeliveredQuiet struct{ slog.Handler }
+
+func (h undeliveredQuiet) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, "calling notifications/") &&
+		strings.HasSuffix(r.Message, "undelivered message: stream not connected or already closed") {
+		if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h undeliveredQuiet) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return undeliveredQuiet{h.Handler.WithAttrs(attrs)}
+}
+
+func (h undeliveredQuiet) WithGroup(name string) slog.Handler {
+	return undeliveredQuiet{h.Handler.WithGroup(name)}
 }
 
 // frontMiddleware answers what the SDK's server cannot know by itself: a refusal for

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -111,5 +112,47 @@ func TestGateway_SubscriptionsBounded(t *testing.T) {
 		if (want[i] == "") != (got[i] == "") || !strings.Contains(got[i], want[i]) {
 			t.Errorf("subscribe %d: %q, want %q", i, got[i], want[i])
 		}
+	}
+}
+
+// TestGateway_UndeliveredListChangesQuiet: a front session over HTTP that opened no
+// GET stream (the spec lets a client not open one) cannot be sent a notification
+// that belongs to no request; the go-sdk drops it and logged a warning for each
+// session at each change: 20 such sessions and one reload adding a server made 60
+// warnings (tools, prompts, resources), and a gateway with its 10,000 sessions made
+// 30,000 at each reload, that drowned real ones (serve drops records past its
+// queue). They are debug records now; a notification that fails otherwise still
+// warns.
+func TestGateway_UndeliveredListChangesQuiet(t *testing.T) {
+	log, logged := logLines(`level=WARN msg="calling notifications/`)
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{Logger: log})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	watcher := httpFront(t, url, "2025-11-25", nil) // with its GET stream
+	waitTools(t, watcher, has("a__echo"))
+	for range 20 {
+		resp := post(t, url, initializeBody, "", "")
+		id := resp.Header.Get("Mcp-Session-Id")
+		resp.Body.Close()
+		if id == "" {
+			t.Fatalf("initialize: %s, no session", resp.Status)
+		}
+		req, _ := http.NewRequest("POST", url, strings.NewReader(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", id)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if _, err := g.Reload(callCtx(t), config(inMemory("a", testserver.Options{}), inMemory("c", testserver.Options{}))); err != nil {
+		t.Fatal(err)
+	}
+	waitTools(t, watcher, has("c__echo"))
+	time.Sleep(100 * time.Millisecond) // the last list changes sent
+	if got := logged(); len(got) > 0 {
+		t.Errorf("%d warnings after a reload, with 20 sessions without a GET stream; the first:\n%s", len(got), got[0])
 	}
 }
