@@ -772,7 +772,24 @@ func (g *Gateway) sweep() {
 		// A URI whose turn is held (a front subscribe waiting on its backend)
 		// waits for the next sweep rather than hold up this one.
 		turnCtx, cancel := context.WithTimeout(g.ctx, g.opts.SweepInterval)
-		_ = g.dropSub(turnCtx, g.ctx, sub.ss, sub.uri)
+		if g.dropSub(turnCtx, g.ctx, sub.ss, sub.uri) == nil {
+			g.forgetSubscription(turnCtx, sub.ss, sub.uri)
+		}
 		cancel()
+	}
+}
+
+// forgetSubscription has the front server forget the URI of a subscription of a
+// session that has ended. The go-sdk's server forgets the session's subscriptions
+// when it ends, but keeps an empty entry for each URI, for good (some 330 bytes
+// each): clients subscribing to URIs a backend's template matches, a new one each
+// time, and leaving without unsubscribing, grew the gateway without end. An
+// unsubscribe of the ended session, handled by the front server itself as if its
+// client had sent it, drops the entry once no session holds the URI (the gateway's
+// own handler, which it passes through, has nothing left to do).
+func (g *Gateway) forgetSubscription(ctx context.Context, ss *mcp.ServerSession, uri string) {
+	req := &mcp.UnsubscribeRequest{Session: ss, Params: &mcp.UnsubscribeParams{URI: uri}}
+	if _, err := g.sdk(ctx, "resources/unsubscribe", req); err != nil {
+		g.log.Debug("mcpfsm gateway: forgetting an ended session's subscription", "err", err)
 	}
 }

@@ -108,6 +108,10 @@ type Gateway struct {
 
 	broadcast *outbox // notifications not tied to a call
 
+	// sdk is the front server's own handling of requests, inside the gateway's
+	// middleware (see forgetSubscription).
+	sdk mcp.MethodHandler
+
 	// Startup: the backends not yet settled (listed, or failed), and opened, closed
 	// when none is left or StartupWait has passed.
 	settleMu  sync.Mutex
@@ -574,6 +578,7 @@ func (g *Gateway) newServer() *mcp.Server {
 		RootsListChangedHandler: func(ctx context.Context, req *mcp.RootsListChangedRequest) { g.askRoots(req.Session) },
 		GetSessionID:            g.opts.SessionID,
 	})
+	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler { g.sdk = next; return next })
 	s.AddReceivingMiddleware(g.frontMiddleware)
 	s.AddSendingMiddleware(elicitSchemaMiddleware)
 	if uri := g.opts.StatusResource; uri != "" {

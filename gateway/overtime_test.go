@@ -2,8 +2,11 @@ package gateway_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +157,158 @@ func TestGateway_UndeliveredListChangesQuiet(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the last list changes sent
 	if got := logged(); len(got) > 0 {
 		t.Errorf("%d warnings after a reload, with 20 sessions without a GET stream; the first:\n%s", len(got), got[0])
+	}
+}
+
+// TestGateway_SessionsChurnLeavesNothing: front sessions that come, subscribe, set
+// their log level, give their roots, cancel a call, leave one mid-sampling, and go
+// without a word (their connection cut), a hundred of them: once the sweeper has
+// run, what the gateway keeps is what it kept before, and so are its goroutines.
+func TestGateway_SessionsChurnLeavesNothing(t *testing.T) {
+	// The sampling of a call goes to its session once the last session's cut
+	// calls no longer count.
+	defer gateway.SetCutLinger(time.Millisecond)()
+	sc := inMemory("b", testserver.Options{})
+	sc.Transport.ProtocolVersion = "2025-11-25" // sampling as a request of the backend's
+	g := start(t, config(sc), gateway.Options{SweepInterval: 50 * time.Millisecond})
+	keep := front(t, g, nil, "2025-11-25")
+	waitTools(t, keep, has("b__sample"))
+	base, before := kept(g), settledGoroutines(0)
+	for i := range 100 {
+		time.Sleep(2 * time.Millisecond) // the last session's cut calls count no more
+		sp, cp := net.Pipe()
+		ss, err := g.Server().Connect(context.Background(), &mcp.IOTransport{Reader: sp, Writer: sp}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		asked, quit := make(chan struct{}, 1), make(chan struct{})
+		c := mcp.NewClient(&mcp.Implementation{Name: "churn", Version: "1"}, &mcp.ClientOptions{
+			CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+				asked <- struct{}{}
+				<-quit
+				return nil, errors.New("gone")
+			},
+		})
+		c.AddRoots(&mcp.Root{URI: fmt.Sprintf("file:///churn/%d", i)})
+		cs, err := c.Connect(callCtx(t), &mcp.IOTransport{Reader: cp, Writer: cp}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cs.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, uri := range []string{testserver.ResourceA, fmt.Sprintf("test://items/%d", i)} {
+			if err := cs.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: uri}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		_, _ = cs.CallTool(ctx, &mcp.CallToolParams{Name: "b__hold", Arguments: map[string]any{"ms": 60000}})
+		cancel()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "b__sample", Arguments: map[string]any{"prompt": "p"}})
+		}()
+		select {
+		case <-asked:
+		case <-done:
+			t.Fatal("the front client was never asked to sample")
+		}
+		cp.Close() // gone, mid-sampling
+		close(quit)
+		<-done
+		_ = cs.Wait()
+		_ = ss.Wait()
+	}
+	deadline := time.Now().Add(waitFor)
+	for {
+		diff := cmp.Diff(base, kept(g))
+		if diff == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("what the gateway keeps after 100 sessions came and went (-before +after):\n%s", diff)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if after := settledGoroutines(before); after > before {
+		t.Errorf("%d goroutines after 100 sessions came and went, %d before", after, before)
+	}
+}
+
+// settledGoroutines returns the number of goroutines once it is at most want, or
+// has stopped falling for a while (want 0: after 100ms).
+func settledGoroutines(want int) int {
+	n := runtime.NumGoroutine()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		m := runtime.NumGoroutine()
+		if m <= want || (m == n && want == 0) {
+			return m
+		}
+		n = m
+	}
+	return n
+}
+
+// TestGateway_AbandonedSubscriptionsForgotten: the go-sdk's server forgets the
+// subscriptions of a session that ends, but kept an entry for each of their URIs,
+// for good: clients subscribing to URIs a backend's template matches, a new one each
+// time, and leaving without unsubscribing, grew the gateway by some 330 bytes a URI
+// (980 KB for the 3,000 here), for ever. The sweeper has the front server forget them.
+func TestGateway_AbandonedSubscriptionsForgotten(t *testing.T) {
+	sc := inMemory("b", testserver.Options{})
+	sc.Transport.ProtocolVersion = "2025-11-25" // no listen stream per URI to end meanwhile
+	g := start(t, config(sc), gateway.Options{SweepInterval: 20 * time.Millisecond})
+	keep := front(t, g, nil, "2025-11-25")
+	waitTools(t, keep, has("b__echo"))
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	uri := 0
+	abandon := func() { // a session subscribes to 1,000 URIs of its own and is gone
+		sp, cp := net.Pipe()
+		ss, err := g.Server().Connect(context.Background(), &mcp.IOTransport{Reader: sp, Writer: sp}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := mcp.NewClient(&mcp.Implementation{Name: "gone", Version: "1"}, nil)
+		cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: cp, Writer: cp}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 1000 {
+			uri++
+			if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: fmt.Sprintf("test://items/%d", uri)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		cp.Close()
+		_ = cs.Wait()
+		_ = ss.Wait()
+		for kept(g)["subCount"] > 0 {
+			if ctx.Err() != nil {
+				t.Fatal("the sweeper never forgot the ended session's subscriptions")
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(50 * time.Millisecond) // the sweep over
+		settledGoroutines(0)
+	}
+	heapNow := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	abandon() // the maps grown once
+	before := heapNow()
+	for range 3 {
+		abandon()
+	}
+	grown := heapNow() - before
+	t.Logf("the heap grew by %d KB for 3,000 URIs subscribed to by sessions gone", grown>>10)
+	if grown > 300<<10 {
+		t.Errorf("the heap grew by %d KB for 3,000 URIs subscribed to by sessions gone, want it back (under 300 KB)", grown>>10)
 	}
 }
