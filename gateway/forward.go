@@ -365,6 +365,9 @@ var (
 // front's listens end then too) only the front's count is kept: the backends close
 // next, and one that does not answer would hold the front's close.
 func (g *Gateway) unsubscribe(ctx context.Context, req *mcp.UnsubscribeRequest) error {
+	if ctx.Value(forgettingKey{}) != nil {
+		return nil // the sweeper's, for the front server alone (see forgetSubscription)
+	}
 	if !g.closed.Load() {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(g.ctx, 10*time.Second)
@@ -779,6 +782,10 @@ func (g *Gateway) sweep() {
 	}
 }
 
+// forgettingKey marks the context of the unsubscribe forgetSubscription has the front
+// server handle.
+type forgettingKey struct{}
+
 // forgetSubscription has the front server forget the URI of a subscription of a
 // session that has ended. The go-sdk's server forgets the session's subscriptions
 // when it ends, but keeps an empty entry for each URI, for good (some 330 bytes
@@ -786,8 +793,10 @@ func (g *Gateway) sweep() {
 // time, and leaving without unsubscribing, grew the gateway without end. An
 // unsubscribe of the ended session, handled by the front server itself as if its
 // client had sent it, drops the entry once no session holds the URI (the gateway's
-// own handler, which it passes through, has nothing left to do).
+// own handler, which it passes through, has nothing left to do: told so by
+// forgettingKey, it does not wait for the URI's turn).
 func (g *Gateway) forgetSubscription(ctx context.Context, ss *mcp.ServerSession, uri string) {
+	ctx = context.WithValue(ctx, forgettingKey{}, true)
 	req := &mcp.UnsubscribeRequest{Session: ss, Params: &mcp.UnsubscribeParams{URI: uri}}
 	if _, err := g.sdk(ctx, "resources/unsubscribe", req); err != nil {
 		g.log.Debug("mcpfsm gateway: forgetting an ended session's subscription", "err", err)
