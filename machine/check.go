@@ -2,6 +2,7 @@ package machine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/mcpfsm/mcpfsm/states"
@@ -86,6 +87,59 @@ func (l *loader) check() {
 	l.checkReach()
 	if finals > 0 {
 		l.checkClose()
+	}
+	l.checkSpin(at)
+}
+
+// checkSpin reports a loop the machine would run without a pause: a cycle of
+// transitions each taken on the outcome of the invoked effect of the state it leaves
+// (no event from outside, no timer), none of them guarded. A connect that fails at once
+// (a refused connection takes microseconds) would be tried again and again, as fast as
+// it fails, with nothing to stop it but Close. A guarded cycle may end by itself (a
+// retry while the breaker has not tripped), and is left alone.
+func (l *loader) checkSpin(at map[*edge]*yaml.Node) {
+	s := l.spec
+	adj := make([][]*edge, len(s.states))
+	for _, e := range s.edges {
+		from := s.states[e.from]
+		if e.internal || e.delay != nil || e.broken || e.to == 0 || len(e.guards) > 0 || from.unsure || from.invoke == nil || s.states[e.to].invoke == nil {
+			continue
+		}
+		if slices.Contains(l.reg.Invokes[from.invoke.name].Outcomes, e.trigger) {
+			adj[e.from] = append(adj[e.from], e)
+		}
+	}
+	color := make([]uint8, len(s.states)) // 0 unseen, 1 on the path, 2 done
+	var path []*edge
+	var visit func(n sid) bool
+	visit = func(n sid) bool {
+		color[n] = 1
+		for _, e := range adj[n] {
+			path = append(path, e)
+			if color[e.to] == 1 {
+				i := 0
+				for path[i].from != e.to {
+					i++
+				}
+				names := []string{string(s.states[e.to].name)}
+				for _, pe := range path[i:] {
+					names = append(names, fmt.Sprintf("%s (%s)", s.states[pe.to].name, pe.name))
+				}
+				l.Errorf(at[path[i]], "the machine would go round %s without a pause, as fast as the effects end (a connect refused at once: microseconds): take a timed edge (after) on the way, or guard one of these transitions", strings.Join(names, " → "))
+				return true
+			}
+			if color[e.to] == 0 && visit(e.to) {
+				return true
+			}
+			path = path[:len(path)-1]
+		}
+		color[n] = 2
+		return false
+	}
+	for _, ss := range s.states[1:] {
+		if color[ss.id] == 0 && visit(ss.id) {
+			return // one loop is enough to refuse the spec
+		}
 	}
 }
 
