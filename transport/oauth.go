@@ -593,12 +593,28 @@ func (o *OAuth) clientCredentials(tokenURL string, scopes []string, style oauth2
 }
 
 // acquire takes the right to refresh or authorize, waiting for the one under
-// way; false if ctx ends first.
+// way, and for a renewal whose caller gave up on it to land (adopted and
+// saved); false if ctx ends first. (A request refused while such a renewal was
+// saving read the store again, found the credentials the renewal had just
+// replaced, and took them for a login elsewhere: back to a rotated refresh
+// token.)
 func (o *OAuth) acquire(ctx context.Context) bool {
 	select {
 	case o.sem <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	o.mu.Lock()
+	f := o.renewing
+	o.mu.Unlock()
+	if f == nil {
+		return true
+	}
+	select {
+	case <-f.done:
 		return true
 	case <-ctx.Done():
+		o.release()
 		return false
 	}
 }

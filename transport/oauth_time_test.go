@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -247,4 +249,87 @@ func TestFileStoreLargeFile(t *testing.T) {
 	if c != nil || err == nil || !strings.Contains(err.Error(), "larger than 4 MiB") {
 		t.Errorf("Load of a file of %d bytes: %v, %v", len(big), c, err)
 	}
+}
+
+// gatedStore is a token store whose saves wait, while gate is set, until it is
+// closed (a save held by another process's lock on the store, a slow disk).
+type gatedStore struct {
+	TokenStore
+	mu   sync.Mutex
+	gate chan struct{}
+}
+
+func (s *gatedStore) Save(ctx context.Context, key string, c *Credentials) error {
+	s.mu.Lock()
+	gate := s.gate
+	s.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return s.TokenStore.Save(ctx, key, c)
+}
+
+// TestRenewalSavingIsNotUndoneByTheStore: a refresh its caller gave up on went
+// on outside the one-at-a-time rule, and adopted its token before saving it. A
+// request refused meanwhile (a 401, a 403) read the store again, found the
+// credentials the refresh had just replaced, and took them for a login
+// elsewhere: the client went back to a refresh token its authorization server
+// had rotated already, whose next use was taken for a theft (every token of the
+// grant revoked). A refresh under way is now waited for, to its save, by
+// whatever refreshes or authorizes next.
+func TestRenewalSavingIsNotUndoneByTheStore(t *testing.T) {
+	srv := authServer(t, authtest.Options{ClientID: "pre", RotateRefresh: true, RevokeOnReuse: true}, false)
+	store := &gatedStore{TokenStore: &FileStore{Dir: t.TempDir()}}
+	access, refresh, _ := srv.Issue("mcp")
+	old := &Credentials{Resource: srv.MCPURL(), TokenURL: srv.URL + "/token", ClientID: "pre", Token: &oauth2.Token{AccessToken: access, RefreshToken: refresh, Expiry: time.Now().Add(-time.Minute)}}
+	if err := store.Save(context.Background(), "authed", old); err != nil {
+		t.Fatal(err)
+	}
+	o, err := NewOAuth(authConfig(srv, &Auth{Store: store}, false), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.TokenDelay.Store(int64(300 * time.Millisecond))
+	gate := make(chan struct{})
+	store.mu.Lock()
+	store.gate = gate
+	store.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	if tok, _ := o.bearer(ctx); tok != "" {
+		t.Fatal("a token from a refresh that takes 300ms, in 100ms")
+	}
+	cancel()
+	for !fresh(o.current().Token) { // the refresh has landed; its save waits
+		time.Sleep(10 * time.Millisecond)
+	}
+	srv.TokenDelay.Store(0)
+	_, sent := o.bearer(callCtx(t))
+	req := httptest.NewRequest(http.MethodPost, srv.MCPURL(), nil)
+	resp := &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}, Body: http.NoBody}
+	done := make(chan error, 1)
+	go func() { done <- o.authorize(callCtx(t), req, resp, sent) }()
+	time.Sleep(100 * time.Millisecond)
+	close(gate)
+	if err := <-done; err != nil {
+		t.Fatalf("authorize: %v", err)
+	}
+	if got := o.current().Token.RefreshToken; got == refresh {
+		t.Error("the client holds the refresh token its refresh had rotated")
+	}
+	// The next refusal refreshes with the refresh token held.
+	_, sent = o.bearer(callCtx(t))
+	resp = &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}, Body: http.NoBody}
+	if err := o.authorize(callCtx(t), req, resp, sent); err != nil {
+		t.Errorf("the refresh after: %v", err)
+	}
+	if n := srv.RefreshFails.Load(); n != 0 {
+		t.Errorf("%d refused refreshes, want 0", n)
+	}
+}
+
+// current returns the credentials o holds.
+func (o *OAuth) current() *Credentials {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.creds
 }
