@@ -96,7 +96,7 @@ func (g *Gateway) Sizes() map[string]int {
 	s := map[string]int{}
 	g.sessMu.Lock()
 	s["levels"], s["roots"], s["rootsAsked"], s["subs"] = len(g.levels), len(g.roots), len(g.rootsAsked), len(g.subs)
-	s["subCount"], s["subConn"], s["levelWaits"] = len(g.subCount), len(g.subConn), len(g.levelWaits)
+	s["subCount"], s["subConn"], s["subPending"], s["levelWaits"] = len(g.subCount), len(g.subConn), len(g.subPending), len(g.levelWaits)
 	g.sessMu.Unlock()
 	g.calls.mu.Lock()
 	s["calls"] = len(g.calls.by)

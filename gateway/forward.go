@@ -315,13 +315,30 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 		return nil
 	}
 	first := g.subCount[uri] == 0
-	mine, all := len(g.subs[req.Session]), len(g.subCount)
-	g.sessMu.Unlock()
+	// The subscribes under way count: subscribes sent together (a session's
+	// requests in flight, the sessions') all passed bounds that counted only
+	// those done.
+	mine, all := len(g.subs[req.Session])+g.subPending[req.Session], len(g.subCount)+g.subPendingNew
 	switch {
 	case mine >= maxSessionSubscriptions:
+		g.sessMu.Unlock()
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("mcpfsm gateway: this session has %d subscriptions, as many as it may: unsubscribe from one first", maxSessionSubscriptions)}
 	case first && all >= maxSubscriptions:
+		g.sessMu.Unlock()
 		return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: fmt.Sprintf("mcpfsm gateway: the front sessions are subscribed to %d resources, as many as the gateway holds", maxSubscriptions)}
+	}
+	g.subPending[req.Session]++
+	if first {
+		g.subPendingNew++
+	}
+	g.sessMu.Unlock()
+	done := func() { // sessMu is held
+		if g.subPending[req.Session]--; g.subPending[req.Session] == 0 {
+			delete(g.subPending, req.Session)
+		}
+		if first {
+			g.subPendingNew--
+		}
 	}
 	if first {
 		if _, err := forward(g, ctx, req.Session, req, r.server, request[struct{}]{
@@ -329,11 +346,15 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 				return struct{}{}, c.Subscribe(ctx, &mcp.SubscribeParams{URI: uri})
 			},
 		}); err != nil {
+			g.sessMu.Lock()
+			done()
+			g.sessMu.Unlock()
 			return err
 		}
 	}
 	g.sessMu.Lock()
 	defer g.sessMu.Unlock()
+	done()
 	if g.subs[req.Session] == nil {
 		g.subs[req.Session] = map[string]bool{}
 	}

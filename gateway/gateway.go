@@ -102,6 +102,11 @@ type Gateway struct {
 	subs       map[*mcp.ServerSession]map[string]bool // front subscriptions, by session
 	subCount   map[string]int                         // front subscriptions, by URI
 	subConn    map[string]route                       // the backend each subscribed URI went to
+	// subPending are the subscribes under way (their backend's answer awaited),
+	// by session, and subPendingNew those of them to a URI no front session
+	// holds: they count against the bounds (see subscribe).
+	subPending    map[*mcp.ServerSession]int
+	subPendingNew int
 	// subTurns holds, per URI, the change of its front subscriptions and the
 	// backend subscribe or unsubscribe it leads to (see dropSub).
 	subTurns turn.Turns
@@ -149,7 +154,8 @@ func New(cfg *mcpfsm.Config, opts Options) (*Gateway, error) {
 		levels: map[*mcp.ServerSession]mcp.LoggingLevel{}, roots: map[*mcp.ServerSession][]*mcp.Root{},
 		rootsAsked: map[*mcp.ServerSession]bool{}, levelWaits: map[string]bool{}, refused: map[string]*mcp.Tool{},
 		subs: map[*mcp.ServerSession]map[string]bool{}, subCount: map[string]int{}, subConn: map[string]route{},
-		reg: &table{tools: map[string]shownTool{}, prompts: map[string]shownPrompt{}, resources: map[string]shownResource{}},
+		subPending: map[*mcp.ServerSession]int{},
+		reg:        &table{tools: map[string]shownTool{}, prompts: map[string]shownPrompt{}, resources: map[string]shownResource{}},
 	}
 	g.calls.by, g.calls.linger = map[string]map[*frontCall]struct{}{}, cutLinger
 	g.inflight.gone = expiring[string, struct{}]{ttl: time.Minute, max: maxRemembered}

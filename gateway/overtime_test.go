@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -310,5 +311,45 @@ func TestGateway_AbandonedSubscriptionsForgotten(t *testing.T) {
 	t.Logf("the heap grew by %d KB for 3,000 URIs subscribed to by sessions gone", grown>>10)
 	if grown > 300<<10 {
 		t.Errorf("the heap grew by %d KB for 3,000 URIs subscribed to by sessions gone, want it back (under 300 KB)", grown>>10)
+	}
+}
+
+// TestGateway_SubscriptionsBoundedConcurrently: the bounds were checked before the
+// backend's subscribe and counted after it, so that subscribes sent together (a
+// session's, up to its 1,024 requests in flight; the sessions', together) all passed
+// the check: a session held as many subscriptions as it sent at once, the gateway as
+// many resources as its sessions did. A subscribe under way now counts.
+func TestGateway_SubscriptionsBoundedConcurrently(t *testing.T) {
+	defer gateway.SetMaxSubscriptions(3, 5)()
+	g := start(t, config(inMemory("b", testserver.Options{})), gateway.Options{})
+	item := func(i int) string { return fmt.Sprintf("test://items/%d", i) }
+	burst := func(n, from int, cs func(i int) *mcp.ClientSession) int {
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		ok := 0
+		for i := range n {
+			c := cs(i)
+			wg.Go(func() {
+				if err := c.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: item(from + i)}); err == nil {
+					mu.Lock()
+					ok++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return ok
+	}
+	a := front(t, g, nil, "2025-11-25")
+	waitTools(t, a, has("b__echo"))
+	if n := burst(20, 0, func(int) *mcp.ClientSession { return a }); n != 3 {
+		t.Errorf("one session's 20 subscribes at once: %d took, want 3", n)
+	}
+	var sessions []*mcp.ClientSession
+	for range 20 {
+		sessions = append(sessions, front(t, g, nil, "2025-11-25"))
+	}
+	if n := burst(20, 100, func(i int) *mcp.ClientSession { return sessions[i] }); n != 2 {
+		t.Errorf("20 sessions' subscribes at once, 3 of 5 resources held: %d took, want 2", n)
 	}
 }
