@@ -143,3 +143,11 @@ func SetMaxSubscriptions(session, all int) (restore func()) {
 	maxSessionSubscriptions, maxSubscriptions = session, all
 	return func() { maxSessionSubscriptions, maxSubscriptions = oldSession, oldAll }
 }
+
+// SetSweepLooked sets the hook a sweep calls once it has first looked at the front
+// sessions, until the returned function restores it.
+func SetSweepLooked(f func()) (restore func()) {
+	old := sweepLooked
+	sweepLooked = f
+	return func() { sweepLooked = old }
+}

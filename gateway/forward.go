@@ -751,22 +751,65 @@ func (g *Gateway) sweeper() {
 	}
 }
 
+// sweepLooked, if set, is called by a sweep once it has first looked at the front
+// sessions (a hook for tests).
+var sweepLooked func()
+
+// sweep forgets what the gateway keeps for front sessions that have ended: their log
+// levels, roots and subscriptions. A session ended if it is in none of two looks at the
+// front server's sessions, one before the gateway's books are read and one after: a
+// session that began between the first look and the books (it set a level, or
+// subscribed, meanwhile) is in the second, and was once taken for ended, its
+// subscriptions dropped.
 func (g *Gateway) sweep() {
 	g.calls.prune(time.Now())
-	live := map[*mcp.ServerSession]bool{}
-	for ss := range g.server.Sessions() {
-		live[ss] = true
+	looks := func() map[*mcp.ServerSession]bool {
+		live := map[*mcp.ServerSession]bool{}
+		for ss := range g.server.Sessions() {
+			live[ss] = true
+		}
+		return live
+	}
+	live := looks()
+	if sweepLooked != nil {
+		sweepLooked()
 	}
 	g.sessMu.Lock()
-	levelGone, rootsGone := false, false
+	var candidates []*mcp.ServerSession
 	for ss := range g.levels {
 		if !live[ss] {
-			delete(g.levels, ss)
-			levelGone = true
+			candidates = append(candidates, ss)
 		}
 	}
 	for ss := range g.roots {
 		if !live[ss] {
+			candidates = append(candidates, ss)
+		}
+	}
+	for ss := range g.subs {
+		if !live[ss] {
+			candidates = append(candidates, ss)
+		}
+	}
+	g.sessMu.Unlock()
+	if len(candidates) == 0 {
+		return
+	}
+	again := looks()
+	ended := map[*mcp.ServerSession]bool{}
+	for _, ss := range candidates {
+		if !again[ss] {
+			ended[ss] = true
+		}
+	}
+	g.sessMu.Lock()
+	levelGone, rootsGone := false, false
+	for ss := range ended {
+		if _, ok := g.levels[ss]; ok {
+			delete(g.levels, ss)
+			levelGone = true
+		}
+		if _, ok := g.roots[ss]; ok {
 			delete(g.roots, ss)
 			rootsGone = true
 		}
@@ -776,11 +819,8 @@ func (g *Gateway) sweep() {
 		uri string
 	}
 	var gone []sub
-	for ss, uris := range g.subs {
-		if live[ss] {
-			continue
-		}
-		for uri := range uris {
+	for ss := range ended {
+		for uri := range g.subs[ss] {
 			gone = append(gone, sub{ss, uri})
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -379,5 +380,64 @@ func TestGateway_SubscriptionsBoundedConcurrently(t *testing.T) {
 	}
 	if n := burst(20, 100, func(i int) *mcp.ClientSession { return sessions[i] }); n != 2 {
 		t.Errorf("20 sessions' subscribes at once, 3 of 5 resources held: %d took, want 2", n)
+	}
+}
+
+// TestGateway_SweepSparesASessionBegunMeanwhile: the sweeper looked at the front
+// sessions, then read the gateway's books: a session that began between the two and
+// subscribed meanwhile was in the books and not in the look, taken for ended, and its
+// subscription dropped (the backend unsubscribed, the go-sdk's entry forgotten) while
+// its client waited for updates.
+func TestGateway_SweepSparesASessionBegunMeanwhile(t *testing.T) {
+	sc := inMemory("b", testserver.Options{})
+	sc.Transport.ProtocolVersion = "2025-11-25"
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	var (
+		once sync.Once
+		late = make(chan *mcp.ClientSession, 1)
+		fail = make(chan error, 1)
+	)
+	var gp atomic.Pointer[gateway.Gateway]
+	t.Cleanup(gateway.SetSweepLooked(func() {
+		g := gp.Load()
+		if g == nil {
+			return // not started yet
+		}
+		once.Do(func() { // a session begins, and subscribes, as the sweep reads its books
+			sp, cp := net.Pipe()
+			if _, err := g.Server().Connect(context.Background(), &mcp.IOTransport{Reader: sp, Writer: sp}, nil); err != nil {
+				fail <- err
+				return
+			}
+			c := mcp.NewClient(&mcp.Implementation{Name: "late", Version: "1"}, nil)
+			cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: cp, Writer: cp}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+			if err == nil {
+				err = cs.Subscribe(ctx, &mcp.SubscribeParams{URI: testserver.ResourceA})
+			}
+			if err != nil {
+				fail <- err
+				return
+			}
+			late <- cs
+		})
+	}))
+	g := start(t, config(sc), gateway.Options{SweepInterval: 20 * time.Millisecond})
+	gp.Store(g)
+	var cs *mcp.ClientSession
+	select {
+	case cs = <-late:
+		t.Cleanup(func() { _ = cs.Close() })
+	case err := <-fail:
+		t.Fatal(err)
+	case <-ctx.Done():
+		t.Fatal("no sweep ran")
+	}
+	time.Sleep(200 * time.Millisecond) // ten sweeps more
+	if got := g.Manager().Conn("b").Subscriptions(); !slices.Contains(got, testserver.ResourceA) {
+		t.Errorf("the backend's subscriptions: %q; the live session's subscription was dropped by a sweep", got)
+	}
+	if n := kept(g)["subs"]; n != 1 {
+		t.Errorf("the gateway keeps subscriptions of %d sessions, want the live one's", n)
 	}
 }
