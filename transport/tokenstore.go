@@ -90,9 +90,10 @@ func (s *FileStore) Path(key string) string {
 const maxStoreFile = 4 << 20
 
 // Load reads key's credentials; nil, nil if there are none. A file larger than
-// 4 MiB is not read: it is an error.
+// 4 MiB, or one that is not a regular file (a FIFO would hold the read for ever), is
+// not read: it is an error.
 func (s *FileStore) Load(_ context.Context, key string) (*Credentials, error) {
-	f, err := os.Open(s.Path(key))
+	f, err := openRegular(s.Path(key))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
