@@ -263,8 +263,9 @@ func WithProgress(ctx context.Context, f func(*mcp.ProgressNotificationParams)) 
 // tool's answer, and it says nothing about the connection. An error is a *CallError. A
 // call that fails because the session broke is reported to the machine (once per
 // session), which replaces the session; the call is then retried once on the next
-// session if the server cannot have run it (the session had expired: HTTP 404, or the
-// server could not be reached at all) or if the tool is annotated readOnlyHint or
+// session if the server cannot have run it (the session had expired: HTTP 404, the
+// server refused the call's own request with another 4xx, or the server could not be
+// reached at all) or if the tool is annotated readOnlyHint or
 // idempotentHint. Otherwise the error wraps ErrMayHaveRun: a non-idempotent call is
 // never run twice. Every call returns before its context ends.
 func (c *Conn) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {

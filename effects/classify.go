@@ -276,7 +276,8 @@ const (
 	RetrySafe Retry = iota + 1
 	// RetryIfNotRun: the request may change something (a tool call without those
 	// annotations). It is sent again only if the server cannot have run it: the
-	// session had expired (HTTP 404) or the server could not be reached at all.
+	// session had expired (HTTP 404), the server refused its own POST with another
+	// 4xx, or the server could not be reached at all.
 	RetryIfNotRun
 )
 
@@ -312,16 +313,20 @@ func Judge(err error, ownClose bool, rule Retry) Verdict {
 func unsent(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 // notRun reports whether a request that failed with err, of the given cause, cannot
-// have run: the session had expired or the server could not be reached, and no HTTP
-// request carrying it may have reached the server. (The SDK fails every request in
-// flight with the 404 that one request met, including requests the server took and
-// is running; transport.Error.Sent tells them apart.)
+// have run: the session had expired, the server could not be reached, or it refused
+// the request's own POST with a 4xx (it did not accept the message: server-everything
+// answers a session ID it does not know, after a restart, with 400 where the spec
+// says 404), and no HTTP request carrying it may have reached the server. (The SDK
+// fails every request in flight with the 404 that one request met, including
+// requests the server took and is running; transport.Error.Sent tells them apart.)
 func notRun(cause states.Cause, err error) bool {
-	if cause != states.CauseExpired && !unsent(err) {
+	var te *transport.Error
+	found := errors.As(err, &te)
+	refused := found && te.HTTPStatus >= 400 && te.HTTPStatus <= 499
+	if cause != states.CauseExpired && !unsent(err) && !refused {
 		return false
 	}
-	var te *transport.Error
-	return !errors.As(err, &te) || !te.Sent
+	return !found || !te.Sent
 }
 
 // ClassifyEffect classifies the error an invoked effect ran into. When the effect's

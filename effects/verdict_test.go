@@ -29,6 +29,10 @@ func TestJudge(t *testing.T) {
 	expiredUnsent := &transport.Error{Server: "s", Op: transport.OpRequest, HTTPStatus: 404, Err: mcp.ErrSessionMissing}
 	refused := &transport.Error{Server: "s", Op: transport.OpRequest, Err: syscall.ECONNREFUSED}
 	answered := &transport.Error{Server: "s", Op: transport.OpRequest, Err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "no"}}
+	// A POST answered 400 (server-everything's answer to a session ID it does not
+	// know, as after a restart; the spec says 404): the transport leaves Sent unset.
+	badRequest := &transport.Error{Server: "s", Op: transport.OpCallTool, HTTPStatus: 400, Err: errors.New("sending \"tools/call\": Bad Request")}
+	badRequestOther := &transport.Error{Server: "s", Op: transport.OpCallTool, Sent: true, HTTPStatus: 400, Err: errors.New("Bad Request")}
 	for _, c := range []struct {
 		name string
 		err  error
@@ -40,6 +44,8 @@ func TestJudge(t *testing.T) {
 		{"call after an expiry it did not reach", expiredUnsent, RetryIfNotRun, Verdict{Cause: states.CauseExpired, Retry: true}},
 		{"call after an expiry another request met", expiredSent, RetryIfNotRun, Verdict{Cause: states.CauseExpired, MayHaveRun: true}},
 		{"call refused at connect", refused, RetryIfNotRun, Verdict{Cause: states.CauseLost, Retry: true}},
+		{"call whose POST the server refused (4xx)", badRequest, RetryIfNotRun, Verdict{Cause: states.CauseLost, Retry: true}},
+		{"call in flight when another request was refused", badRequestOther, RetryIfNotRun, Verdict{Cause: states.CauseLost, MayHaveRun: true}},
 		{"an answer is never retried", answered, RetrySafe, Verdict{Cause: states.CauseServer}},
 		{"our own close, read", &transport.Error{Op: transport.OpRequest, Err: io.EOF}, RetrySafe, Verdict{Cause: states.CauseLost, Retry: true}},
 	} {

@@ -89,11 +89,12 @@ type Error struct {
 	HTTPStatus int
 	// Sent is set when a POST of the failed request may have reached the
 	// server (HTTP transports): it was under way when the error came, or it
-	// was answered with anything but 404, or it failed after its connection
-	// was made. A call may then have run, whatever the error says: in
+	// was answered with anything but a 4xx (the server did not accept it: 404
+	// for a session it does not know, or 400 as some servers answer that), or
+	// it failed after its connection was made. A call may then have run, whatever the error says: in
 	// particular an error wrapping mcp.ErrSessionMissing, which the SDK hands
 	// to every call in flight when one request meets a 404. Not set when
-	// every POST was refused at connect or answered 404, or none was made.
+	// every POST was refused at connect or answered 4xx, or none was made.
 	Sent bool
 	// StderrTail is the last few KB of a stdio child's stderr, for the
 	// errors of a child that failed to start or ended (OpDial, OpEnd),

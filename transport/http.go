@@ -255,8 +255,11 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 	}
 	if rec != nil && (resp.StatusCode < 200 || resp.StatusCode > 299) {
 		rec.status.Store(int32(resp.StatusCode))
-		if post && resp.StatusCode == http.StatusNotFound {
-			rec.sent.Store(false) // the server does not know the session: it ran nothing
+		if post && resp.StatusCode >= 400 && resp.StatusCode <= 499 {
+			// The server did not accept the message (the spec's "cannot accept
+			// the input": a 404 for a session it does not know, a 400 that some
+			// servers send for the same, a 413, a 429): it ran nothing.
+			rec.sent.Store(false)
 		}
 	}
 	body := &releasingBody{ReadCloser: resp.Body, release: release, left: -1}
