@@ -699,11 +699,41 @@ func (g *Gateway) askRoots(ss *mcp.ServerSession) {
 	}
 }
 
+// rootsRetry is how long listRoots tries again a roots/list the front session could
+// not be sent. A variable for tests.
+var rootsRetry = 5 * time.Second
+
+// codeRejected is the code of the go-sdk's jsonrpc2.ErrRejected (internal, not
+// exported): the error of a message its transport did not send.
+const codeRejected = -32005
+
 // listRoots asks a front session for its roots and gives the backends the union.
+//
+// Over streamable HTTP the ask, made when the session is initialized, goes on the
+// session's standalone stream, which a client opens with a GET only once its
+// notifications/initialized has been answered (the TypeScript SDK's does): until then
+// the go-sdk, without an event store, rejects the write at once, and the ask was
+// lost, leaving the backends without the session's roots until it announced a
+// change. So a roots/list the transport rejected, unsent, is sent again, for up to
+// rootsRetry.
 func (g *Gateway) listRoots(ss *mcp.ServerSession) {
 	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
 	defer cancel()
-	res, err := ss.ListRoots(ctx, nil)
+	var res *mcp.ListRootsResult
+	var err error
+	for wait, until := 10*time.Millisecond, time.Now().Add(rootsRetry); ; wait = min(2*wait, 500*time.Millisecond) {
+		res, err = ss.ListRoots(ctx, nil)
+		var rejected *jsonrpc.Error
+		if !errors.As(err, &rejected) || rejected.Code != codeRejected || ctx.Err() != nil || time.Now().Add(wait).After(until) {
+			break
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
 	if err != nil {
 		g.log.Debug("mcpfsm gateway: listing a front session's roots", "err", err)
 		return

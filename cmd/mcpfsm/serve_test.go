@@ -949,3 +949,94 @@ func TestWatcherWaitsForASettledFile(t *testing.T) {
 type unread struct{}
 
 func (unread) String() string { return "(not read)" }
+
+// TestServeTypeScriptFeatures: the TypeScript SDK's client, through mcpfsm serve over
+// stdio and over HTTP, uses everything the gateway says goes through (testdata/
+// tsclient/features.mjs, one check each): tools, prompts, resources and templates,
+// completion, logging (its setLevel reaching the backend), progress, cancellation by
+// an AbortSignal, sampling, elicitation and roots asked by a backend on 2026-07-28 and
+// on 2025-11-25 (old), the refusal of a client without those capabilities, a
+// subscription, list changes, a kill -9 of the backend (a call fails fast as a tool
+// error; the respawn changes the lists; the subscription holds), and a SIGHUP reload.
+func TestServeTypeScriptFeatures(t *testing.T) {
+	script := filepath.Join(filepath.Dir(tsClient(t)), "features.mjs")
+	bin := mcpfsmBin(t)
+	server := func(name string, extra string) string {
+		return fmt.Sprintf("  %s:\n    command: %s\n    args: [example-server]\n%s", name, bin, extra)
+	}
+	// A backoff of a second leaves the killed backend down long enough to be called.
+	base := "version: 1\nservers:\n" + server("example", "    policies:\n      backoff_base: 1s\n") +
+		server("old", "    protocol: 2025-11-25\n")
+	for _, name := range []string{"stdio", "http"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			cfg, next := filepath.Join(dir, "servers.yaml"), filepath.Join(dir, "next.yaml")
+			if err := os.WriteFile(cfg, []byte(base), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(next, []byte(base+server("two", "")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			args := []string{script, "stdio", bin, "serve", cfg}
+			if name == "http" {
+				// A process of its own, for the script's SIGHUP.
+				var gwErr testutil.SyncBuffer
+				gw := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", cfg)
+				gw.Stderr = &gwErr
+				if err := gw.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = gw.Process.Signal(syscall.SIGTERM); _ = gw.Wait() })
+				var url string
+				for deadline := time.Now().Add(30 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("mcpfsm serve did not say its URL; stderr:\n%s", gwErr.String())
+					}
+					url = serveURL.FindString(gwErr.String())
+				}
+				args = []string{script, "http", url, strconv.Itoa(gw.Process.Pid)}
+			}
+			var stdout, stderr bytes.Buffer
+			cmd := exec.CommandContext(ctx, "node", args...)
+			cmd.Env = append(os.Environ(), "MCPFSM_CONFIG="+cfg, "MCPFSM_NEXT_CONFIG="+next)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("node features.mjs %s: %v\nstderr:\n%s", name, err, stderr.String())
+			}
+			var checks map[string]struct {
+				OK     bool
+				Detail string
+				MS     int
+			}
+			if err := json.Unmarshal(stdout.Bytes(), &checks); err != nil {
+				t.Fatalf("the client printed %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
+			}
+			for _, c := range []string{"tools", "prompts", "resources", "completion", "logging", "progress", "cancellation",
+				"sampling/example", "elicitation/example", "roots/example", "sampling/old", "elicitation/old", "roots/old",
+				"refusal", "subscription", "list_changed", "down_fails_fast", "respawn", "respawn_list_changed",
+				"subscription_after_respawn", "reload"} {
+				got, ok := checks[c]
+				switch {
+				case !ok:
+					t.Errorf("%s: not run", c)
+				case !got.OK:
+					t.Errorf("%s: %s", c, got.Detail)
+				default:
+					t.Logf("%s (%d ms) %s", c, got.MS, got.Detail)
+				}
+			}
+			// Open (docs/reliability.md): over stdio, under -race, the last of a
+			// call's progress notifications is sometimes overtaken by the call's
+			// result, and the TypeScript client, which drops progress for a call
+			// already answered, sees 2 of 3. Reported, not yet failed on.
+			if c := checks["progress_all_before_result"]; !c.OK {
+				t.Logf("KNOWN OPEN: progress_all_before_result: %s", c.Detail)
+			}
+			if t.Failed() {
+				t.Logf("client stderr:\n%s", stderr.String())
+			}
+		})
+	}
+}
