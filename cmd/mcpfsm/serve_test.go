@@ -1027,10 +1027,12 @@ func TestServeTypeScriptFeatures(t *testing.T) {
 					t.Logf("%s (%d ms) %s", c, got.MS, got.Detail)
 				}
 			}
-			// Open (docs/reliability.md): over stdio, under -race, the last of a
-			// call's progress notifications is sometimes overtaken by the call's
-			// result, and the TypeScript client, which drops progress for a call
-			// already answered, sees 2 of 3. Reported, not yet failed on.
+			// Open (docs/reliability.md): over stdio, under -race on a loaded
+			// machine, the TypeScript client has seen 2 of a call's 3 progress
+			// notifications. The gateway writes all of them before the result
+			// (TestGateway_ProgressBeforeResultOnTheWire, and a raw client against
+			// serve); where the third is lost on the client's side is not known.
+			// Reported, not failed on.
 			if c := checks["progress_all_before_result"]; !c.OK {
 				t.Logf("KNOWN OPEN: progress_all_before_result: %s", c.Detail)
 			}
