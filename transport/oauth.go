@@ -126,7 +126,7 @@ func (o *OAuth) codeConfig() *auth.AuthorizationCodeHandlerConfig {
 		NewTokenSource: func(_ context.Context, cfg *oauth2.Config, tok *oauth2.Token) (oauth2.TokenSource, error) {
 			o.adopt(&Credentials{
 				Resource: o.resource, TokenURL: cfg.Endpoint.TokenURL, AuthStyle: int(cfg.Endpoint.AuthStyle),
-				ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, Scopes: grantedScopes(tok, cfg.Scopes), Token: tok,
+				ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, Scopes: grantedScopes(tok, cfg.Scopes), Token: received(tok),
 			}, true)
 			return oauth2.StaticTokenSource(tok), nil
 		},
@@ -559,7 +559,7 @@ func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 		return err
 	}
 	n := *c
-	n.Token = tok
+	n.Token = received(tok)
 	n.Scopes = grantedScopes(tok, c.Scopes)
 	if !o.adoptOver(&n, o.cfg.Grant == GrantClientCredentials, &gen) {
 		// Credentials handed over (SetCredentials), or found in the store,
@@ -570,6 +570,19 @@ func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 	}
 	o.log.Debug("mcpfsm: token renewed", "server", o.server, "expiry", tok.Expiry)
 	return nil
+}
+
+// received returns a token the token endpoint has just given as the credentials keep
+// it: a lifetime stated as 0 or less (a broken endpoint's: RFC 6749's expires_in is
+// the lifetime in seconds) is taken as unstated, the token used until the server
+// refuses it. It came already expired, and every request refreshed it first.
+func received(tok *oauth2.Token) *oauth2.Token {
+	if tok == nil || tok.Expiry.IsZero() || tok.Expiry.After(time.Now()) {
+		return tok
+	}
+	t := *tok
+	t.Expiry, t.ExpiresIn = time.Time{}, 0
+	return &t
 }
 
 // refusedGrant reports whether err is the token endpoint's refusal of a grant (an
@@ -803,7 +816,7 @@ func (o *OAuth) obtainClientCredentials(ctx context.Context, ch Challenge, scope
 	if err != nil {
 		return &tokenError{"client credentials", authFlowError(err, ctx)}
 	}
-	o.adopt(&Credentials{Resource: o.resource, TokenURL: tokenURL, AuthStyle: int(style), ClientID: o.cfg.ClientID, Scopes: grantedScopes(tok, scopes), Token: tok}, true)
+	o.adopt(&Credentials{Resource: o.resource, TokenURL: tokenURL, AuthStyle: int(style), ClientID: o.cfg.ClientID, Scopes: grantedScopes(tok, scopes), Token: received(tok)}, true)
 	return nil
 }
 

@@ -81,6 +81,23 @@ func TestShortLivedTokenNotRefreshedPerRequest(t *testing.T) {
 	}
 }
 
+// TestNegativeExpiresInNotRefreshedPerRequest: a token endpoint that states an
+// expires_in of 0 or less (a broken one: RFC 6749 says a lifetime in seconds) gave
+// tokens already expired as they came, and every request refreshed first. Such a
+// token's lifetime is taken as unstated: it is used until the server refuses it.
+func TestNegativeExpiresInNotRefreshedPerRequest(t *testing.T) {
+	srv := authServer(t, authtest.Options{StatedExpiresIn: -1}, false)
+	s := dial(t, authConfig(srv, &Auth{Fetcher: authtest.Fetcher(nil), RedirectURL: redirect}, false), Options{})
+	for i := range 5 {
+		if err := authEcho(t, s, "one"); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if n := srv.Refreshes.Load(); n != 0 {
+		t.Errorf("%d refreshes of a token whose endpoint stated expires_in -1, want 0", n)
+	}
+}
+
 // TestSharedStoreRefreshTokenRotated: two processes (two OAuth clients) sharing
 // one token store, with refresh tokens rotated. The second to find its token
 // expired refreshed with the refresh token it had read, which the first had had

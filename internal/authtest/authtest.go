@@ -36,6 +36,9 @@ import (
 type Options struct {
 	// TokenLifetime is how long an access token lasts; 1h if 0.
 	TokenLifetime time.Duration
+	// StatedExpiresIn, if not 0, is the expires_in the token endpoint states
+	// instead of the token's lifetime (a broken server's: 0 or less).
+	StatedExpiresIn int
 	// Scopes are what every MCP request needs (named in the challenge).
 	Scopes []string
 	// CallScopes are what tools/call needs besides Scopes: a step-up mid-session.
@@ -428,6 +431,9 @@ func (s *Server) answer(w http.ResponseWriter, g *grant, withRefresh bool) {
 	resp := map[string]any{
 		"access_token": s.tokenOf(g), "token_type": "Bearer",
 		"expires_in": int(time.Until(g.expiry).Seconds()), "scope": strings.Join(g.scopes, " "),
+	}
+	if s.opts.StatedExpiresIn != 0 {
+		resp["expires_in"] = s.opts.StatedExpiresIn
 	}
 	if withRefresh && g.refresh != "" {
 		resp["refresh_token"] = g.refresh
