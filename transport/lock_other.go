@@ -4,7 +4,6 @@ package transport
 
 import (
 	"context"
-	"fmt"
 	"os"
 )
 
@@ -12,18 +11,5 @@ import (
 // are still atomic renames.
 func lockDir(context.Context, string) (func(), error) { return func() {}, nil }
 
-// openRegular opens path for reading if it is a regular file.
-func openRegular(path string) (*os.File, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		if err == nil {
-			err = fmt.Errorf("%s is not a regular file", path)
-		}
-		return nil, err
-	}
-	return f, nil
-}
+// readNoWait is how the token store opens a file to read it.
+const readNoWait = os.O_RDONLY

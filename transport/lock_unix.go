@@ -5,7 +5,6 @@ package transport
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -48,20 +47,7 @@ func lockDir(ctx context.Context, dir string) (func(), error) {
 // lockPoll is how often lockDir tries again for a lock held elsewhere.
 const lockPoll = 10 * time.Millisecond
 
-// openRegular opens path for reading if it is a regular file. It never blocks: a
-// FIFO at path (opened for reading, it would wait for a writer for ever) is refused,
-// as is any other file that is not regular.
-func openRegular(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, err
-	}
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		f.Close()
-		if err == nil {
-			err = fmt.Errorf("%s is not a regular file", path)
-		}
-		return nil, err
-	}
-	return f, nil
-}
+// readNoWait is how the token store opens a file to read it: without blocking, so
+// that a FIFO (opened for reading, it would wait for a writer for ever) is refused
+// by openRegular, not waited on.
+const readNoWait = os.O_RDONLY | syscall.O_NONBLOCK

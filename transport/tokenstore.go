@@ -116,6 +116,23 @@ func (s *FileStore) Load(_ context.Context, key string) (*Credentials, error) {
 	return &c, nil
 }
 
+// openRegular opens path for reading if it is a regular file, and never blocks on
+// one that is not (see readNoWait).
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, readNoWait, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%s is not a regular file", path)
+		}
+		return nil, err
+	}
+	return f, nil
+}
+
 // Save writes key's credentials, atomically.
 func (s *FileStore) Save(ctx context.Context, key string, c *Credentials) error {
 	if c == nil || c.Token == nil {

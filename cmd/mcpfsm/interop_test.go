@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -25,35 +24,7 @@ import (
 // node or npm is missing, unless MCPFSM_REQUIRE_NODE is set.
 func everythingServer(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("MCPFSM_REQUIRE_NODE") != "" {
-				t.Fatalf("%s is not installed and MCPFSM_REQUIRE_NODE is set", tool)
-			}
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-	dir, err := filepath.Abs("../../testdata/interop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(lock)
-	want := hex.EncodeToString(sum[:])
-	stampFile := filepath.Join(dir, "node_modules", ".mcpfsm-lock.sha256")
-	if have, _ := os.ReadFile(stampFile); string(have) != want {
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
-		if err := os.WriteFile(stampFile, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := testutil.NpmCI(t, "../../testdata/interop")
 	return filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 }
 

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -199,36 +197,7 @@ func TestServeUsage(t *testing.T) {
 // MCPFSM_REQUIRE_NODE is set.
 func tsClient(t *testing.T) string {
 	t.Helper()
-	for _, tool := range []string{"node", "npm"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			if os.Getenv("MCPFSM_REQUIRE_NODE") != "" {
-				t.Fatalf("%s is not installed and MCPFSM_REQUIRE_NODE is set", tool)
-			}
-			t.Skipf("%s is not installed", tool)
-		}
-	}
-	dir, err := filepath.Abs("testdata/tsclient")
-	if err != nil {
-		t.Fatal(err)
-	}
-	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := sha256.Sum256(lock)
-	want := hex.EncodeToString(sum[:])
-	stampFile := filepath.Join(dir, "node_modules", ".mcpfsm-lock.sha256")
-	if have, _ := os.ReadFile(stampFile); string(have) != want {
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund", "--loglevel=error")
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
-		}
-		if err := os.WriteFile(stampFile, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return filepath.Join(dir, "client.mjs")
+	return filepath.Join(testutil.NpmCI(t, "testdata/tsclient"), "client.mjs")
 }
 
 // TestServeTypeScriptClient: a front client other than ours, the TypeScript SDK's,
