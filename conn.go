@@ -192,7 +192,7 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 		if obs != nil {
 			obs(tr)
 		}
-		if tr.From != tr.To && c.m.Calls() == 0 && !c.closeAsked.Load() {
+		if tr.From != tr.To && c.m.Calls() == 0 && !c.closeAsked.Load() { // Calls 0: a final state
 			// The spec reached its final state by itself, not by Close: the
 			// sessions it left open are closed now, not at a Close that may
 			// come much later. Off the owner, whom an observer must not hold;

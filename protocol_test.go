@@ -1110,23 +1110,34 @@ func TestNoFallbackOnFirstConnect(t *testing.T) {
 	updated.waitFor(t, "the update", func(got []string) bool { return len(got) >= 1 }, 10*time.Second)
 }
 
-// TestFallbackToASessionKept: a server on 2025-11-25 only, stateful, whose
-// server/discover gets a 503 on a first connect: the go-sdk's fallback to initialize
-// opens a session (Mcp-Session-Id) that keeps what it is given, and serves.
-func TestFallbackToASessionKept(t *testing.T) {
+// discoverRefused serves a test server over streamable HTTP (with opts) behind a front
+// that answers every server/discover with refuse, which the server never sees, and
+// returns its URL and how many it refused.
+func discoverRefused(t *testing.T, opts *mcp.StreamableHTTPOptions, refuse func(http.ResponseWriter)) (string, *atomic.Int32) {
+	t.Helper()
 	srv := testserver.New(testserver.Options{})
-	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil)
-	var refused atomic.Int32
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, opts)
+	refused := new(atomic.Int32)
 	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Mcp-Method") == "server/discover" {
 			refused.Add(1)
-			http.Error(w, "not now", http.StatusServiceUnavailable)
+			refuse(w)
 			return
 		}
 		sdk.ServeHTTP(w, r)
 	}))
 	t.Cleanup(h.Close)
-	c := open(t, transport.Config{Name: "old", HTTP: &transport.HTTP{URL: h.URL}}, nil, nil)
+	return h.URL, refused
+}
+
+// TestFallbackToASessionKept: a server on 2025-11-25 only, stateful, whose
+// server/discover gets a 503 on a first connect: the go-sdk's fallback to initialize
+// opens a session (Mcp-Session-Id) that keeps what it is given, and serves.
+func TestFallbackToASessionKept(t *testing.T) {
+	url, refused := discoverRefused(t, nil, func(w http.ResponseWriter) {
+		http.Error(w, "not now", http.StatusServiceUnavailable)
+	})
+	c := open(t, transport.Config{Name: "old", HTTP: &transport.HTTP{URL: url}}, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {
@@ -1147,21 +1158,12 @@ func TestFallbackToASessionKept(t *testing.T) {
 // to initialize is kept, without a session of the server's. Taken for no answer, it
 // was refused on every connect, and such a server was never reached.
 func TestFallbackOfAServerThatSaidNo(t *testing.T) {
-	srv := testserver.New(testserver.Options{})
-	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, &mcp.StreamableHTTPOptions{Stateless: true})
-	var refused atomic.Int32
-	h := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Mcp-Method") == "server/discover" {
-			refused.Add(1)
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusInternalServerError)
-			io.WriteString(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found: server/discover"}}`)
-			return
-		}
-		sdk.ServeHTTP(w, r)
-	}))
-	t.Cleanup(h.Close)
-	c := open(t, transport.Config{Name: "old", HTTP: &transport.HTTP{URL: h.URL}}, nil, nil)
+	url, refused := discoverRefused(t, &mcp.StreamableHTTPOptions{Stateless: true}, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		io.WriteString(w, `{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"Method not found: server/discover"}}`)
+	})
+	c := open(t, transport.Config{Name: "old", HTTP: &transport.HTTP{URL: url}}, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.WaitReady(ctx); err != nil {

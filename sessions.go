@@ -165,7 +165,7 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	c.nextID++
 	s := &session{id: c.nextID, conn: c, drained: make(chan struct{}, 1)}
 	start := time.Now()
-	ev := c.open(context.WithValue(ctx, sessionKey{}, s), inv, v, s)
+	ev := c.open(context.WithValue(ctx, sessionKey{}, s), inv, v.cfg, s)
 	c.last.Store(&attempt{gen: v.gen, err: ev.Err})
 	id := ""
 	if ev.Trigger == states.Connected {
@@ -175,8 +175,7 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	return ev
 }
 
-func (c *Conn) open(ctx context.Context, inv machine.Invocation, v *versioned, s *session) machine.Event {
-	cfg := v.cfg
+func (c *Conn) open(ctx context.Context, inv machine.Invocation, cfg transport.Config, s *session) machine.Event {
 	topts := transport.Options{
 		MCPClient:     c.client,
 		Logger:        c.opts.Logger,

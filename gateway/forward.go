@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"strconv"
 	"strings"
@@ -804,34 +805,28 @@ func (g *Gateway) sweep() {
 	if sweepLooked != nil {
 		sweepLooked()
 	}
-	g.sessMu.Lock()
-	var candidates []*mcp.ServerSession
-	for ss := range g.levels {
+	ended := map[*mcp.ServerSession]bool{} // in the books, in neither look
+	note := func(ss *mcp.ServerSession) {
 		if !live[ss] {
-			candidates = append(candidates, ss)
-		}
-	}
-	for ss := range g.roots {
-		if !live[ss] {
-			candidates = append(candidates, ss)
-		}
-	}
-	for ss := range g.subs {
-		if !live[ss] {
-			candidates = append(candidates, ss)
-		}
-	}
-	g.sessMu.Unlock()
-	if len(candidates) == 0 {
-		return
-	}
-	again := looks()
-	ended := map[*mcp.ServerSession]bool{}
-	for _, ss := range candidates {
-		if !again[ss] {
 			ended[ss] = true
 		}
 	}
+	g.sessMu.Lock()
+	for ss := range g.levels {
+		note(ss)
+	}
+	for ss := range g.roots {
+		note(ss)
+	}
+	for ss := range g.subs {
+		note(ss)
+	}
+	g.sessMu.Unlock()
+	if len(ended) == 0 {
+		return
+	}
+	again := looks()
+	maps.DeleteFunc(ended, func(ss *mcp.ServerSession, _ bool) bool { return again[ss] })
 	g.sessMu.Lock()
 	levelGone, rootsGone := false, false
 	for ss := range ended {

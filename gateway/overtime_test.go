@@ -31,6 +31,23 @@ func kept(g *gateway.Gateway) map[string]int {
 	return s
 }
 
+// waitKept waits until what g keeps is base again, and fails the test, saying after
+// what, if it is not by waitFor.
+func waitKept(t *testing.T, g *gateway.Gateway, base map[string]int, after string) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		diff := cmp.Diff(base, kept(g))
+		if diff == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (-before +after):\n%s", after, diff)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // TestGateway_CutCallsOfRemovedServers: the calls the front cancelled are kept for
 // attribution (cutLinger) by server; those of a server a reload removed were kept for
 // good, with their front sessions: a gateway whose config renames its servers now
@@ -54,17 +71,7 @@ func TestGateway_CutCallsOfRemovedServers(t *testing.T) {
 		}
 		waitTools(t, cs, has(next+"__hold"))
 	}
-	deadline := time.Now().Add(waitFor)
-	for {
-		diff := cmp.Diff(base, kept(g))
-		if diff == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("what the gateway keeps after 10 reloads, each removing a server a call was cancelled at (-before +after):\n%s", diff)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitKept(t, g, base, "what the gateway keeps after 10 reloads, each removing a server a call was cancelled at")
 }
 
 // TestGateway_SubscriptionsBounded: a front client subscribing to URIs a backend's
@@ -251,17 +258,7 @@ func TestGateway_SessionsChurnLeavesNothing(t *testing.T) {
 		_ = cs.Wait()
 		_ = ss.Wait()
 	}
-	deadline := time.Now().Add(waitFor)
-	for {
-		diff := cmp.Diff(base, kept(g))
-		if diff == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("what the gateway keeps after 100 sessions came and went (-before +after):\n%s", diff)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitKept(t, g, base, "what the gateway keeps after 100 sessions came and went")
 	if after := settledGoroutines(before); after > before {
 		t.Errorf("%d goroutines after 100 sessions came and went, %d before", after, before)
 	}

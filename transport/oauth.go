@@ -457,7 +457,6 @@ func (o *OAuth) renewable(c *Credentials) bool {
 
 // A flight is a renewal under way (see renewFor).
 type flight struct {
-	gen  uint64 // of the credentials it renews
 	done chan struct{}
 	err  error // once done is closed
 }
@@ -468,27 +467,25 @@ type flight struct {
 // refresh its caller gave up on was once abandoned mid-request: the
 // authorization server had granted it all the same, and where it rotates
 // refresh tokens the one held was then dead and the new one never read, so
-// that the next request needed a login. A renewal of gen under way is joined,
-// not made twice.
+// that the next request needed a login. The caller holds the right to renew
+// (acquire), which waited for any renewal under way to land: the renewal it
+// starts is the only one, and the next acquire waits for it in turn.
 func (o *OAuth) renewFor(ctx context.Context, c *Credentials, gen uint64) error {
+	f := &flight{done: make(chan struct{})}
 	o.mu.Lock()
-	f := o.renewing
-	if f == nil || f.gen != gen {
-		f = &flight{gen: gen, done: make(chan struct{})}
-		o.renewing = f
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.Timeout)
-		go func() {
-			defer close(f.done)
-			defer cancel()
-			f.err = o.renew(rctx, c, gen)
-			o.mu.Lock()
-			if o.renewing == f {
-				o.renewing = nil
-			}
-			o.mu.Unlock()
-		}()
-	}
+	o.renewing = f
 	o.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.Timeout)
+	go func() {
+		defer close(f.done)
+		defer cancel()
+		f.err = o.renew(rctx, c, gen)
+		o.mu.Lock()
+		if o.renewing == f {
+			o.renewing = nil
+		}
+		o.mu.Unlock()
+	}()
 	select {
 	case <-f.done:
 		return f.err

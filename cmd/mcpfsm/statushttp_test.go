@@ -235,6 +235,20 @@ func TestServeStatusServer(t *testing.T) {
 	}
 }
 
+// statusPageAddr waits for run to say where its status page is, and returns its address.
+func statusPageAddr(t *testing.T, run *background) string {
+	t.Helper()
+	var addr string
+	run.waitFor(t, "the status page's address", func(out string) bool {
+		m := regexp.MustCompile(`status page at http://(127\.0\.0\.1:\d+)/`).FindStringSubmatch(out)
+		if m != nil {
+			addr = m[1]
+		}
+		return m != nil
+	})
+	return addr
+}
+
 // TestStatusServerIdleConnections: a client that keeps a connection to the status
 // server open after its request, sending nothing more, has it closed after the idle
 // timeout: the status server had none, and such connections (a goroutine and a file
@@ -245,14 +259,7 @@ func TestStatusServerIdleConnections(t *testing.T) {
 	idleTimeout = 300 * time.Millisecond
 	h := testserver.StartHTTP(t, testserver.Options{})
 	run := startCLI(t, "run", "--http-status", ":0", writeConfig(t, fmt.Sprintf("version: 1\nservers:\n  good:\n    url: %s\n", h.URL())))
-	var addr string
-	run.waitFor(t, "the status page's address", func(out string) bool {
-		m := regexp.MustCompile(`status page at http://(127\.0\.0\.1:\d+)/`).FindStringSubmatch(out)
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	})
+	addr := statusPageAddr(t, run)
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
@@ -284,14 +291,7 @@ func TestStatusServerHostileClients(t *testing.T) {
 	statusReadTimeout, statusWriteTimeout = 300*time.Millisecond, 300*time.Millisecond
 	h := testserver.StartHTTP(t, testserver.Options{})
 	run := startCLI(t, "run", "--http-status", ":0", writeConfig(t, fmt.Sprintf("version: 1\nservers:\n  good:\n    url: %s\n", h.URL())))
-	var addr string
-	run.waitFor(t, "the status page's address", func(out string) bool {
-		m := regexp.MustCompile(`status page at http://(127\.0\.0\.1:\d+)/`).FindStringSubmatch(out)
-		if m != nil {
-			addr = m[1]
-		}
-		return m != nil
-	})
+	addr := statusPageAddr(t, run)
 	dial := func() *net.TCPConn {
 		t.Helper()
 		c, err := net.Dial("tcp", addr)
