@@ -996,15 +996,6 @@ func TestServeTypeScriptFeatures(t *testing.T) {
 					t.Logf("%s (%d ms) %s", c, got.MS, got.Detail)
 				}
 			}
-			// Open (docs/reliability.md): over stdio, under -race on a loaded
-			// machine, the TypeScript client has seen 2 of a call's 3 progress
-			// notifications. The gateway writes all of them before the result
-			// (TestGateway_ProgressBeforeResultOnTheWire, and a raw client against
-			// serve); where the third is lost on the client's side is not known.
-			// Reported, not failed on.
-			if c := checks["progress_all_before_result"]; !c.OK {
-				t.Logf("KNOWN OPEN: progress_all_before_result: %s", c.Detail)
-			}
 			if t.Failed() {
 				t.Logf("client stderr:\n%s", stderr.String())
 			}
