@@ -16,10 +16,11 @@ import (
 // notifications. Every field is optional. The client advertises sampling and
 // elicitation only when their handler is set, and a server that asks for something
 // not advertised gets method-not-found. On protocol 2026-07-28 a server asks inside a
-// call's answer (input requests, SEP-2322), which the go-sdk's client fulfils itself:
-// roots not given are answered with an empty list, and a request that gets no answer
-// (no handler, a handler's error or panic, the bound on requests at once) fails that
-// call, with cause server, instead of being sent back to the server.
+// call's answer (input requests, SEP-2322), which the same handlers answer under the
+// call's context (see inputs.go): roots not given are answered with an empty list, and
+// a request that gets no answer (no handler, a handler's error or panic, the bound on
+// requests at once) fails that call, with cause server, instead of being sent back to
+// the server.
 //
 // Handlers run on the SDK's goroutines. A request handler (CreateMessage,
 // CreateMessageWithTools, Elicit) is bounded by the request's context, which ends when
@@ -174,9 +175,12 @@ func newSDKClient(impl *mcp.Implementation, k clientKind) *mcp.Client {
 			onList(ctx, func(s *session) relisted { return &s.resources })
 		}
 	}
+	// A 2026-07-28 server's input requests are fulfilled by inputRounds, not by
+	// the go-sdk's client: see inputs.go.
+	o.MultiRoundTrip = &mcp.MultiRoundTripOptions{Disabled: true}
 	c := transport.NewClient(impl, o)
 	c.AddReceivingMiddleware(refuseUnadvertised(k))
-	c.AddSendingMiddleware(withLogLevel)
+	c.AddSendingMiddleware(withLogLevel, inputRounds(c))
 	return c
 }
 

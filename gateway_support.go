@@ -3,6 +3,7 @@ package mcpfsm
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 	"weak"
 
@@ -26,6 +27,10 @@ var clientMiddleware struct {
 type managerMiddleware struct {
 	mw      []mcp.Middleware
 	applied map[*mcp.Client]int // how many of mw each client has
+	// inputs is, per client, the middleware it has, in the order it wraps the
+	// client's requests: what a 2026-07-28 server's input requests go through
+	// (see inputMiddleware).
+	inputs map[*mcp.Client]mcp.Middleware
 }
 
 // AddReceivingMiddleware wraps what the Manager's servers send (requests and
@@ -33,7 +38,9 @@ type managerMiddleware struct {
 // answers elicitation/create and roots/list itself there (the go-sdk's client refuses
 // some elicitation schemas before any handler sees them, and answers roots/list from
 // one list per client, not per call). ServerName tells mw which server a message came
-// from. It wraps every SDK client the Manager has; connections share a client when
+// from. A server on protocol 2026-07-28 asks inside a call's answer (input requests):
+// those go through mw too, as requests of their method, under the call's context.
+// It wraps every SDK client the Manager has; connections share a client when
 // their handlers advertise the same capabilities, and a client made later (a Reload
 // adding a server whose handlers advertise others) is wrapped by the next call of
 // AddReceivingMiddleware or Wrap: call Wrap after a Reload. mw must not block a
@@ -46,7 +53,7 @@ func (m *Manager) AddReceivingMiddleware(mw ...mcp.Middleware) {
 	key := weak.Make(m)
 	mm := clientMiddleware.by[key]
 	if mm == nil {
-		mm = &managerMiddleware{applied: map[*mcp.Client]int{}}
+		mm = &managerMiddleware{applied: map[*mcp.Client]int{}, inputs: map[*mcp.Client]mcp.Middleware{}}
 		clientMiddleware.by[key] = mm
 		runtime.AddCleanup(m, func(key weak.Pointer[Manager]) {
 			clientMiddleware.Lock()
@@ -80,8 +87,38 @@ func (m *Manager) Wrap() {
 		if n := mm.applied[c]; n < len(mm.mw) {
 			c.AddReceivingMiddleware(mm.mw[n:]...)
 			mm.applied[c] = len(mm.mw)
+			mm.inputs[c] = stacked(mm.mw[n:], mm.inputs[c])
 		}
 	}
+}
+
+// stacked is the middleware that wraps a handler as AddReceivingMiddleware(added...)
+// wraps one already wrapped in inner (nil for none): added's first outermost.
+func stacked(added []mcp.Middleware, inner mcp.Middleware) mcp.Middleware {
+	added = slices.Clone(added)
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		if inner != nil {
+			next = inner(next)
+		}
+		for _, m := range slices.Backward(added) {
+			next = m(next)
+		}
+		return next
+	}
+}
+
+// inputMiddleware returns the receiving middleware the Manager whose client c is has
+// given it (none if c is not a Manager's, or it has none): a 2026-07-28 server's
+// input requests go through it too (see inputRounds).
+func inputMiddleware(c *mcp.Client) mcp.Middleware {
+	clientMiddleware.Lock()
+	defer clientMiddleware.Unlock()
+	for _, mm := range clientMiddleware.by {
+		if mw := mm.inputs[c]; mw != nil {
+			return mw
+		}
+	}
+	return func(next mcp.MethodHandler) mcp.MethodHandler { return next }
 }
 
 // ServerName returns the name of the server whose connection a context belongs to:

@@ -367,3 +367,99 @@ func TestManagerReloadDuringConnect(t *testing.T) {
 			err, st, live.Count("tools/list"), m.Conn("moves").History())
 	}
 }
+
+// inputCallKey marks the context of a call in TestManagerServerRequestsThroughMiddleware.
+type inputCallKey struct{}
+
+// TestManagerServerRequestsThroughMiddleware: what a server asks during a call goes
+// through the Manager's receiving middleware on every protocol version: as requests
+// on 2025-11-25, as input requests inside the call's answer on 2026-07-28, where the
+// middleware gets the call's context (and so can tell which call asks). An
+// elicitation's answer is checked against its form on both.
+func TestManagerServerRequestsThroughMiddleware(t *testing.T) {
+	stateless := testserver.StartHTTP(t, testserver.Options{Stateless: true})
+	sessions := testserver.StartHTTP(t, testserver.Options{})
+	cfg := managerConfig(t, fmt.Sprintf(`version: 1
+servers:
+  new:
+    url: %s
+  old:
+    url: %s
+    protocol: 2025-11-25
+`, stateless.URL(), sessions.URL()))
+	answer := map[string]any{"answer": "yes"}
+	var mu sync.Mutex
+	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Roots:  []*mcp.Root{{URI: "file:///manager"}},
+		Handlers: func(string) mcpfsm.Handlers {
+			return mcpfsm.Handlers{Elicit: func(context.Context, *mcp.ElicitParams) (*mcp.ElicitResult, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return &mcp.ElicitResult{Action: "accept", Content: answer}, nil
+			}}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	type seen struct{ server, method, call string }
+	var got []seen
+	m.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method != "roots/list" && method != "elicitation/create" {
+				return next(ctx, method, req)
+			}
+			server, _ := mcpfsm.ServerName(ctx)
+			call, _ := ctx.Value(inputCallKey{}).(string)
+			mu.Lock()
+			got = append(got, seen{server, method, call})
+			mu.Unlock()
+			if method == "roots/list" {
+				return &mcp.ListRootsResult{Roots: []*mcp.Root{{URI: "file:///middleware"}}}, nil
+			}
+			return next(ctx, method, req)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	text := texter(t)
+	for _, server := range []string{"new", "old"} {
+		cctx := context.WithValue(ctx, inputCallKey{}, server+" call")
+		if roots := text(m.CallTool(cctx, server, &mcp.CallToolParams{Name: "roots"})); roots != `["file:///middleware"]` {
+			t.Errorf("%s: the server got the roots %s, want the middleware's", server, roots)
+		}
+		if res := text(m.CallTool(cctx, server, &mcp.CallToolParams{Name: "elicit", Arguments: map[string]any{"message": "?"}})); !strings.Contains(res, `accept {"answer":"yes"}`) {
+			t.Errorf("%s: elicit answered %q", server, res)
+		}
+	}
+	want := []seen{
+		{"new", "roots/list", "new call"}, {"new", "elicitation/create", "new call"},
+		{"old", "roots/list", ""}, {"old", "elicitation/create", ""}, // a request of the server's: the call's context is not its
+	}
+	mu.Lock()
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(seen{})); diff != "" {
+		t.Errorf("what the middleware saw (-want +got):\n%s", diff)
+	}
+	answer = map[string]any{"answer": 5} // not the form's string
+	mu.Unlock()
+	for _, server := range []string{"new", "old"} {
+		res, err := m.CallTool(ctx, server, &mcp.CallToolParams{Name: "elicit", Arguments: map[string]any{"message": "?"}})
+		var msg string
+		if err != nil {
+			msg = err.Error()
+		} else if res.IsError {
+			msg = res.Content[0].(*mcp.TextContent).Text
+		}
+		if !strings.Contains(msg, "does not match requested schema") {
+			t.Errorf("%s: an answer not of the form's schema: %+v, %v", server, res, err)
+		}
+	}
+}

@@ -50,9 +50,12 @@
 // client is found on each protocol version), as requests of the gateway's own on a
 // front session before 2026-07-28 and as input requests (SEP-2322: the backend's call
 // waits, parked, for the client's retry; see mrtr.go) on 2026-07-28, and are refused
-// (-32021, missing client capability) when it lacks the capability. Roots: the backends are given the union of the front
-// sessions' roots (the go-sdk's client answers roots/list from one list per client,
-// so a backend cannot be answered per call).
+// (-32021, missing client capability) when it lacks the capability. Roots: a backend's
+// roots/list during a call gets the roots of the front client that made the call, on
+// every protocol version (a 2026-07-28 backend's input requests go through the
+// gateway's middleware, see mcpfsm.Manager.AddReceivingMiddleware); outside a call,
+// and for a front client that does not serve roots, the backends are given the union
+// of the front sessions' roots.
 //
 // Initialize says what is behind the gateway: its title lists the servers, and its
 // instructions give each server's prefix, implementation and own instructions.

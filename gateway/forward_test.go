@@ -17,8 +17,7 @@ import (
 )
 
 // TestGateway_Forwarding: elicitation and roots from a backend reach the front client
-// that made the call (on a backend on 2025-11-25, roots per call; on 2026-07-28, the
-// union of the front sessions' roots), subscriptions and their updates, completion of
+// that made the call (see also TestGateway_RootsPerCall), subscriptions and their updates, completion of
 // a prompt's argument and of a template's variable.
 func TestGateway_Forwarding(t *testing.T) {
 	for _, version := range []string{"2025-11-25", ""} {
@@ -86,6 +85,49 @@ func TestGateway_Forwarding(t *testing.T) {
 				t.Errorf("complete a template: %v %v", res, err)
 			}
 		})
+	}
+}
+
+// TestGateway_RootsPerCall: a backend that asks for roots during a call gets the
+// roots of the front client that made the call, not the union of every front
+// session's, whatever the backend's protocol version (2026-07-28 asks inside the
+// call's answer) and the front's.
+func TestGateway_RootsPerCall(t *testing.T) {
+	for _, backend := range []string{"2025-11-25", ""} {
+		for _, fronts := range []string{"2025-11-25", ""} {
+			t.Run(fmt.Sprintf("backend %q, fronts %q", backend, fronts), func(t *testing.T) {
+				s := inMemory("a", testserver.Options{})
+				s.Transport.ProtocolVersion = backend
+				g := start(t, config(s), gateway.Options{})
+				var sessions []*mcp.ClientSession
+				for _, name := range []string{"one", "two"} {
+					c := mcp.NewClient(&mcp.Implementation{Name: name, Version: "1"}, &mcp.ClientOptions{
+						Capabilities: &mcp.ClientCapabilities{RootsV2: &mcp.RootCapabilities{ListChanged: true}},
+					})
+					c.AddRoots(&mcp.Root{URI: "file:///" + name})
+					sessions = append(sessions, frontOf(t, g, c, fronts))
+				}
+				waitTools(t, sessions[0], has("a__roots"))
+				// Both fronts' roots are known, and the backends given their union:
+				// a call answered from the union would show both. (A 2026-07-28
+				// front is asked for its roots within its calls only.)
+				deadline := time.Now().Add(waitFor)
+				for fronts != "" && len(g.Manager().Conn("a").Roots()) != 2 {
+					if time.Now().After(deadline) {
+						t.Fatalf("the backends were given %v; want both fronts' roots", g.Manager().Conn("a").Roots())
+					}
+					time.Sleep(10 * time.Millisecond)
+				}
+				for round := range 3 {
+					for i, name := range []string{"one", "two"} {
+						res := call(t, sessions[i], "a__roots", nil)
+						if want := `["file:///` + name + `"]`; res.IsError || text(res) != want {
+							t.Errorf("round %d: front %q's call got the roots %s, want %s", round, name, text(res), want)
+						}
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -335,17 +377,12 @@ func TestGateway_RootsChangedFlood(t *testing.T) {
 		t.Fatal("the change announced during the first ask was not asked for")
 	}
 	deadline := time.Now().Add(waitFor)
-	for id := 2; ; id++ {
-		send(float64(id), "tools/call", `{"name":"a__roots","arguments":{}}`)
-		res := <-answers
-		var r mcp.CallToolResult
-		if res.Error != nil || json.Unmarshal(res.Result, &r) != nil {
-			t.Fatalf("a__roots: %v %s", res.Error, res.Result)
-		}
-		if got := text(&r); got == `["file:///now"]` {
+	for {
+		got := g.Manager().Conn("a").Roots()
+		if len(got) == 1 && got[0].URI == "file:///now" {
 			break
 		} else if time.Now().After(deadline) {
-			t.Fatalf("the backend's roots: %s", got)
+			t.Fatalf("the backends' roots: %v", got)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
