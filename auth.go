@@ -34,14 +34,15 @@ var ErrNoOAuth = errors.New("the connection has no OAuth client")
 // every session of the connection shares it (its tokens, its refresh, its one
 // authorization at a time): prev's, if prev was built from the same auth config for
 // the same server and URL. cfg's HTTP settings are copied, not changed: the caller's
-// config (a Manager's, compared on reload) keeps its plain auth block.
-func withAuth(cfg transport.Config, prev transport.Config, log *slog.Logger) (transport.Config, error) {
+// config (a Manager's, compared on reload) keeps its plain auth block. built is the
+// OAuth client it built, if it built one: the connection's to close (see closeAuth).
+func withAuth(cfg transport.Config, prev transport.Config, log *slog.Logger) (_ transport.Config, built *transport.OAuth, _ error) {
 	h := cfg.HTTP
 	if h == nil {
 		h = cfg.SSE
 	}
 	if h == nil || h.Auth == nil || h.Auth.Handler != nil || h.Auth.Token != nil {
-		return cfg, nil
+		return cfg, nil, nil
 	}
 	o := oauthOf(prev)
 	if o == nil || !o.For(cfg) {
@@ -50,8 +51,9 @@ func withAuth(cfg transport.Config, prev transport.Config, log *slog.Logger) (tr
 			log = slog.Default()
 		}
 		if o, err = transport.NewOAuth(cfg, log); err != nil {
-			return cfg, err
+			return cfg, nil, err
 		}
+		built = o
 	}
 	cp := *h
 	cp.Auth = &transport.Auth{Handler: o}
@@ -60,7 +62,33 @@ func withAuth(cfg transport.Config, prev transport.Config, log *slog.Logger) (tr
 	} else {
 		cfg.SSE = &cp
 	}
-	return cfg, nil
+	return cfg, built, nil
+}
+
+// ownAuth records an OAuth client withAuth built for the connection (nil: none).
+func (c *Conn) ownAuth(o *transport.OAuth) {
+	if o == nil {
+		return
+	}
+	c.authMu.Lock()
+	c.auths = append(c.auths, o)
+	c.authMu.Unlock()
+}
+
+// closeAuth closes the OAuth clients the connection built (its config's, and those
+// of the configs a Reconfigure replaced, which sessions dialed before may have used
+// until they closed): a token renewal under way, which goes on after the request
+// that started it gave up, is waited for until ctx ends (so that its token is
+// saved), then abandoned. (Nothing once waited for it: it ran on past Close for up
+// to the auth timeout.) The connection's sessions are closed by then.
+func (c *Conn) closeAuth(ctx context.Context) {
+	c.authMu.Lock()
+	auths := c.auths
+	c.auths = nil
+	c.authMu.Unlock()
+	for _, o := range auths {
+		_ = o.Close(ctx) // an abandoned renewal is logged
+	}
 }
 
 // oauthOf returns the OAuth client withAuth built into cfg, or nil.

@@ -357,3 +357,40 @@ func TestScenario_TokenEndpointOutageRecovers(t *testing.T) {
 		b.close(t)
 	})
 }
+
+// TestConnCloseEndsItsRenewal: a refresh whose call gave up goes on, for the next
+// request (the authorization server may have rotated the refresh token). The
+// connection's OAuth client is now closed with it: Close waits for that refresh
+// within teardown_timeout and abandons it then. It once ran on past Close, with no
+// owner, for up to the auth timeout.
+func TestConnCloseEndsItsRenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newAuthBubble(t, authtest.Options{ClientID: "pre", RotateRefresh: true},
+			&transport.Auth{RedirectURL: testRedirect, Timeout: time.Hour}, nil)
+		b.login(t)
+		b.srv.Expire() // refused from now on: the 401 asks for a refresh
+		b.srv.TokenDelay.Store(int64(10 * time.Minute))
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		if err := b.echo(ctx, "hurried"); err == nil {
+			t.Fatal("a call of 100ms succeeded through a refresh that takes 10 minutes")
+		}
+		cancel()
+		start := time.Now()
+		if err := b.c.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		took := time.Since(start)
+		synctest.Wait() // what Close cancelled has unwound
+		// Closing the client again with no time to wait says whether a renewal is
+		// still under way (an *Error: it abandons it).
+		done, stop := context.WithCancel(context.Background())
+		stop()
+		underWay := oauthOf(b.c.cfg.Load().cfg).Close(done) != nil
+		if teardown := b.c.Policies().TeardownTimeout; took > teardown || underWay {
+			t.Errorf("Close took %v (teardown_timeout %v); a renewal under way after it: %v", took, teardown, underWay)
+		}
+		authtest.CloseSessions(b.ms)
+		b.srv.Close()
+		b.pipe.Close()
+	})
+}

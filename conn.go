@@ -79,6 +79,10 @@ type Conn struct {
 	spec *machine.Spec
 	m    *machine.Machine
 	left sync.Once // closes the sessions a spec left open on its way to its final state (closeLeft)
+	// auths are the OAuth clients withAuth built for the connection, which Close
+	// closes (closeAuth).
+	authMu sync.Mutex
+	auths  []*transport.OAuth
 	// closeAsked is set by Close; finalWG counts the goroutine that closes what
 	// a spec that reached its final state by itself left open (see Open).
 	closeAsked atomic.Bool
@@ -147,7 +151,7 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg, err := withAuth(cfg, transport.Config{}, opts.Logger)
+	cfg, built, err := withAuth(cfg, transport.Config{}, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +173,7 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	hs := opts.Handlers
 	c := &Conn{name: cfg.Name, spec: spec, opts: opts, hs: &hs, client: opts.client, shared: opts.client != nil, recordGate: make(chan struct{}, 1)}
 	c.cfg.Store(&versioned{cfg, 1})
+	c.ownAuth(built)
 	if old := opts.inherit; old != nil {
 		old.stateMu.Lock()
 		c.level, c.subs, c.resumed = old.level, slices.Clone(old.subs), true
@@ -288,11 +293,12 @@ func (c *Conn) Reconfigure(ctx context.Context, cfg transport.Config, p *machine
 	var gen uint64
 	for {
 		old := c.cfg.Load()
-		cfg, err := withAuth(cfg, old.cfg, c.opts.Logger)
+		cfg, built, err := withAuth(cfg, old.cfg, c.opts.Logger)
 		if err != nil {
 			return err
 		}
 		if c.cfg.CompareAndSwap(old, &versioned{cfg, old.gen + 1}) {
+			c.ownAuth(built) // one built for a config that lost the race was never used
 			gen = old.gen + 1
 			break
 		}
@@ -321,10 +327,16 @@ func (c *Conn) Reconfigure(ctx context.Context, cfg transport.Config, p *machine
 
 // Close closes the connection for good: it returns once the session is closed (bounded
 // by the teardown timeout: see machine.Machine.Close for the rules) and the machine's
-// owner has exited for good, or with ctx's error.
+// owner has exited for good, or with ctx's error. Its OAuth client's token renewal
+// under way, if any, is waited for within the same bound, then abandoned.
 func (c *Conn) Close(ctx context.Context) error {
 	c.closeAsked.Store(true)
+	// A token renewal under way is waited for within teardown_timeout from now, as
+	// the machine's teardown is, or until ctx ends (see closeAuth).
+	actx, acancel := context.WithTimeout(ctx, c.m.Policies().TeardownTimeout)
+	defer acancel()
 	if err := c.m.Close(ctx); err != nil {
+		c.closeAuth(ctx) // ctx has ended: a renewal under way is abandoned
 		return err
 	}
 	// The machine is final and its owner gone for good. A spec may have reached
@@ -335,6 +347,7 @@ func (c *Conn) Close(ctx context.Context) error {
 	defer cancel()
 	c.closeLeft(tctx)
 	c.finalWG.Wait()
+	c.closeAuth(actx)
 	return nil
 }
 

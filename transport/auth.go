@@ -33,9 +33,10 @@ import (
 //
 // The OAuth client (the Grant fields) runs one authorization or refresh at a
 // time, and keeps its tokens for every session of a connection: a Conn builds
-// it once per config and shares it (Dial alone builds one per session; use
-// NewOAuth and Handler to share one yourself). With a Store the tokens outlive
-// the process.
+// it once per config and shares it (Dial alone builds one per session, which
+// the session's Close closes; use NewOAuth and Handler to share one yourself,
+// and OAuth.Close once its sessions are closed). With a Store the tokens
+// outlive the process.
 type Auth struct {
 	// Handler, if set, authorizes the requests and every other field is
 	// ignored: a go-sdk auth.OAuthHandler (such as auth.AuthorizationCodeHandler,
@@ -282,23 +283,29 @@ type authorizer interface {
 	worked(gen uint64)
 }
 
-// authorizerFor returns the authorizer of cfg's HTTP requests, or nil.
-func authorizerFor(cfg Config, log *slog.Logger) (authorizer, error) {
+// authorizerFor returns the authorizer of cfg's HTTP requests, or nil; and
+// the OAuth client it built for them (Auth's grant fields), which the caller
+// owns and closes, or nil (a Handler is its giver's).
+func authorizerFor(cfg Config, log *slog.Logger) (authorizer, *OAuth, error) {
 	h := cfg.httpConfig()
 	if h == nil || h.Auth == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	a := h.Auth
 	switch {
 	case a.Handler != nil:
 		if o, ok := a.Handler.(*OAuth); ok {
-			return o, nil
+			return o, nil, nil
 		}
-		return &handlerAuth{h: a.Handler}, nil
+		return &handlerAuth{h: a.Handler}, nil, nil
 	case a.Token != nil:
-		return &tokenAuth{ts: a.Token}, nil
+		return &tokenAuth{ts: a.Token}, nil, nil
 	}
-	return NewOAuth(cfg, log)
+	o, err := NewOAuth(cfg, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return o, o, nil
 }
 
 // tokenGen is the generation of a token: a hash of it (0 for none).

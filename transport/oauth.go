@@ -26,8 +26,10 @@ import (
 // client credentials, through Auth.Fetcher for the authorization code flow
 // (the go-sdk's auth.AuthorizationCodeHandler: PKCE, client ID metadata
 // documents, pre-registered clients, dynamic client registration), or never
-// (ErrLoginRequired) without a fetcher. Make one with NewOAuth. Its methods
-// are safe for concurrent use; one refresh or authorization runs at a time.
+// (ErrLoginRequired) without a fetcher. Make one with NewOAuth, and Close it
+// when its sessions are done (a Conn closes the one it builds, and a Session
+// the one Dial builds for it). Its methods are safe for concurrent use; one
+// refresh or authorization runs at a time.
 //
 // Credentials it obtains by a new authorization are saved once the server has
 // accepted them, never before: the stored ones stay until new ones work. A
@@ -45,7 +47,13 @@ type OAuth struct {
 
 	sem chan struct{} // one refresh or authorization at a time
 
+	// life ends when Close returns: a renewal still under way then is
+	// abandoned (see within).
+	life context.Context
+	end  context.CancelCauseFunc
+
 	mu         sync.Mutex
+	closed     bool // Close was called: no renewal or authorization starts
 	creds      *Credentials
 	gen        uint64 // bumped each time creds change
 	loaded     bool   // the store was read (or there is none)
@@ -89,6 +97,7 @@ func NewOAuth(cfg Config, log *slog.Logger) (*OAuth, error) {
 		client: sameOriginClient(a.Client, a.Timeout),
 		sem:    make(chan struct{}, 1), asked: map[string]bool{},
 	}
+	o.life, o.end = context.WithCancelCause(context.Background())
 	if o.key == "" {
 		o.key = cfg.Name
 	}
@@ -229,6 +238,61 @@ func (o *OAuth) SetCredentials(c *Credentials) error {
 	return nil
 }
 
+// Close ends the client's use: no refresh or authorization starts after it. A
+// renewal under way (a refresh, which goes on to its end and saves its token
+// whether or not its request still waits: see renewFor) is waited for until
+// ctx ends, and abandoned then: its requests are cancelled, and the token
+// they may have been granted is lost (with refresh tokens rotated, the next
+// process needs a login). It returns nil, or an *Error (OpClose) wrapping the
+// cause of ctx if it abandoned a renewal. Close may be called more than once;
+// the client's tokens stay readable (Status), but it renews nothing.
+func (o *OAuth) Close(ctx context.Context) error {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+	defer o.end(errOAuthClosed)
+	for {
+		o.mu.Lock()
+		f := o.renewing
+		o.mu.Unlock()
+		if f == nil {
+			return nil
+		}
+		select {
+		case <-f.done: // its token saved; renewing is nil now
+		case <-ctx.Done():
+			err := fmt.Errorf("a token renewal under way was abandoned: %w", context.Cause(ctx))
+			o.log.Warn("mcpfsm: closing the OAuth client before its renewal landed: its token, if one comes, is lost", "server", o.server, "error", err)
+			return &Error{Server: o.server, Op: OpClose, Err: err}
+		}
+	}
+}
+
+// shut stops the client from starting anything (as Close does) without
+// waiting for what is under way: a renewal then ends by Auth.Timeout, its
+// token saved. For a client whose Dial failed, which nothing will close.
+func (o *OAuth) shut() {
+	o.mu.Lock()
+	o.closed = true
+	o.mu.Unlock()
+}
+
+// errOAuthClosed is why a closed OAuth client renews or authorizes nothing.
+var errOAuthClosed = errors.New("the OAuth client is closed")
+
+// within returns a context with ctx's values (not its end) that ends after d,
+// or when the client's life ends (Close), with its cause.
+func (o *OAuth) within(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	owned, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(o.life, func() { abandon(context.Cause(o.life)) })
+	bounded, cancel := context.WithTimeout(owned, d)
+	return bounded, func() {
+		cancel()
+		stop()
+		abandon(nil)
+	}
+}
+
 // Reset forgets what failed (a refresh token refused, the scopes asked for
 // once) and reads the store again before the next request: the credentials
 // may have changed outside the client (a login by another process).
@@ -358,8 +422,9 @@ func (o *OAuth) save(c *Credentials) {
 	cp := *c
 	cp.Server = o.server
 	cp.Saved = time.Now()
-	// Bounded: it runs in line with the request whose token it saves.
-	ctx, cancel := context.WithTimeout(context.Background(), saveTimeout)
+	// Bounded: it runs in line with the request whose token it saves (or
+	// the renewal that Close waits for).
+	ctx, cancel := o.within(context.Background(), saveTimeout)
 	defer cancel()
 	if err := o.cfg.Store.Save(ctx, o.key, &cp); err != nil {
 		o.log.Warn("mcpfsm: saving credentials to the token store", "server", o.server, "error", err)
@@ -469,13 +534,20 @@ type flight struct {
 // refresh tokens the one held was then dead and the new one never read, so
 // that the next request needed a login. The caller holds the right to renew
 // (acquire), which waited for any renewal under way to land: the renewal it
-// starts is the only one, and the next acquire waits for it in turn.
+// starts is the only one, and the next acquire waits for it in turn. The client
+// owns it: Close waits for it, within the close's own context, and abandons it
+// then (nothing once waited for it: it ran on past the Close of its session or
+// connection, for up to Auth.Timeout). None starts once the client is closed.
 func (o *OAuth) renewFor(ctx context.Context, c *Credentials, gen uint64) error {
 	f := &flight{done: make(chan struct{})}
 	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return errOAuthClosed
+	}
 	o.renewing = f
 	o.mu.Unlock()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.cfg.Timeout)
+	rctx, cancel := o.within(ctx, o.cfg.Timeout)
 	go func() {
 		defer close(f.done)
 		defer cancel()
@@ -640,8 +712,11 @@ func (o *OAuth) authorize(ctx context.Context, req *http.Request, resp *http.Res
 	}
 	defer o.release()
 	o.mu.Lock()
-	moved := o.gen != sent
+	moved, closed := o.gen != sent, o.closed
 	o.mu.Unlock()
+	if closed {
+		return errOAuthClosed
+	}
 	if moved || o.reload(ctx) {
 		return nil // other credentials since the request went out (or in the store): try them
 	}

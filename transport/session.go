@@ -118,8 +118,11 @@ type Session struct {
 	proc *process           // stdio only
 	ss   *mcp.ServerSession // in-memory only
 	own  *http.Transport    // HTTP without a caller's client only
-	life context.Context    // ends when the session is forced down or closed
-	kill context.CancelCauseFunc
+	// oauth is the OAuth client Dial built for the session (Auth's grant
+	// fields, not a Handler), which its Close closes; nil if none.
+	oauth *OAuth
+	life  context.Context // ends when the session is forced down or closed
+	kill  context.CancelCauseFunc
 
 	pingless atomic.Bool                 // latched: the server refused ping (method-not-found or invalid-params)
 	listed   atomic.Pointer[[]*mcp.Tool] // the first page of tools, as ListTools last listed it
@@ -513,10 +516,11 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		s.proc = p
 		inner = &lineTransport{r: procReader{p}, w: procWriter{p}}
 	case KindHTTP:
-		az, err := authorizerFor(cfg, s.log)
+		az, built, err := authorizerFor(cfg, s.log)
 		if err != nil {
 			return nil, err
 		}
+		s.oauth = built
 		hc, own := newHTTPClient(s.life, cfg.HTTP, az, s.red)
 		s.own = own
 		s.rt = hc.Transport.(*lifeRoundTripper)
@@ -529,10 +533,11 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		}
 		inner = &mcp.StreamableClientTransport{Endpoint: cfg.HTTP.URL, HTTPClient: hc, MaxRetries: cfg.HTTP.MaxRetries}
 	case KindSSE:
-		az, err := authorizerFor(cfg, s.log)
+		az, built, err := authorizerFor(cfg, s.log)
 		if err != nil {
 			return nil, err
 		}
+		s.oauth = built
 		hc, own := newHTTPClient(s.life, cfg.SSE, az, s.red)
 		s.own = own
 		inner = &mcp.SSEClientTransport{Endpoint: cfg.SSE.URL, HTTPClient: hc}
@@ -635,6 +640,9 @@ func (s *Session) abandon(cs *mcp.ClientSession) {
 	}
 	if s.own != nil {
 		s.own.CloseIdleConnections()
+	}
+	if s.oauth != nil {
+		s.oauth.shut() // a renewal under way goes on to save its token, within Auth.Timeout
 	}
 }
 
@@ -812,7 +820,7 @@ func (s *Session) Close(ctx context.Context) error {
 		if d, ok := ctx.Deadline(); ok {
 			termAt = time.Now().Add(time.Until(d) / 2)
 		}
-		go s.teardown(termAt)
+		go s.teardown(ctx, termAt)
 	})
 	select {
 	case <-s.closed:
@@ -833,11 +841,17 @@ func (s *Session) Close(ctx context.Context) error {
 }
 
 // teardown is the graceful close. It runs on its own goroutine, started by the
-// first Close, and ends once everything is closed (bounded once forced).
-func (s *Session) teardown(termAt time.Time) {
+// first Close (whose ctx it is given), and ends once everything is closed
+// (bounded once forced).
+func (s *Session) teardown(ctx context.Context, termAt time.Time) {
 	err := s.cs.Close()
 	if s.client != nil {
 		s.client.release(s.cs)
+	}
+	if s.oauth != nil {
+		// A token renewal under way is waited for (its token saved for the
+		// next session), until the close is forced.
+		_ = s.oauth.Close(ctx) // an abandoned renewal is logged
 	}
 	if s.proc != nil {
 		// cs.Close closed the child's stdin (it never waits for the child):
