@@ -47,19 +47,21 @@ type OAuth struct {
 
 	sem chan struct{} // one refresh or authorization at a time
 
-	// life ends when Close returns: a renewal still under way then is
-	// abandoned (see within).
+	// life ends when Close returns: a renewal or a read of the store still
+	// under way then is abandoned (see within).
 	life context.Context
 	end  context.CancelCauseFunc
 
 	mu         sync.Mutex
-	closed     bool // Close was called: no renewal or authorization starts
+	closed     bool // Close was called: no renewal, authorization or read of the store starts
 	creds      *Credentials
-	gen        uint64 // bumped each time creds change
-	loaded     bool   // the store was read (or there is none)
-	pending    bool   // creds came from a new authorization and are not saved yet
-	badRefresh uint64 // gen+1 of the credentials whose refresh failed; 0: none
-	refreshErr error  // why
+	gen        uint64     // bumped each time creds change
+	loaded     bool       // the store was read since the last Reset (or there is none)
+	reading    *storeRead // the read of the store under way, if any
+	resets     uint64     // counts the Resets (and reloads): a read begun before the last is not taken for the store's content
+	pending    bool       // creds came from a new authorization and are not saved yet
+	badRefresh uint64     // gen+1 of the credentials whose refresh failed; 0: none
+	refreshErr error      // why
 	asked      map[string]bool
 	lastErr    error   // why the last refresh or authorization failed
 	renewing   *flight // the renewal under way, if any
@@ -181,8 +183,8 @@ func grantedScopes(tok *oauth2.Token, asked []string) []string {
 // TokenSource implements auth.OAuthHandler: its tokens are the current
 // credentials', refreshed when they expire (nil if there are none yet).
 func (o *OAuth) TokenSource(ctx context.Context) (oauth2.TokenSource, error) {
+	_ = o.load(ctx) // not read in time: no credentials yet
 	o.mu.Lock()
-	o.loadLocked(ctx)
 	none := o.creds == nil
 	o.mu.Unlock()
 	if none {
@@ -231,9 +233,11 @@ func (o *OAuth) SetCredentials(c *Credentials) error {
 	if cp.Resource == "" {
 		cp.Resource = o.resource
 	}
-	o.mu.Lock()
-	o.loadLocked(context.Background())
-	o.mu.Unlock()
+	// The store is read first (its refresh token is kept for the same client),
+	// for at most storeTimeout: what is handed over is newer in any case.
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	_ = o.load(ctx)
+	cancel()
 	o.adopt(&cp, true)
 	return nil
 }
@@ -244,8 +248,9 @@ func (o *OAuth) SetCredentials(c *Credentials) error {
 // ctx ends, and abandoned then: its requests are cancelled, and the token
 // they may have been granted is lost (with refresh tokens rotated, the next
 // process needs a login). It returns nil, or an *Error (OpClose) wrapping the
-// cause of ctx if it abandoned a renewal. Close may be called more than once;
-// the client's tokens stay readable (Status), but it renews nothing.
+// cause of ctx if it abandoned a renewal. A read of the token store under way
+// is abandoned. Close may be called more than once; the client's tokens stay
+// readable (Status), but it renews nothing.
 func (o *OAuth) Close(ctx context.Context) error {
 	o.mu.Lock()
 	o.closed = true
@@ -304,6 +309,7 @@ func (o *OAuth) Reset() {
 	o.lastErr = nil
 	if o.cfg.Store != nil && !o.pending {
 		o.loaded = false
+		o.resets++
 	}
 }
 
@@ -317,11 +323,14 @@ type TokenStatus struct {
 	LastError  string    `json:"lastError,omitempty"`
 }
 
-// Status returns what credentials the client holds.
+// Status returns what credentials the client holds (having read the store
+// first, if it has not: for at most storeTimeout).
 func (o *OAuth) Status() TokenStatus {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	_ = o.load(ctx)
+	cancel()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.loadLocked(context.Background())
 	var st TokenStatus
 	if c := o.creds; c != nil && c.Token != nil {
 		st = c.Status()
@@ -333,16 +342,79 @@ func (o *OAuth) Status() TokenStatus {
 	return st
 }
 
-// loadLocked reads the store once. o.mu is held.
-func (o *OAuth) loadLocked(ctx context.Context) {
-	if o.loaded {
-		return
+// A storeRead is a read of the token store under way. One runs at a time, on
+// its own goroutine, within storeTimeout and the client's life; whoever needs
+// it waits for it until their own context ends. (The store was once read with
+// o.mu held, by the request that came first: a store whose Load did not
+// answer held every request of the server, past their deadlines, for as long
+// as it did not.)
+type storeRead struct {
+	done   chan struct{}
+	gen    uint64 // o.gen as it began
+	resets uint64 // o.resets as it began
+	c      *Credentials
+	err    error // c and err are set once done is closed
+}
+
+// load reads the store if it has not been read since the client was made (or
+// Reset): it returns nil once it has (or if there is nothing to read, or the
+// client is closed), or an error once ctx ends first; the read then goes on,
+// and what it finds is adopted when it comes (see read).
+func (o *OAuth) load(ctx context.Context) error {
+	for {
+		o.mu.Lock()
+		if o.loaded || o.closed {
+			o.mu.Unlock()
+			return nil
+		}
+		r := o.readLocked()
+		o.mu.Unlock()
+		select {
+		case <-r.done:
+			// Loaded, unless a Reset came while it read: then read again.
+		case <-ctx.Done():
+			return fmt.Errorf("reading the token store: no answer within the time the request left it: %w", context.Cause(ctx))
+		}
 	}
-	o.loaded = true
+}
+
+// readLocked returns the read of the store under way, beginning one if there
+// is none. o.mu is held.
+func (o *OAuth) readLocked() *storeRead {
+	if o.reading == nil {
+		r := &storeRead{done: make(chan struct{}), gen: o.gen, resets: o.resets}
+		o.reading = r
+		go o.read(r)
+	}
+	return o.reading
+}
+
+// read runs r. If the store has not been read since the last Reset, what it
+// holds becomes the current credentials, unless they changed while it was
+// read (they are newer), whether or not anyone still waits for it.
+func (o *OAuth) read(r *storeRead) {
+	ctx, cancel := o.within(context.Background(), storeTimeout)
 	c, err := o.cfg.Store.Load(ctx, o.key)
+	cancel()
+	o.mu.Lock()
+	r.c, r.err = c, err
+	o.reading = nil
+	if !o.loaded && r.resets == o.resets {
+		o.loaded = true
+		o.adoptStoredLocked(r)
+	}
+	o.mu.Unlock()
+	close(r.done)
+}
+
+// adoptStoredLocked makes what r read the current credentials, if it read
+// any for this server, unless the credentials changed since r began. o.mu is
+// held.
+func (o *OAuth) adoptStoredLocked(r *storeRead) {
+	c := r.c
 	switch {
-	case err != nil:
-		o.log.Warn("mcpfsm: reading the token store", "server", o.server, "error", err)
+	case r.err != nil:
+		o.log.Warn("mcpfsm: reading the token store", "server", o.server, "error", r.err)
 		return
 	case c == nil || c.Token == nil:
 		return
@@ -350,6 +422,8 @@ func (o *OAuth) loadLocked(ctx context.Context) {
 		// Tokens are for one server: never sent to another URL.
 		o.log.Info("mcpfsm: the stored credentials are for another URL: not used", "server", o.server, "stored", safeURL(c.Resource))
 		return
+	case o.gen != r.gen:
+		return // handed over, renewed or authorized while the store was read: newer
 	}
 	if o.creds == nil || o.creds.Token.AccessToken != c.Token.AccessToken || o.creds.Token.RefreshToken != c.Token.RefreshToken {
 		o.creds = c
@@ -358,20 +432,27 @@ func (o *OAuth) loadLocked(ctx context.Context) {
 }
 
 // reload reads the store again, and reports whether it held other credentials
-// than the current ones (a login elsewhere), which are adopted.
-func (o *OAuth) reload(ctx context.Context) bool {
+// than the current ones (a login elsewhere), which are adopted; an error if
+// the store gave no answer before ctx ended.
+func (o *OAuth) reload(ctx context.Context) (bool, error) {
 	if o.cfg.Store == nil {
-		return false
+		return false, nil
 	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	if o.pending {
-		return false
+		o.mu.Unlock()
+		return false, nil
 	}
 	gen := o.gen
 	o.loaded = false
-	o.loadLocked(ctx)
-	return o.gen != gen
+	o.resets++ // a read under way began before: not the one wanted
+	o.mu.Unlock()
+	if err := o.load(ctx); err != nil {
+		return false, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.gen != gen, nil
 }
 
 // adopt makes c the current credentials; saved at once unless pending (a new
@@ -397,6 +478,7 @@ func (o *OAuth) adoptOver(c *Credentials, pending bool, over *uint64) bool {
 	}
 	o.creds, o.pending = c, pending
 	o.gen++
+	o.loaded = true // newer than what the store held
 	o.lastErr = nil
 	o.mu.Unlock()
 	if !pending {
@@ -410,8 +492,8 @@ func sameClient(a, b *Credentials) bool {
 	return a.ClientID == b.ClientID && a.TokenURL == b.TokenURL
 }
 
-// saveTimeout bounds a save to the token store.
-const saveTimeout = 5 * time.Second
+// storeTimeout bounds a read or a save of the token store.
+const storeTimeout = 5 * time.Second
 
 // save writes c to the store, if there is one. A failure is logged: the
 // credentials work in memory all the same.
@@ -424,7 +506,7 @@ func (o *OAuth) save(c *Credentials) {
 	cp.Saved = time.Now()
 	// Bounded: it runs in line with the request whose token it saves (or
 	// the renewal that Close waits for).
-	ctx, cancel := o.within(context.Background(), saveTimeout)
+	ctx, cancel := o.within(context.Background(), storeTimeout)
 	defer cancel()
 	if err := o.cfg.Store.Save(ctx, o.key, &cp); err != nil {
 		o.log.Warn("mcpfsm: saving credentials to the token store", "server", o.server, "error", err)
@@ -476,8 +558,8 @@ func unexpired(t *oauth2.Token) bool {
 // it has expired (or about to). Without a valid token the request goes without
 // one, and the server's refusal leads to authorize.
 func (o *OAuth) bearer(ctx context.Context) (string, uint64) {
+	_ = o.load(ctx) // not read in time: the credentials held, if any
 	o.mu.Lock()
-	o.loadLocked(ctx)
 	c, gen := o.creds, o.gen
 	o.mu.Unlock()
 	if c == nil || c.Token == nil {
@@ -580,7 +662,19 @@ func (o *OAuth) newerStored(ctx context.Context) bool {
 	if o.cfg.Store == nil || o.cfg.Grant == GrantClientCredentials {
 		return false
 	}
-	sc, err := o.cfg.Store.Load(ctx, o.key)
+	o.mu.Lock()
+	if o.closed {
+		o.mu.Unlock()
+		return false
+	}
+	r := o.readLocked() // the read under way, or a new one: see storeRead
+	o.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return false
+	}
+	sc, err := r.c, r.err
 	if err != nil || sc == nil || sc.Token == nil || sc.Token.AccessToken == "" || (sc.Resource != "" && sc.Resource != o.resource) {
 		return false
 	}
@@ -717,8 +811,11 @@ func (o *OAuth) authorize(ctx context.Context, req *http.Request, resp *http.Res
 	if closed {
 		return errOAuthClosed
 	}
-	if moved || o.reload(ctx) {
-		return nil // other credentials since the request went out (or in the store): try them
+	if moved {
+		return nil // other credentials since the request went out: try them
+	}
+	if stored, err := o.reload(ctx); stored || err != nil {
+		return err // nil: other credentials in the store (a login elsewhere): try them
 	}
 	err := o.authorizeLocked(ctx, req, resp, ch, sent)
 	if err != nil {

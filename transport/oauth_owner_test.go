@@ -3,6 +3,8 @@ package transport
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -263,4 +265,95 @@ func (s *heldStore) letGo() {
 		close(s.held)
 		s.held = nil
 	}
+}
+
+// TestStoreThatHangsHoldsNoRequest: the token store was read with the client's
+// lock held, by the first request: a store whose Load did not answer (a network
+// store; even one that heeds its context, for the requests waiting on the lock
+// have none) held every request of the server past its deadline. Each request now
+// waits for the read until its own deadline; one read serves them all, and what it
+// finds is adopted when it comes. Also the reads made on a 401 (reload) and
+// before a refresh (newerStored). In real time: a request held on the lock does
+// not let a bubble's clock move.
+func TestStoreThatHangsHoldsNoRequest(t *testing.T) {
+	const deadline = 200 * time.Millisecond
+	const slack = time.Second
+	store := &heldStore{}
+	url := "http://127.0.0.1:9/mcp" // nothing is sent there
+	if err := store.Save(context.Background(), "authed", &Credentials{Resource: url, Token: &oauth2.Token{AccessToken: "stored", Expiry: time.Now().Add(time.Hour)}}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := NewOAuth(Config{Name: "authed", HTTP: &HTTP{URL: url, Auth: &Auth{Store: store}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// within runs each of fs at once, with a context of deadline each, and reports
+	// those that returned late (or not within a few seconds, when the store is let
+	// go so that they end).
+	within := func(what string, fs ...func(ctx context.Context)) {
+		t.Helper()
+		var wg sync.WaitGroup
+		for i, f := range fs {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				defer cancel()
+				start := time.Now()
+				f(ctx)
+				if d := time.Since(start); d > deadline+slack {
+					t.Errorf("%s %d returned after %v, its deadline %v", what, i, d, deadline)
+				}
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Errorf("%s: held by the store for 5s, deadline %v", what, deadline)
+			store.letGo()
+			<-done
+		}
+	}
+
+	// The first read, by two requests at once.
+	store.hold()
+	var toks [2]string
+	within("a request", func(ctx context.Context) { toks[0], _ = o.bearer(ctx) }, func(ctx context.Context) { toks[1], _ = o.bearer(ctx) })
+	if toks != [2]string{} {
+		t.Errorf("tokens %q before the store answered", toks)
+	}
+	store.letGo()
+	for o.current() == nil { // adopted as it came, though nobody waited
+		time.Sleep(time.Millisecond)
+	}
+	tok, _ := o.bearer(callCtx(t))
+	if diff := cmp.Diff([]any{"stored", int64(1)}, []any{tok, store.loads.Load()}); diff != "" {
+		t.Errorf("the next request's token, reads of the store (-want +got):\n%s", diff)
+	}
+
+	// A 401: the store is read again (a login elsewhere?).
+	stale := &Credentials{Resource: url, Token: &oauth2.Token{AccessToken: "stale", Expiry: time.Now().Add(-time.Minute)}}
+	if err := store.Save(context.Background(), "authed", stale); err != nil {
+		t.Fatal(err)
+	}
+	store.hold()
+	var authErr error
+	within("an authorization", func(ctx context.Context) {
+		_, gen := o.bearer(ctx)
+		req := httptest.NewRequest(http.MethodPost, url, nil)
+		resp := &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}, Body: http.NoBody}
+		authErr = o.authorize(ctx, req, resp, gen)
+	})
+	if authErr == nil {
+		t.Error("authorize found better credentials in a store that did not answer")
+	}
+	store.letGo()
+	for o.current().Token.AccessToken != "stale" { // the read that came, adopted
+		time.Sleep(time.Millisecond)
+	}
+
+	// An expired token: the store is read before refreshing (another process's refresh?).
+	store.hold()
+	within("a request with an expired token", func(ctx context.Context) { toks[0], _ = o.bearer(ctx) })
+	store.letGo()
 }

@@ -19,7 +19,11 @@ import (
 
 // A TokenStore keeps the OAuth credentials of servers across restarts, one
 // entry per key (a server's name). Implementations must be safe for concurrent
-// use. Load returns nil, nil when it holds nothing for key.
+// use. Load returns nil, nil when it holds nothing for key. Load and Save are
+// given a context that ends within 5 s (and at the OAuth client's Close):
+// heed it. An OAuth client reads its store one Load at a time, which each
+// request waits for until its own deadline only; a Load that ignores its
+// context keeps that read's goroutine for as long as it does not return.
 type TokenStore interface {
 	Load(ctx context.Context, key string) (*Credentials, error)
 	Save(ctx context.Context, key string, c *Credentials) error
