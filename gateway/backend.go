@@ -301,8 +301,9 @@ func (g *Gateway) handlersFor(server string) mcpfsm.Handlers {
 // forwards elicitation/create itself (the go-sdk's client refuses some schemas that
 // the spec allows, such as titled multi-select enums, before any handler sees them:
 // the front client and the backend check the schema and the answer), and answers
-// roots/list with the roots of the front client whose call the request serves, when
-// that call can be found; otherwise with the union every backend is given.
+// roots/list with the roots of the front client whose call the request serves (refused
+// when that client does not serve roots), when that call can be found; otherwise with
+// the union every backend is given.
 func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		server, ok := mcpfsm.ServerName(ctx)
@@ -323,19 +324,19 @@ func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		case "roots/list":
 			fc, _ := g.callFor(ctx, server)
-			if caps := fc.clientCaps(); caps != nil && (caps.RootsV2 != nil || caps.Roots.ListChanged) {
-				if fc.newer {
-					if res, err := askFront[*mcp.ListRootsResult](ctx, &backend{g: g, server: server}, fc, method, &mcp.ListRootsParams{}); err == nil {
-						return res, nil
-					}
-					break
-				}
-				fctx, cancel := frontContext(fc, ctx)
-				defer cancel()
-				if res, err := fc.ss.ListRoots(fctx, nil); err == nil {
-					return res, nil
-				}
+			if fc == nil {
+				break // not a call's (or not one known to be): the union
 			}
+			b := &backend{g: g, server: server}
+			if caps := fc.clientCaps(); caps == nil || (caps.RootsV2 == nil && !caps.Roots.ListChanged) {
+				return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support roots")
+			}
+			if fc.newer {
+				return askFront[*mcp.ListRootsResult](ctx, b, fc, method, &mcp.ListRootsParams{})
+			}
+			fctx, cancel := frontContext(fc, ctx)
+			defer cancel()
+			return fc.ss.ListRoots(fctx, nil)
 		}
 		return next(ctx, method, req)
 	}

@@ -91,7 +91,8 @@ func TestGateway_Forwarding(t *testing.T) {
 // TestGateway_RootsPerCall: a backend that asks for roots during a call gets the
 // roots of the front client that made the call, not the union of every front
 // session's, whatever the backend's protocol version (2026-07-28 asks inside the
-// call's answer) and the front's.
+// call's answer) and the front's; a front client without roots has the backend
+// refused.
 func TestGateway_RootsPerCall(t *testing.T) {
 	for _, backend := range []string{"2025-11-25", ""} {
 		for _, fronts := range []string{"2025-11-25", ""} {
@@ -125,6 +126,14 @@ func TestGateway_RootsPerCall(t *testing.T) {
 							t.Errorf("round %d: front %q's call got the roots %s, want %s", round, name, text(res), want)
 						}
 					}
+				}
+				// A front client without roots: the backend is refused, not given
+				// the others'. (On 2025-11-25 the backend's tool reports the refusal;
+				// on 2026-07-28 the input request refused fails the call.)
+				rootless := frontOf(t, g, mcp.NewClient(&mcp.Implementation{Name: "rootless", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}), fronts)
+				res, err := rootless.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__roots", Arguments: map[string]any{}})
+				if got := fmt.Sprint(err) + text(res); !strings.Contains(got, "the front client does not support roots") || (err == nil && !res.IsError) {
+					t.Errorf("a rootless front client's call: %q; want the backend refused", got)
 				}
 			})
 		}
