@@ -95,6 +95,11 @@ func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx conte
 			rule = toolRule(s, r.name)
 		}
 		v := effects.Judge(err, ownClose, rule)
+		if ie := (*inputError)(nil); errors.As(err, &ie) {
+			// The server's input requests got no answer: the connection is fine,
+			// whatever the handler's error says (see inputError).
+			v = effects.Verdict{Cause: states.CauseServer}
+		}
 		if v.Cause == states.CauseServer {
 			c.answeredOn(s) // an answer all the same
 		}

@@ -17,10 +17,12 @@ import (
 // elicitation only when their handler is set, and a server that asks for something
 // not advertised gets method-not-found. On protocol 2026-07-28 a server asks inside a
 // call's answer (input requests, SEP-2322), which the same handlers answer under the
-// call's context (see inputs.go): roots not given are answered with an empty list, and
-// a request that gets no answer (no handler, a handler's error or panic, the bound on
-// requests at once) fails that call, with cause server, instead of being sent back to
-// the server.
+// call's context, which also ends with the call's session (see inputs.go): roots not
+// given are answered with an empty list, and a request that gets no answer (no
+// handler, a handler's error or panic, the bound on requests at once) fails that call,
+// with cause server whatever the handler's error says, instead of being sent back to
+// the server; so does an answer that asks more than 256 things at once, before any is
+// answered.
 //
 // Handlers run on the SDK's goroutines. A request handler (CreateMessage,
 // CreateMessageWithTools, Elicit) is bounded by the request's context, which ends when

@@ -32,6 +32,10 @@ const (
 // inputRounds is the sending middleware of a connection's SDK client c (made with
 // the go-sdk's own fulfilment disabled) that fulfils the input requests of a
 // call, a prompt or a read, and sends it again with the answers, round after round.
+// A round that asks more than maxServerRequests things fails the call before any is
+// answered: each answer is a copy of what the client gives (its roots, say), and a
+// server's answer of a few megabytes would otherwise have the client build, on as
+// many goroutines, one of gigabytes.
 func inputRounds(c *mcp.Client) mcp.Middleware {
 	return func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
@@ -52,11 +56,14 @@ func inputRounds(c *mcp.Client) mcp.Middleware {
 				}
 				if len(asked) == 0 {
 					if shed++; shed >= maxShedRounds {
-						return nil, fmt.Errorf("multi round-trip: the server asked nothing %d times (shedding load)", shed)
+						return nil, &inputError{fmt.Errorf("multi round-trip: the server asked nothing %d times (shedding load)", shed)}
 					}
 				}
 				if round >= maxInputRounds {
-					return nil, fmt.Errorf("multi round-trip: the server still asks after %d rounds", round)
+					return nil, &inputError{fmt.Errorf("multi round-trip: the server still asks after %d rounds", round)}
+				}
+				if len(asked) > maxServerRequests {
+					return nil, &inputError{fmt.Errorf("multi round-trip: the server asks %d things at once (the client answers at most %d)", len(asked), maxServerRequests)}
 				}
 				cs, ok := req.GetSession().(*mcp.ClientSession)
 				if !ok {
@@ -67,7 +74,7 @@ func inputRounds(c *mcp.Client) mcp.Middleware {
 					return nil, err
 				}
 				if req, err = nextRound(req, cs, answers, state); err != nil {
-					return nil, err
+					return nil, &inputError{err}
 				}
 			}
 		}
@@ -121,12 +128,29 @@ func nextRound(req mcp.Request, cs *mcp.ClientSession, answers mcp.InputResponse
 	return &mcp.ClientRequest[mcp.Params]{Session: cs, Params: p}, nil
 }
 
+// inputError is the error of a call whose server's input requests were not all
+// answered (a handler's error, a panic, no handler), or that asked past the bounds:
+// the call fails with cause server, whatever the error it wraps says. (A handler
+// that gave up at its own deadline says context.DeadlineExceeded, which is no
+// timeout of the connection's; on earlier protocol versions the error goes to the
+// server, and the connection is not concerned either.)
+type inputError struct{ err error }
+
+func (e *inputError) Error() string { return e.err.Error() }
+func (e *inputError) Unwrap() error { return e.err }
+
 // fulfil answers a round's input requests at once; the first failure fails the
 // call (a request with no answer is not sent back to the server), as the go-sdk's
-// client does.
+// client does. The handlers' context ends with the call's, and with the session
+// the call is on, as a request's of the server's does on earlier protocol versions:
+// the call then fails as one the session's end cut.
 func fulfil(ctx context.Context, c *mcp.Client, cs *mcp.ClientSession, asked mcp.InputRequestMap) (mcp.InputResponseMap, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	s := sessionFrom(ctx)
+	if s != nil && s.life != nil {
+		defer context.AfterFunc(s.life, cancel)()
+	}
 	h := inputMiddleware(c)(answerInput)
 	var (
 		mu      sync.Mutex
@@ -151,7 +175,10 @@ func fulfil(ctx context.Context, c *mcp.Client, cs *mcp.ClientSession, asked mcp
 	}
 	wg.Wait()
 	if first != nil {
-		return nil, first
+		if s != nil && s.life != nil && s.life.Err() != nil {
+			return nil, fmt.Errorf("multi round-trip: the session ended while the client answered the server: %w", mcp.ErrConnectionClosed)
+		}
+		return nil, &inputError{first}
 	}
 	return answers, nil
 }

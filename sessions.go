@@ -54,6 +54,12 @@ type session struct {
 	// which ends them when it closes the session (closeNow).
 	updates    sync.WaitGroup
 	endUpdates context.CancelFunc
+
+	// life ends when the session is closed (closeNow): the handlers answering a
+	// 2026-07-28 server's input requests during a call on it end with it (see
+	// fulfil), as a request's of the server's do on earlier versions.
+	life    context.Context
+	endLife context.CancelFunc
 }
 
 // A settler waits until the notifications a server sent before the answers
@@ -164,6 +170,7 @@ func (c *Conn) connect(ctx context.Context, inv machine.Invocation) machine.Even
 	v := c.cfg.Load()
 	c.nextID++
 	s := &session{id: c.nextID, conn: c, drained: make(chan struct{}, 1)}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	start := time.Now()
 	ev := c.open(context.WithValue(ctx, sessionKey{}, s), inv, v.cfg, s)
 	c.last.Store(&attempt{gen: v.gen, err: ev.Err})
@@ -688,6 +695,10 @@ func (c *Conn) closeNow(ctx context.Context, s *session, final bool) error {
 	s.prompts.close()
 	s.resources.close()
 	err := s.s.Close(ctx)
+	if s.endLife != nil {
+		// After the close: a call this cuts is one our own close cut (ownClose).
+		s.endLife()
+	}
 	s.tools.wait()
 	s.prompts.wait()
 	s.resources.wait()
