@@ -27,8 +27,9 @@ import (
 // Handlers run on the SDK's goroutines. A request handler (CreateMessage,
 // CreateMessageWithTools, Elicit) is bounded by the request's context, which ends when
 // the server cancels the request or the session ends: if the handler has not returned
-// by then, its answer is dropped. A handler that panics fails that request with an
-// error the server sees; the connection lives on. Notification handlers must return
+// by then, its answer is dropped. A handler that panics, or returns neither an answer
+// nor an error, fails that request with an error the server sees; the connection
+// lives on. Notification handlers must return
 // promptly: a request returns once the notifications its server sent before the
 // answer have been handled (waiting at most a second for them). The list handlers (ToolsChanged, PromptsChanged, ResourcesChanged) run on
 // the connection's owner: they must not block and must not call Close. ResourceUpdated
@@ -286,6 +287,12 @@ func answer[P, R any](ctx context.Context, which func(*Handlers) func(context.Co
 			}
 		}()
 		r, err := h(ctx, p)
+		if err == nil && isNil(r) {
+			// The go-sdk reads the answer of a request of an earlier protocol
+			// version, and panics on nil; on 2026-07-28 it would go to the
+			// server as null.
+			err = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client's handler returned no answer"}
+		}
 		done <- result{r, err}
 	}()
 	select {
