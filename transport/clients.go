@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -93,6 +94,7 @@ func (sc *sharedClient) toolsChanged(_ context.Context, req *mcp.ToolListChanged
 
 // NewClient returns an SDK client for this package's sessions (see
 // Options.MCPClient): mcp.NewClient(impl, opts) with the sending middleware
+// that makes an answer the SDK panics reading an error (see unreadable), the one
 // that keeps tools/list results out of the SDK's cache (which Probe and
 // ListTools need), the one that keeps resources/read results out of it (see
 // ReadResource), and that advertises no roots capability unless
@@ -115,8 +117,36 @@ func NewClient(impl *mcp.Implementation, opts *mcp.ClientOptions) *mcp.Client {
 		o.Capabilities = &mcp.ClientCapabilities{}
 	}
 	c := mcp.NewClient(impl, &o)
+	c.AddSendingMiddleware(unreadable)
 	c.AddSendingMiddleware(uncachedToolLists, uncachedReads)
 	c.AddReceivingMiddleware(passMarks)
 	markable(c)
 	return c
+}
+
+// unreadable is NewClient's innermost sending middleware: a panic of the SDK's
+// while it sends a request and reads its answer is that request's error, not the
+// end of the process. The go-sdk v1.8.0 panics decoding an answer that a server
+// controls: a 2026-07-28 result whose inputRequests holds null
+// (InputRequestMap.UnmarshalJSON), on the caller's goroutine. The answer came
+// whole and could not be read: the server answered, wrongly.
+func unreadable(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				res, err = nil, &unreadableError{method: method, panic: v}
+			}
+		}()
+		return next(ctx, method, req)
+	}
+}
+
+// unreadableError is the error of a request whose answer the SDK panicked reading.
+type unreadableError struct {
+	method string
+	panic  any
+}
+
+func (e *unreadableError) Error() string {
+	return fmt.Sprintf("the answer to %s could not be read (the go-sdk panicked: %v)", e.method, e.panic)
 }
