@@ -301,9 +301,10 @@ func (g *Gateway) handlersFor(server string) mcpfsm.Handlers {
 // forwards elicitation/create itself (the go-sdk's client refuses some schemas that
 // the spec allows, such as titled multi-select enums, before any handler sees them:
 // the front client and the backend check the schema and the answer), and answers
-// roots/list with the roots of the front client whose call the request serves (refused
-// when that client does not serve roots), when that call can be found; otherwise with
-// the union every backend is given.
+// roots/list with the roots of the front client whose call the request serves, when
+// that call can be found: refused when that client does not serve roots, failed when
+// it fails to give them (never the union, which holds the other front sessions'
+// roots); otherwise with the union every backend is given.
 func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 		server, ok := mcpfsm.ServerName(ctx)
@@ -327,16 +328,26 @@ func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if fc == nil {
 				break // not a call's (or not one known to be): the union
 			}
+			// The front client's roots, or its refusal or failure: never the
+			// union, which holds the other front sessions' roots (a backend scoping
+			// its access by roots would give this client theirs).
 			b := &backend{g: g, server: server}
 			if caps := fc.clientCaps(); caps == nil || (caps.RootsV2 == nil && !caps.Roots.ListChanged) {
 				return nil, b.refuse(mcp.CodeMissingRequiredClientCapabilities, method, "the front client does not support roots")
 			}
+			var res *mcp.ListRootsResult
+			var err error
 			if fc.newer {
-				return askFront[*mcp.ListRootsResult](ctx, b, fc, method, &mcp.ListRootsParams{})
+				res, err = askFront[*mcp.ListRootsResult](ctx, b, fc, method, &mcp.ListRootsParams{})
+			} else {
+				fctx, cancel := frontContext(fc, ctx)
+				defer cancel()
+				res, err = fc.ss.ListRoots(fctx, nil)
 			}
-			fctx, cancel := frontContext(fc, ctx)
-			defer cancel()
-			return fc.ss.ListRoots(fctx, nil)
+			if err != nil {
+				return nil, b.refuse(jsonrpc.CodeInternalError, method, "the front client's roots could not be had: "+err.Error())
+			}
+			return res, nil
 		}
 		return next(ctx, method, req)
 	}

@@ -53,10 +53,11 @@
 // (-32021, missing client capability) when it lacks the capability. Roots: a backend's
 // roots/list during a call gets the roots of the front client that made the call, on
 // every protocol version (a 2026-07-28 backend's input requests go through the
-// gateway's middleware, see mcpfsm.Manager.AddReceivingMiddleware), refused as
-// sampling is when that client does not serve roots; outside a call (or on 2025-11-25
-// when several front sessions have calls in flight to the backend, and so the call is
-// not known), the backends are given the union of the front sessions' roots.
+// gateway's middleware, see mcpfsm.Manager.AddReceivingMiddleware): refused as
+// sampling is when that client does not serve roots, failed when it fails to give
+// them; outside a call (or on 2025-11-25 when several front sessions have calls in
+// flight to the backend, and so the call is not known), the backends are given the
+// union of the front sessions' roots.
 //
 // Initialize says what is behind the gateway: its title lists the servers, and its
 // instructions give each server's prefix, implementation and own instructions.
