@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -69,6 +70,16 @@ type lineConn struct {
 
 	batchMu sync.Mutex
 	batches map[jsonrpc.ID]*batch // the batch each request not yet answered came in
+
+	// cancelled are the requests a front's client cancelled (notifications/
+	// cancelled) whose answers are not to be written: the go-sdk's server answers a
+	// request whatever happened to it, and a cancelled one with the error its
+	// handler returned ("context canceled", code 0), which the client, having
+	// forgotten the request, takes for the answer to one it never sent. Nil but on
+	// a front; ncancelled, its size, is read without the lock.
+	cancelMu   sync.Mutex
+	cancelled  map[jsonrpc.ID]struct{}
+	ncancelled atomic.Int32
 
 	closeOnce sync.Once
 	closeErr  error
@@ -151,6 +162,7 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		if err := c.hold(ctx, next); err != nil {
 			return nil, err
 		}
+		c.noteCancel(next)
 		return next, nil
 	}
 	for {
@@ -187,6 +199,7 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			if err := c.hold(ctx, msgs[0]); err != nil {
 				return nil, err
 			}
+			c.noteCancel(msgs[0])
 			return msgs[0], nil
 		}
 		if !c.front {
@@ -278,6 +291,75 @@ func (c *lineConn) hold(ctx context.Context, msg jsonrpc.Message) error {
 	}
 }
 
+// maxCancelled bounds the cancelled requests a front remembers: a client that
+// cancels requests already answered leaves their IDs behind.
+const maxCancelled = 1024
+
+// noteCancel notes, on a front, a request its client cancels (MCP: the receiver
+// of notifications/cancelled SHOULD NOT answer the request), and forgets a
+// cancelled request's ID when the client uses it again for a new request (MCP
+// forbids it; the new one is answered all the same). Requests of a batch are
+// answered together, and are not noted.
+func (c *lineConn) noteCancel(msg jsonrpc.Message) {
+	req, ok := msg.(*jsonrpc.Request)
+	if !ok || c.unanswered == nil {
+		return
+	}
+	if req.IsCall() {
+		if c.ncancelled.Load() > 0 {
+			c.cancelMu.Lock()
+			if _, ok := c.cancelled[req.ID]; ok {
+				delete(c.cancelled, req.ID)
+				c.ncancelled.Add(-1)
+			}
+			c.cancelMu.Unlock()
+		}
+		return
+	}
+	if req.Method != "notifications/cancelled" {
+		return
+	}
+	var p struct {
+		RequestID any `json:"requestId"`
+	}
+	if unmarshal(req.Params, &p) != nil {
+		return
+	}
+	id, err := jsonrpc.MakeID(p.RequestID)
+	if err != nil || !id.IsValid() {
+		return
+	}
+	c.batchMu.Lock()
+	_, inBatch := c.batches[id]
+	c.batchMu.Unlock()
+	if inBatch {
+		return
+	}
+	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	if c.cancelled == nil || len(c.cancelled) >= maxCancelled {
+		c.cancelled = map[jsonrpc.ID]struct{}{}
+	}
+	c.cancelled[id] = struct{}{}
+	c.ncancelled.Store(int32(len(c.cancelled)))
+}
+
+// dropAnswer reports whether the answer to request id is not to be written (its
+// client cancelled it), and forgets the request.
+func (c *lineConn) dropAnswer(id jsonrpc.ID) bool {
+	if c.ncancelled.Load() == 0 {
+		return false
+	}
+	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	if _, ok := c.cancelled[id]; !ok {
+		return false
+	}
+	delete(c.cancelled, id)
+	c.ncancelled.Add(-1)
+	return true
+}
+
 // Write implements mcp.Connection: one message, on one line.
 func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if _, ok := msg.(*jsonrpc.Response); ok && c.unanswered != nil {
@@ -290,6 +372,9 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	}
 	if err := ctx.Err(); err != nil {
 		return err
+	}
+	if resp, ok := msg.(*jsonrpc.Response); ok && c.dropAnswer(resp.ID) {
+		return nil // its request was cancelled: the client wants no answer
 	}
 	c.writeMu.Lock()
 	defer c.writeMu.Unlock()

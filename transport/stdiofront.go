@@ -28,7 +28,9 @@ import (
 // read, and null otherwise. Blank lines are skipped. Batches are accepted as
 // the go-sdk accepts them before a session's protocol is negotiated. While 4,096
 // requests read wait for their answers to be written (a client that reads none),
-// no more is read.
+// no more is read. A request its client cancels (notifications/cancelled) is not
+// answered, as MCP asks (the go-sdk's server would answer it with its handler's
+// error), unless it came in a batch.
 func ServerStdio(r io.ReadCloser, w io.Writer) mcp.Transport {
 	return &stdioFront{r: r, w: w}
 }

@@ -199,3 +199,89 @@ func TestServerStdioUnansweredBounded(t *testing.T) {
 		t.Errorf("Run: %v", err)
 	}
 }
+
+// TestServerStdioCancelledNotAnswered: a request its client cancels
+// (notifications/cancelled) is not answered, as MCP asks of the receiver; the
+// go-sdk's server answered it with its handler's error ("context canceled", code
+// 0), which the client took for the answer to a request it never sent (the
+// TypeScript SDK v2's client reports "a response for an unknown message ID"). A
+// cancel that comes after the answer changes nothing, and an ID used again after
+// its cancel (which MCP forbids) is answered.
+func TestServerStdioCancelledNotAnswered(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "block"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		err := srv.Run(ctx, ServerStdio(inR, outW))
+		outW.CloseWithError(fmt.Errorf("the session ended: %v", err))
+		done <- err
+	}()
+	answers := bufio.NewReader(outR)
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatalf("writing %.40q: %v", line, err)
+		}
+	}
+	next := func() string {
+		t.Helper()
+		line, err := answers.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("reading an answer: %v", err)
+		}
+		var a struct{ ID any }
+		if err := json.Unmarshal(line, &a); err != nil {
+			t.Fatalf("the answer %q: %v", line, err)
+		}
+		return fmt.Sprint(a.ID)
+	}
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if id := next(); id != "0" {
+		t.Fatalf("initialize: answer %s", id)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	// Two calls, a number ID and a string one, cancelled; then a ping, whose answer
+	// is the next one written.
+	send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	send(`{"jsonrpc":"2.0","id":"two","method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	time.Sleep(100 * time.Millisecond) // the calls are under way
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1,"reason":"gave up"}}`)
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"two"}}`)
+	time.Sleep(200 * time.Millisecond) // the handlers return, the SDK answers them
+	send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if id := next(); id != "3" {
+		t.Errorf("after two cancelled calls, the answer to %s came, want the ping's (3)", id)
+	}
+
+	// A cancel after the answer; then the same ID again (MCP forbids it, but the
+	// new request is answered).
+	send(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	if id := next(); id != "4" {
+		t.Fatalf("ping 4: answer %s", id)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":4}}`)
+	send(`{"jsonrpc":"2.0","id":4,"method":"ping"}`)
+	if id := next(); id != "4" {
+		t.Errorf("a ping reusing a cancelled ID: answer %s, want 4", id)
+	}
+	send(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
+	if id := next(); id != "5" {
+		t.Errorf("ping 5: answer %s", id)
+	}
+
+	inW.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return at the end of stdin")
+	}
+	outR.Close()
+}
