@@ -146,6 +146,18 @@ func (e *authUnavailable) Error() string {
 
 func (e *authUnavailable) Unwrap() []error { return []error{ErrAuthServerUnavailable, e.err} }
 
+// storeUnanswered is the error of a request the server refused whose re-read
+// of the token store (a login elsewhere?) got no answer by its deadline: like
+// authUnavailable, nothing was refused for good, and the request fails as one
+// that got no answer (see storeSilent).
+type storeUnanswered struct{ err error }
+
+func (e *storeUnanswered) Error() string {
+	return "the server refused the credentials held, and " + e.err.Error()
+}
+
+func (e *storeUnanswered) Unwrap() error { return e.err }
+
 // unanswered reports whether err, the failure of a token request (a
 // *tokenError), is a failure to get an answer rather than a refusal.
 func unanswered(err error) bool {

@@ -170,7 +170,7 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 		aerr = errors.New("the server refused the request again with new credentials")
 	}
 	rec, _ := ctx.Value(statusKey{}).(*answers)
-	if ua := (*authUnavailable)(nil); errors.As(aerr, &ua) {
+	if ua, su := (*authUnavailable)(nil), (*storeUnanswered)(nil); errors.As(aerr, &ua) || errors.As(aerr, &su) {
 		// Nothing was refused for good: the request failed as if its server
 		// could not be reached, and the server ran nothing.
 		if rec != nil {

@@ -63,8 +63,10 @@ type OAuth struct {
 	badRefresh uint64     // gen+1 of the credentials whose refresh failed; 0: none
 	refreshErr error      // why
 	asked      map[string]bool
-	lastErr    error   // why the last refresh or authorization failed
-	renewing   *flight // the renewal under way, if any
+	lastErr    error         // why the last refresh or authorization failed
+	renewing   *flight       // the renewal under way, if any
+	saving     int           // saves to the store under way (see save)
+	saved      chan struct{} // closed when saving drops to 0; nil while none is under way
 	inner      *auth.AuthorizationCodeHandler
 }
 
@@ -244,8 +246,9 @@ func (o *OAuth) SetCredentials(c *Credentials) error {
 
 // Close ends the client's use: no refresh or authorization starts after it. A
 // renewal under way (a refresh, which goes on to its end and saves its token
-// whether or not its request still waits: see renewFor) is waited for until
-// ctx ends, and abandoned then: its requests are cancelled, and the token
+// whether or not its request still waits: see renewFor), and a save to the
+// store under way (a login's credentials, once the server accepted them), are
+// waited for until ctx ends, and abandoned then: its requests are cancelled, and the token
 // they may have been granted is lost (with refresh tokens rotated, the next
 // process needs a login). It returns nil, or an *Error (OpClose) wrapping the
 // cause of ctx if it abandoned a renewal. A read of the token store under way
@@ -258,16 +261,28 @@ func (o *OAuth) Close(ctx context.Context) error {
 	defer o.end(errOAuthClosed)
 	for {
 		o.mu.Lock()
-		f := o.renewing
+		f, saved := o.renewing, o.saved
 		o.mu.Unlock()
-		if f == nil {
+		var renewed chan struct{}
+		switch {
+		case f != nil:
+			renewed = f.done
+		case saved == nil:
 			return nil
 		}
+		// A save under way (the credentials of a login the server has just
+		// accepted: see worked) is waited for too. Close once cancelled it
+		// without waiting: a login that raced the Close was lost.
 		select {
-		case <-f.done: // its token saved; renewing is nil now
+		case <-renewed: // its token saved; renewing is nil now
+		case <-saved:
 		case <-ctx.Done():
-			err := fmt.Errorf("a token renewal under way was abandoned: %w", context.Cause(ctx))
-			o.log.Warn("mcpfsm: closing the OAuth client before its renewal landed: its token, if one comes, is lost", "server", o.server, "error", err)
+			what := "a token renewal"
+			if f == nil {
+				what = "a save to the token store"
+			}
+			err := fmt.Errorf("%s under way was abandoned: %w", what, context.Cause(ctx))
+			o.log.Warn("mcpfsm: closing the OAuth client before its renewal or save landed: its token, if one comes, is not saved", "server", o.server, "error", err)
 			return &Error{Server: o.server, Op: OpClose, Err: err}
 		}
 	}
@@ -505,7 +520,21 @@ func (o *OAuth) save(c *Credentials) {
 	cp.Server = o.server
 	cp.Saved = time.Now()
 	// Bounded: it runs in line with the request whose token it saves (or
-	// the renewal that Close waits for).
+	// the renewal that Close waits for). Close waits for it.
+	o.mu.Lock()
+	o.saving++
+	if o.saved == nil {
+		o.saved = make(chan struct{})
+	}
+	o.mu.Unlock()
+	defer func() {
+		o.mu.Lock()
+		if o.saving--; o.saving == 0 {
+			close(o.saved)
+			o.saved = nil
+		}
+		o.mu.Unlock()
+	}()
 	ctx, cancel := o.within(context.Background(), storeTimeout)
 	defer cancel()
 	if err := o.cfg.Store.Save(ctx, o.key, &cp); err != nil {
@@ -814,10 +843,14 @@ func (o *OAuth) authorize(ctx context.Context, req *http.Request, resp *http.Res
 	if moved {
 		return nil // other credentials since the request went out: try them
 	}
-	if stored, err := o.reload(ctx); stored || err != nil {
-		return err // nil: other credentials in the store (a login elsewhere): try them
+	stored, err := o.reload(ctx)
+	if stored {
+		return nil // other credentials in the store (a login elsewhere): try them
 	}
-	err := o.authorizeLocked(ctx, req, resp, ch, sent)
+	if err != nil {
+		return o.storeSilent(ctx, resp, sent, err)
+	}
+	err = o.authorizeLocked(ctx, req, resp, ch, sent)
 	if err != nil {
 		o.mu.Lock()
 		o.lastErr = err
@@ -825,6 +858,32 @@ func (o *OAuth) authorize(ctx context.Context, req *http.Request, resp *http.Res
 		o.log.Info("mcpfsm: no better credentials", "server", o.server, "status", resp.StatusCode, "error", err)
 	}
 	return err
+}
+
+// storeSilent is authorize's answer to a refusal whose re-read of the store
+// (reload) got no answer by the request's deadline (err): nothing says the
+// credentials were replaced elsewhere, nor that a login is needed. A refresh
+// token is used (its refresh goes on past the request, for the next one), as
+// when the store's read fails; no new authorization is begun (a user sent to log
+// in for a store that was slow). The request fails as one that got no answer
+// (storeUnanswered), not as a refusal. (It once failed as a refusal, an
+// *AuthError: a connection's cause auth; and nothing was refreshed, so that with
+// a store slower than the requests' deadline every 401 failed so for good, each
+// re-read discarding the one under way.)
+func (o *OAuth) storeSilent(ctx context.Context, resp *http.Response, sent uint64, err error) error {
+	o.mu.Lock()
+	c, gen := o.creds, o.gen
+	bad := o.badRefresh == gen+1
+	o.mu.Unlock()
+	if resp.StatusCode == http.StatusUnauthorized && gen == sent && c != nil && c.Token != nil && o.renewable(c) && !bad {
+		actx, cancel := authContext(ctx)
+		rerr := o.renewFor(actx, c, gen)
+		cancel()
+		if rerr == nil {
+			return nil // it landed in time after all
+		}
+	}
+	return &storeUnanswered{err}
 }
 
 func (o *OAuth) authorizeLocked(ctx context.Context, req *http.Request, resp *http.Response, ch Challenge, gen uint64) error {

@@ -357,3 +357,121 @@ func TestStoreThatHangsHoldsNoRequest(t *testing.T) {
 	within("a request with an expired token", func(ctx context.Context) { toks[0], _ = o.bearer(ctx) })
 	store.letGo()
 }
+
+// slowStore is a TokenStore in memory whose Loads take delay (heeding their
+// context): a network store that answers, but slowly.
+type slowStore struct {
+	heldStore
+	delay time.Duration
+}
+
+func (s *slowStore) Load(ctx context.Context, key string) (*Credentials, error) {
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+	return s.heldStore.Load(ctx, key)
+}
+
+// TestSlowStoreOn401: a token store that answers, but more slowly than the calls'
+// deadline. A 401 re-reads the store (a login elsewhere?), and that read did not
+// answer in time: the request failed as a refusal of the credentials (an *AuthError,
+// HTTP 401: a connection's cause auth, unauthorized), and nothing was refreshed;
+// each later 401 asked for a fresh read, discarding the one under way, so that
+// every call failed so for good though the refresh token was good. Now the store's
+// silence fails the call as a server that gave no answer would (not a refusal), and
+// the refresh goes on, for the next call.
+func TestSlowStoreOn401(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
+		store := &slowStore{delay: 3 * time.Second}
+		if err := store.Save(context.Background(), "authed", p.issued(time.Now().Add(time.Hour))); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		s, err := Dial(ctx, p.config(&Auth{Store: store}, false), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(ctx)
+		if _, err := echo(ctx, s, "stored"); err != nil {
+			t.Fatal(err)
+		}
+		p.srv.Expire() // refused from now on
+		var errs []error
+		for range 5 {
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_, err := echo(cctx, s, "after")
+			cancel()
+			errs = append(errs, err)
+			if err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		var ae *AuthError
+		var te *Error
+		first := errs[0]
+		if first == nil || errors.As(first, &ae) || (errors.As(first, &te) && te.HTTPStatus != 0) {
+			t.Errorf("the first call after the refusal: %v, want a failure that is not a refusal of the credentials", first)
+		}
+		if errs[len(errs)-1] != nil {
+			t.Errorf("no call succeeded after the refusal (refreshes %d): %v", p.srv.Refreshes.Load(), errs)
+		}
+	})
+}
+
+// slowSaveStore is a TokenStore in memory whose Saves take delay (heeding their
+// context).
+type slowSaveStore struct {
+	heldStore
+	delay time.Duration
+}
+
+func (s *slowSaveStore) Save(ctx context.Context, key string, c *Credentials) error {
+	t := time.NewTimer(s.delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+	return s.heldStore.Save(ctx, key, c)
+}
+
+// TestOAuthCloseWaitsForItsSave: the credentials of a new authorization (a login)
+// are saved once the server accepts them, in line with that request. Close, which
+// ends the client's life, cancelled that save without waiting for it (the save was
+// bound to the client's life, but only a renewal was waited for): a login that
+// raced the Close was lost, and the next process sent the user to log in again.
+// Close now waits for a save under way within its context, as for a renewal.
+func TestOAuthCloseWaitsForItsSave(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
+		store := &slowSaveStore{delay: time.Second}
+		o, err := NewOAuth(p.config(&Auth{Store: store}, false), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		login := p.issued(time.Now().Add(time.Hour))
+		if err := o.SetCredentials(login); err != nil { // as a new authorization's: saved once accepted
+			t.Fatal(err)
+		}
+		_, gen := o.bearer(context.Background())
+		accepted := make(chan struct{})
+		go func() { defer close(accepted); o.worked(gen) }() // the server accepted them: saving
+		synctest.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		closeErr := o.Close(ctx)
+		stored, _ := store.heldStore.Load(context.Background(), "authed")
+		<-accepted
+		if closeErr != nil || stored == nil || stored.Token.AccessToken != login.Token.AccessToken {
+			t.Errorf("when Close returned (%v), the store held %+v; want the login's credentials", closeErr, stored)
+		}
+	})
+}
