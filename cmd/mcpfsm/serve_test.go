@@ -929,76 +929,95 @@ func (unread) String() string { return "(not read)" }
 // error; the respawn changes the lists; the subscription holds), and a SIGHUP reload.
 func TestServeTypeScriptFeatures(t *testing.T) {
 	script := filepath.Join(filepath.Dir(tsClient(t)), "features.mjs")
+	for _, name := range []string{"stdio", "http"} {
+		t.Run(name, func(t *testing.T) {
+			checks, stderr := runFeatures(t, script, name)
+			wantChecks(t, checks, []string{"tools", "prompts", "resources", "completion", "logging", "progress", "cancellation",
+				"sampling/example", "elicitation/example", "roots/example", "sampling/old", "elicitation/old", "roots/old",
+				"refusal", "subscription", "list_changed", "down_fails_fast", "respawn", "respawn_list_changed",
+				"subscription_after_respawn", "reload"})
+			if t.Failed() {
+				t.Logf("client stderr:\n%s", stderr)
+			}
+		})
+	}
+}
+
+// A featureCheck is one check a features script printed.
+type featureCheck struct {
+	OK     bool
+	Detail string
+	MS     int
+}
+
+// runFeatures runs a features script (testdata/tsclient*/features.mjs) with node
+// against mcpfsm serve over transport (stdio, or HTTP from a serve process of its
+// own, for the script's SIGHUP), serving the example server as "example" (a backoff
+// of a second, which leaves a killed backend down long enough to be called) and as
+// "old" (pinned to 2025-11-25); MCPFSM_NEXT_CONFIG names the config the script moves
+// over it to add "two". It returns the checks the script printed and its stderr.
+func runFeatures(t *testing.T, script, transport string) (map[string]featureCheck, string) {
+	t.Helper()
 	bin := mcpfsmBin(t)
 	server := func(name string, extra string) string {
 		return fmt.Sprintf("  %s:\n    command: %s\n    args: [example-server]\n%s", name, bin, extra)
 	}
-	// A backoff of a second leaves the killed backend down long enough to be called.
 	base := "version: 1\nservers:\n" + server("example", "    policies:\n      backoff_base: 1s\n") +
 		server("old", "    protocol: 2025-11-25\n")
-	for _, name := range []string{"stdio", "http"} {
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg, next := filepath.Join(dir, "servers.yaml"), filepath.Join(dir, "next.yaml")
-			if err := os.WriteFile(cfg, []byte(base), 0o644); err != nil {
-				t.Fatal(err)
+	dir := t.TempDir()
+	cfg, next := filepath.Join(dir, "servers.yaml"), filepath.Join(dir, "next.yaml")
+	if err := os.WriteFile(cfg, []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(next, []byte(base+server("two", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	args := []string{script, "stdio", bin, "serve", cfg}
+	if transport == "http" {
+		var gwErr testutil.SyncBuffer
+		gw := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", cfg)
+		gw.Stderr = &gwErr
+		if err := gw.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = gw.Process.Signal(syscall.SIGTERM); _ = gw.Wait() })
+		var url string
+		for deadline := time.Now().Add(30 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("mcpfsm serve did not say its URL; stderr:\n%s", gwErr.String())
 			}
-			if err := os.WriteFile(next, []byte(base+server("two", "")), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-			defer cancel()
-			args := []string{script, "stdio", bin, "serve", cfg}
-			if name == "http" {
-				// A process of its own, for the script's SIGHUP.
-				var gwErr testutil.SyncBuffer
-				gw := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", cfg)
-				gw.Stderr = &gwErr
-				if err := gw.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = gw.Process.Signal(syscall.SIGTERM); _ = gw.Wait() })
-				var url string
-				for deadline := time.Now().Add(30 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatalf("mcpfsm serve did not say its URL; stderr:\n%s", gwErr.String())
-					}
-					url = serveURL.FindString(gwErr.String())
-				}
-				args = []string{script, "http", url, strconv.Itoa(gw.Process.Pid)}
-			}
-			var stdout, stderr bytes.Buffer
-			cmd := exec.CommandContext(ctx, "node", args...)
-			cmd.Env = append(os.Environ(), "MCPFSM_CONFIG="+cfg, "MCPFSM_NEXT_CONFIG="+next)
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("node features.mjs %s: %v\nstderr:\n%s", name, err, stderr.String())
-			}
-			var checks map[string]struct {
-				OK     bool
-				Detail string
-				MS     int
-			}
-			if err := json.Unmarshal(stdout.Bytes(), &checks); err != nil {
-				t.Fatalf("the client printed %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
-			}
-			for _, c := range []string{"tools", "prompts", "resources", "completion", "logging", "progress", "cancellation",
-				"sampling/example", "elicitation/example", "roots/example", "sampling/old", "elicitation/old", "roots/old",
-				"refusal", "subscription", "list_changed", "down_fails_fast", "respawn", "respawn_list_changed",
-				"subscription_after_respawn", "reload"} {
-				got, ok := checks[c]
-				switch {
-				case !ok:
-					t.Errorf("%s: not run", c)
-				case !got.OK:
-					t.Errorf("%s: %s", c, got.Detail)
-				default:
-					t.Logf("%s (%d ms) %s", c, got.MS, got.Detail)
-				}
-			}
-			if t.Failed() {
-				t.Logf("client stderr:\n%s", stderr.String())
-			}
-		})
+			url = serveURL.FindString(gwErr.String())
+		}
+		args = []string{script, "http", url, strconv.Itoa(gw.Process.Pid)}
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "node", args...)
+	cmd.Env = append(os.Environ(), "MCPFSM_CONFIG="+cfg, "MCPFSM_NEXT_CONFIG="+next)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("node %s %s: %v\nstderr:\n%s", filepath.Base(script), transport, err, stderr.String())
+	}
+	var checks map[string]featureCheck
+	if err := json.Unmarshal(stdout.Bytes(), &checks); err != nil {
+		t.Fatalf("the client printed %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
+	}
+	return checks, stderr.String()
+}
+
+// wantChecks fails each check of want that was not run or failed, and logs the others.
+func wantChecks(t *testing.T, checks map[string]featureCheck, want []string) {
+	t.Helper()
+	for _, c := range want {
+		got, ok := checks[c]
+		switch {
+		case !ok:
+			t.Errorf("%s: not run", c)
+		case !got.OK:
+			t.Errorf("%s: %s", c, got.Detail)
+		default:
+			t.Logf("%s (%d ms) %s", c, got.MS, got.Detail)
+		}
 	}
 }

@@ -1,18 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/mcpfsm/mcpfsm/internal/testutil"
 )
@@ -34,13 +25,6 @@ import (
 // process behind.
 func TestServeTypeScriptV2(t *testing.T) {
 	script := filepath.Join(testutil.NpmCI(t, "testdata/tsclient2"), "features.mjs")
-	bin := mcpfsmBin(t)
-	server := func(name string, extra string) string {
-		return fmt.Sprintf("  %s:\n    command: %s\n    args: [example-server]\n%s", name, bin, extra)
-	}
-	// A backoff of a second leaves the killed backend down long enough to be called.
-	base := "version: 1\nservers:\n" + server("example", "    policies:\n      backoff_base: 1s\n") +
-		server("old", "    protocol: 2025-11-25\n")
 	common := []string{"protocol", "tools", "prompts", "resources", "completion", "logging", "progress",
 		"sampling/example", "elicitation/example", "roots/example", "multi_round/example",
 		"sampling/old", "elicitation/old", "roots/old", "multi_round/old", "progress_rounds",
@@ -51,64 +35,10 @@ func TestServeTypeScriptV2(t *testing.T) {
 		name string
 		only []string // the checks of this transport alone
 	}{{"stdio", []string{"stdio_probe"}}, {"http", []string{"stateless"}}} {
-		name := tc.name
-		t.Run(name, func(t *testing.T) {
-			dir := t.TempDir()
-			cfg, next := filepath.Join(dir, "servers.yaml"), filepath.Join(dir, "next.yaml")
-			if err := os.WriteFile(cfg, []byte(base), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(next, []byte(base+server("two", "")), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-			defer cancel()
-			args := []string{script, "stdio", bin, "serve", cfg}
-			if name == "http" {
-				// A process of its own, for the script's SIGHUP.
-				var gwErr testutil.SyncBuffer
-				gw := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", cfg)
-				gw.Stderr = &gwErr
-				if err := gw.Start(); err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = gw.Process.Signal(syscall.SIGTERM); _ = gw.Wait() })
-				var url string
-				for deadline := time.Now().Add(30 * time.Second); url == ""; time.Sleep(10 * time.Millisecond) {
-					if time.Now().After(deadline) {
-						t.Fatalf("mcpfsm serve did not say its URL; stderr:\n%s", gwErr.String())
-					}
-					url = serveURL.FindString(gwErr.String())
-				}
-				args = []string{script, "http", url, strconv.Itoa(gw.Process.Pid)}
-			}
-			var stdout, stderr bytes.Buffer
-			cmd := exec.CommandContext(ctx, "node", args...)
-			cmd.Env = append(os.Environ(), "MCPFSM_CONFIG="+cfg, "MCPFSM_NEXT_CONFIG="+next)
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			if err := cmd.Run(); err != nil {
-				t.Fatalf("node features.mjs %s: %v\nstderr:\n%s", name, err, stderr.String())
-			}
-			var checks map[string]struct {
-				OK     bool
-				Detail string
-				MS     int
-			}
-			if err := json.Unmarshal(stdout.Bytes(), &checks); err != nil {
-				t.Fatalf("the client printed %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
-			}
+		t.Run(tc.name, func(t *testing.T) {
+			checks, stderr := runFeatures(t, script, tc.name)
 			want := append(append([]string{}, common...), tc.only...)
-			for _, c := range want {
-				got, ok := checks[c]
-				switch {
-				case !ok:
-					t.Errorf("%s: not run", c)
-				case !got.OK:
-					t.Errorf("%s: %s", c, got.Detail)
-				default:
-					t.Logf("%s (%d ms) %s", c, got.MS, got.Detail)
-				}
-			}
+			wantChecks(t, checks, want)
 			for c := range checks {
 				if !slices.Contains(want, c) && c != "client_errors" {
 					t.Errorf("%s: run, but not asked for here", c)
@@ -117,7 +47,7 @@ func TestServeTypeScriptV2(t *testing.T) {
 			// What else the client reported on its onerror, for the log.
 			t.Logf("the client's other errors: %s", checks["client_errors"].Detail)
 			if t.Failed() {
-				t.Logf("client stderr:\n%s", stderr.String())
+				t.Logf("client stderr:\n%s", stderr)
 			}
 		})
 	}
