@@ -24,24 +24,12 @@ func TestServerStdioSkipsBadLines(t *testing.T) {
 	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(_ context.Context, _ *mcp.CallToolRequest, in struct{ Text string }) (*mcp.CallToolResult, any, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: in.Text}}}, nil, nil
 	})
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		err := srv.Run(ctx, ServerStdio(inR, outW))
-		outW.CloseWithError(fmt.Errorf("the session ended: %v", err)) // what a read of an answer then fails with
-		done <- err
-	}()
+	inW, outR, done := runStdioFront(ctx, srv)
 	answers := bufio.NewReader(outR)
 
-	send := func(line string) {
-		t.Helper()
-		if _, err := io.WriteString(inW, line+"\n"); err != nil {
-			t.Fatalf("writing %.40q: %v", line, err)
-		}
-	}
+	send := lineSender(t, inW)
 	type answer struct {
 		ID     any
 		Error  *struct{ Code int64 }
@@ -151,16 +139,9 @@ func TestServerStdioUnansweredBounded(t *testing.T) {
 	defer func(n int) { maxUnanswered = n }(maxUnanswered)
 	maxUnanswered = 8
 	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		err := srv.Run(ctx, ServerStdio(inR, outW))
-		outW.CloseWithError(fmt.Errorf("the session ended: %v", err))
-		done <- err
-	}()
+	inW, outR, done := runStdioFront(ctx, srv)
 	answers := bufio.NewReader(outR)
 	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"+`{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
 		t.Fatal(err)
@@ -213,23 +194,11 @@ func TestServerStdioCancelledNotAnswered(t *testing.T) {
 		<-ctx.Done()
 		return nil, nil, ctx.Err()
 	})
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		err := srv.Run(ctx, ServerStdio(inR, outW))
-		outW.CloseWithError(fmt.Errorf("the session ended: %v", err))
-		done <- err
-	}()
+	inW, outR, done := runStdioFront(ctx, srv)
 	answers := bufio.NewReader(outR)
-	send := func(line string) {
-		t.Helper()
-		if _, err := io.WriteString(inW, line+"\n"); err != nil {
-			t.Fatalf("writing %.40q: %v", line, err)
-		}
-	}
+	send := lineSender(t, inW)
 	next := func() string {
 		t.Helper()
 		line, err := answers.ReadBytes('\n')
@@ -284,4 +253,29 @@ func TestServerStdioCancelledNotAnswered(t *testing.T) {
 		t.Fatal("Run did not return at the end of stdin")
 	}
 	outR.Close()
+}
+
+// runStdioFront runs srv on ServerStdio over pipes until ctx ends or its stdin is
+// closed: a test writes its client's lines to in and reads the answers from out,
+// whose reads fail once the session has ended; done gets Run's error.
+func runStdioFront(ctx context.Context, srv *mcp.Server) (in *io.PipeWriter, out *io.PipeReader, done <-chan error) {
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ended := make(chan error, 1)
+	go func() {
+		err := srv.Run(ctx, ServerStdio(inR, outW))
+		outW.CloseWithError(fmt.Errorf("the session ended: %v", err)) // what a read of an answer then fails with
+		ended <- err
+	}()
+	return inW, outR, ended
+}
+
+// lineSender returns a function that writes a line to w, failing the test if it cannot.
+func lineSender(t *testing.T, w io.Writer) func(line string) {
+	return func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(w, line+"\n"); err != nil {
+			t.Fatalf("writing %.40q: %v", line, err)
+		}
+	}
 }
