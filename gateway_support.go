@@ -2,12 +2,14 @@ package mcpfsm
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
 	"weak"
 
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -40,6 +42,7 @@ type managerMiddleware struct {
 // one list per client, not per call). ServerName tells mw which server a message came
 // from. A server on protocol 2026-07-28 asks inside a call's answer (input requests):
 // those go through mw too, as requests of their method, under the call's context.
+// A panic of mw's fails the message it was handling, as a handler's does.
 // It wraps every SDK client the Manager has; connections share a client when
 // their handlers advertise the same capabilities, and a client made later (a Reload
 // adding a server whose handlers advertise others) is wrapped by the next call of
@@ -62,7 +65,7 @@ func (m *Manager) AddReceivingMiddleware(mw ...mcp.Middleware) {
 		}, key)
 	}
 	for _, w := range mw {
-		mm.mw = append(mm.mw, skipMarks(w))
+		mm.mw = append(mm.mw, skipMarks(contained(w)))
 	}
 	clientMiddleware.Unlock()
 	m.Wrap()
@@ -129,6 +132,24 @@ func ServerName(ctx context.Context) (string, bool) {
 		return s.conn.name, true
 	}
 	return "", false
+}
+
+// contained makes a panic of mw's, while it handles what a server sent, that
+// message's error (a request's the server sees; on 2026-07-28, the call's), as a
+// handler's is: it ran on a goroutine of the go-sdk's (or of the call's input
+// requests), and ended the process.
+func contained(mw mcp.Middleware) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		h := mw(next)
+		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
+			defer func() {
+				if v := recover(); v != nil {
+					res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: capText(fmt.Sprintf("the client's middleware failed on %s: %v", method, v), 256)}
+				}
+			}()
+			return h(ctx, method, req)
+		}
+	}
 }
 
 // skipMarks has mw pass over a session's marks of the order of its notifications

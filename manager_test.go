@@ -463,3 +463,60 @@ servers:
 		}
 	}
 }
+
+// TestManagerMiddlewarePanics: a receiving middleware that panics on what a server
+// sends fails that request, on both protocol versions (the call that made it fails),
+// and the process and the connections live on; it ended the process, on the go-sdk's
+// goroutine for the request.
+func TestManagerMiddlewarePanics(t *testing.T) {
+	stateless := testserver.StartHTTP(t, testserver.Options{Stateless: true})
+	sessions := testserver.StartHTTP(t, testserver.Options{})
+	cfg := managerConfig(t, fmt.Sprintf(`version: 1
+servers:
+  new:
+    url: %s
+  old:
+    url: %s
+    protocol: 2025-11-25
+`, stateless.URL(), sessions.URL()))
+	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Roots:  []*mcp.Root{{URI: "file:///manager"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := m.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	m.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "roots/list" {
+				panic("the middleware broke")
+			}
+			return next(ctx, method, req)
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	text := texter(t)
+	for _, server := range []string{"new", "old"} {
+		res, err := m.CallTool(ctx, server, &mcp.CallToolParams{Name: "roots"})
+		var msg string
+		if err != nil {
+			msg = err.Error()
+		} else if res.IsError {
+			msg = res.Content[0].(*mcp.TextContent).Text
+		}
+		if !strings.Contains(msg, "the client's middleware failed on roots/list: the middleware broke") {
+			t.Errorf("%s: a call whose roots the middleware panicked on: %+v, %v", server, res, err)
+		}
+		if got := text(m.CallTool(ctx, server, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "alive"}})); got != "alive" {
+			t.Errorf("%s: after the panic, echo = %q", server, got)
+		}
+	}
+}
