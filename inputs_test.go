@@ -274,18 +274,8 @@ func TestInputPromptAndRead(t *testing.T) {
 		}
 		return &mcp.ReadResourceResult{InputRequests: mcp.InputRequestMap{"roots": &mcp.ListRootsParams{}}}, nil
 	})
-	m, err := NewManager(&Config{Servers: []ServerConfig{{Name: "s", Policies: *fastPolicies(), Transport: httpConfig(h)}}},
-		ManagerOptions{Roots: []*mcp.Root{{URI: "file:///manager"}}, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	m := newTestManager(t, &Config{Servers: []ServerConfig{{Name: "s", Policies: *fastPolicies(), Transport: httpConfig(h)}}},
+		ManagerOptions{Roots: []*mcp.Root{{URI: "file:///manager"}}})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pp := &mcp.GetPromptParams{Name: "rooted"}

@@ -61,7 +61,14 @@ func (e *events) count(server string) int {
 
 func newManager(t *testing.T, cfg *mcpfsm.Config, ev *events) *mcpfsm.Manager {
 	t.Helper()
-	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{Observer: ev.observe, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	return openManager(t, cfg, mcpfsm.ManagerOptions{Observer: ev.observe})
+}
+
+// openManager makes a Manager of cfg with opts (logging nothing), closed at cleanup.
+func openManager(t *testing.T, cfg *mcpfsm.Config, opts mcpfsm.ManagerOptions) *mcpfsm.Manager {
+	t.Helper()
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	m, err := mcpfsm.NewManager(cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,6 +375,22 @@ func TestManagerReloadDuringConnect(t *testing.T) {
 	}
 }
 
+// bothVersions is the config of two servers of the test server over HTTP: "new" on
+// 2026-07-28 (stateless), "old" pinned to 2025-11-25 (sessions).
+func bothVersions(t *testing.T) *mcpfsm.Config {
+	t.Helper()
+	stateless := testserver.StartHTTP(t, testserver.Options{Stateless: true})
+	sessions := testserver.StartHTTP(t, testserver.Options{})
+	return managerConfig(t, fmt.Sprintf(`version: 1
+servers:
+  new:
+    url: %s
+  old:
+    url: %s
+    protocol: 2025-11-25
+`, stateless.URL(), sessions.URL()))
+}
+
 // inputCallKey marks the context of a call in TestManagerServerRequestsThroughMiddleware.
 type inputCallKey struct{}
 
@@ -377,21 +400,11 @@ type inputCallKey struct{}
 // middleware gets the call's context (and so can tell which call asks). An
 // elicitation's answer is checked against its form on both.
 func TestManagerServerRequestsThroughMiddleware(t *testing.T) {
-	stateless := testserver.StartHTTP(t, testserver.Options{Stateless: true})
-	sessions := testserver.StartHTTP(t, testserver.Options{})
-	cfg := managerConfig(t, fmt.Sprintf(`version: 1
-servers:
-  new:
-    url: %s
-  old:
-    url: %s
-    protocol: 2025-11-25
-`, stateless.URL(), sessions.URL()))
+	cfg := bothVersions(t)
 	answer := map[string]any{"answer": "yes"}
 	var mu sync.Mutex
-	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Roots:  []*mcp.Root{{URI: "file:///manager"}},
+	m := openManager(t, cfg, mcpfsm.ManagerOptions{
+		Roots: []*mcp.Root{{URI: "file:///manager"}},
 		Handlers: func(string) mcpfsm.Handlers {
 			return mcpfsm.Handlers{Elicit: func(context.Context, *mcp.ElicitParams) (*mcp.ElicitResult, error) {
 				mu.Lock()
@@ -399,16 +412,6 @@ servers:
 				return &mcp.ElicitResult{Action: "accept", Content: answer}, nil
 			}}
 		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
 	})
 	type seen struct{ server, method, call string }
 	var got []seen
@@ -469,30 +472,8 @@ servers:
 // and the process and the connections live on; it ended the process, on the go-sdk's
 // goroutine for the request.
 func TestManagerMiddlewarePanics(t *testing.T) {
-	stateless := testserver.StartHTTP(t, testserver.Options{Stateless: true})
-	sessions := testserver.StartHTTP(t, testserver.Options{})
-	cfg := managerConfig(t, fmt.Sprintf(`version: 1
-servers:
-  new:
-    url: %s
-  old:
-    url: %s
-    protocol: 2025-11-25
-`, stateless.URL(), sessions.URL()))
-	m, err := mcpfsm.NewManager(cfg, mcpfsm.ManagerOptions{
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Roots:  []*mcp.Root{{URI: "file:///manager"}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := m.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
+	cfg := bothVersions(t)
+	m := openManager(t, cfg, mcpfsm.ManagerOptions{Roots: []*mcp.Root{{URI: "file:///manager"}}})
 	m.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method == "roots/list" {
