@@ -3,7 +3,10 @@
 // with npm ci), each fronting the same stdio backend (the go-sdk's conformance
 // everything-server) over streamable HTTP, and the backend served over HTTP directly.
 //
-//	go run ./internal/gatewaybench [-rounds 3] [-cell 2s] [-clients 1,16,64]
+//	go run ./internal/gatewaybench [-rounds 3] [-cell 2s] [-clients 1,16,64] [-also NAME=BINARY,...]
+//
+// -also adds other builds of mcpfsm as targets of their own, run as mcpfsm is (to
+// measure a change side by side with main: build it elsewhere, name its binary here).
 //
 // For each protocol mode (a go-sdk client asking for 2025-11-25, with a session, and
 // the go-sdk client's default, 2026-07-28 where the server offers it), each number of
@@ -48,6 +51,7 @@ var (
 	tool    = flag.String("tool", "test_simple_text", "the everything-server's tool to call")
 	soak    = flag.Int("soak", 0, "instead: make this many calls (16 clients) to each target, printing its memory every tenth of them")
 	kill    = flag.Bool("kill", false, "instead: kill each gateway's backend under a session and say what its client sees")
+	also    = flag.String("also", "", "comma-separated NAME=BINARY: other builds of mcpfsm, measured as targets of their own")
 )
 
 func main() {
@@ -97,6 +101,20 @@ func run() error {
 		}
 	}
 	backend := filepath.Join(bin, "everything-server")
+	// serve starts the mcpfsm binary given in front of the backend.
+	serve := func(binary string) func(mode string, port int) (*exec.Cmd, string, error) {
+		return func(mode string, port int) (*exec.Cmd, string, error) {
+			cfg := filepath.Join(bin, "servers-"+strconv.Itoa(port)+".yaml")
+			// Pinned to 2025-11-25: the everything-server's sampling tools need it
+			// (see .ci/run); the calls measured do not care.
+			data := fmt.Sprintf("version: 1\nservers:\n  everything:\n    command: %s\n    prefix: \"\"\n    protocol: 2025-11-25\n", backend)
+			if err := os.WriteFile(cfg, []byte(data), 0o644); err != nil {
+				return nil, "", err
+			}
+			cmd := exec.Command(binary, "serve", "--http", fmt.Sprintf("127.0.0.1:%d", port), cfg)
+			return cmd, fmt.Sprintf("http://127.0.0.1:%d/", port), nil
+		}
+	}
 	node := "node"
 	mods := filepath.Join(here, "node_modules")
 	targets := []target{
@@ -106,17 +124,7 @@ func run() error {
 			cmd := exec.Command(backend, "-http", fmt.Sprintf("127.0.0.1:%d", port), fmt.Sprintf("-stateless=%v", mode == "2026-07-28"))
 			return cmd, fmt.Sprintf("http://127.0.0.1:%d/", port), nil
 		}},
-		{"mcpfsm", func(mode string, port int) (*exec.Cmd, string, error) {
-			cfg := filepath.Join(bin, "servers.yaml")
-			// Pinned to 2025-11-25: the everything-server's sampling tools need it
-			// (see .ci/run); the calls measured do not care.
-			data := fmt.Sprintf("version: 1\nservers:\n  everything:\n    command: %s\n    prefix: \"\"\n    protocol: 2025-11-25\n", backend)
-			if err := os.WriteFile(cfg, []byte(data), 0o644); err != nil {
-				return nil, "", err
-			}
-			cmd := exec.Command(filepath.Join(bin, "mcpfsm"), "serve", "--http", fmt.Sprintf("127.0.0.1:%d", port), cfg)
-			return cmd, fmt.Sprintf("http://127.0.0.1:%d/", port), nil
-		}},
+		{"mcpfsm", serve(filepath.Join(bin, "mcpfsm"))},
 		{"supergateway", func(mode string, port int) (*exec.Cmd, string, error) {
 			args := []string{filepath.Join(mods, "supergateway", "dist", "index.js"), "--stdio", backend,
 				"--outputTransport", "streamableHttp", "--port", strconv.Itoa(port), "--logLevel", "none"}
@@ -130,6 +138,16 @@ func run() error {
 				"--port", strconv.Itoa(port), "--host", "127.0.0.1", "--server", "stream", "--", backend)
 			return cmd, fmt.Sprintf("http://127.0.0.1:%d/mcp", port), nil
 		}},
+	}
+	for _, nb := range strings.Split(*also, ",") {
+		if nb == "" {
+			continue
+		}
+		name, binary, ok := strings.Cut(nb, "=")
+		if !ok || name == "" || binary == "" {
+			return fmt.Errorf("-also %q: want NAME=BINARY", nb)
+		}
+		targets = append(targets, target{name, serve(binary)})
 	}
 	if *only != "" {
 		keep := strings.Split(*only, ",")
