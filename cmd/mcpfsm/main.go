@@ -1,23 +1,3 @@
-// Command mcpfsm runs, inspects and tunes MCP connection lifecycles.
-//
-// Usage:
-//
-//	mcpfsm demo                                  a fault tour against an in-process server
-//	mcpfsm run [--json] [--http-status ADDR] CONFIG
-//	                                             connect to the servers of a config, print transitions
-//	                                             (and serve a live status page, /status and /metrics)
-//	mcpfsm status [--json] CONFIG                connect, wait, print every server's status
-//	mcpfsm call CONFIG SERVER TOOL [ARGUMENTS]   call one tool through a connection
-//	mcpfsm ls CONFIG SERVER                      a server's info, tools, prompts, resources
-//	mcpfsm read CONFIG SERVER URI                read a resource
-//	mcpfsm prompt CONFIG SERVER NAME [ARGUMENTS] get a prompt
-//	mcpfsm serve [--http ADDR] CONFIG            one MCP server in front of every server of a config
-//	mcpfsm simulate [--spec FILE] SCENARIO       a lifecycle in virtual time
-//	mcpfsm graph [--format dot|mermaid] [SPEC]   render a lifecycle (default: the built-in one)
-//	mcpfsm validate FILE                         check a lifecycle spec
-//	mcpfsm example-server [--http ADDR]          the example MCP server
-//
-// Run "mcpfsm COMMAND --help" for a command's flags.
 package main
 
 import (

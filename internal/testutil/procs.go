@@ -1,7 +1,3 @@
-// Package testutil holds what the project's tests share across packages: a buffer for
-// logs written from many goroutines; this process's child processes and open files,
-// read from /proc (Linux), for the leak checks that follow fault tests; and the npm
-// installs of the interop tests' pinned servers and clients.
 package testutil
 
 import (
