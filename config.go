@@ -75,7 +75,7 @@ import (
 // name may appear once, in whatever letter case. Every problem is reported with its
 // file:line:column, and no message quotes a value of env, headers or args.
 type Config struct {
-	File    string
+	File    string         // the file it was read from; relative paths in it are from its directory
 	Servers []ServerConfig // in file order
 	// Separator goes between a server's prefix and its names in the gateway; ""
 	// means DefaultSeparator.
@@ -97,11 +97,11 @@ func (c *Config) NameSeparator() string {
 
 // A ServerConfig is one server of a Config, resolved.
 type ServerConfig struct {
-	Name      string
-	Transport transport.Config
-	Spec      *machine.Spec // the lifecycle; DefaultSpec() unless the config names one
-	SpecFile  string        // the file Spec came from, "" for the default
-	specText  []byte        // its contents, to tell a changed spec on reload
+	Name      string           // the server's name, its key under servers
+	Transport transport.Config // how to reach it: command, url, headers, auth...
+	Spec      *machine.Spec    // the lifecycle; DefaultSpec() unless the config names one
+	SpecFile  string           // the file Spec came from, "" for the default
+	specText  []byte           // its contents, to tell a changed spec on reload
 	// Policies are the spec's defaults with the config's overrides; the zero value
 	// means the spec's defaults.
 	Policies machine.Policies

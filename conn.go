@@ -410,7 +410,8 @@ type ServerInfo struct {
 	Implementation *mcp.Implementation `json:"implementation,omitempty"`
 	// Capabilities are what the server said it can do.
 	Capabilities *mcp.ServerCapabilities `json:"capabilities,omitempty"`
-	Instructions string                  `json:"instructions,omitempty"`
+	// Instructions are the server's instructions to the client, if it gave any.
+	Instructions string `json:"instructions,omitempty"`
 	// ProtocolVersion is the negotiated protocol version.
 	ProtocolVersion string `json:"protocolVersion,omitempty"`
 	// SessionID is the MCP session ID: "" for stdio, in-memory, SSE and stateless

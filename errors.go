@@ -47,7 +47,7 @@ type CallError struct {
 	// Retried is set when the request was sent twice: once on a session that broke
 	// under it, once on the next.
 	Retried bool
-	Err     error
+	Err     error // what failed: the transport's, the SDK's or the server's error
 
 	unsent bool // the request was never sent: it found no session to run on
 	// resend: the request was to be sent again (its first attempt's session broke,
@@ -55,6 +55,8 @@ type CallError struct {
 	resend bool
 }
 
+// Error says the server, the method (and the tool's, prompt's or resource's name), the
+// state or the broken session it failed in, the cause, and the underlying error.
 func (e *CallError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "mcpfsm: server %q: %s", e.Server, e.Method)

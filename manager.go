@@ -207,7 +207,7 @@ func (m *Manager) States() map[string]states.State {
 
 // A Tool is one tool of one server.
 type Tool struct {
-	Server string
+	Server string // the server that has it
 	// Name is the server-qualified name, "server.tool", which Call accepts.
 	Name string
 	*mcp.Tool
@@ -417,9 +417,11 @@ type ReloadResult struct {
 	Removed     []string // closed
 	Reconnected []string // transport or lifecycle changed: a new session, with the new config
 	Retuned     []string // policies alone changed: adopted, the session kept
-	Unchanged   []string
+	Unchanged   []string // nothing changed: left alone
 }
 
+// String lists the servers by what happened to them ("added a, b; retuned c"), leaving
+// out what is empty.
 func (r ReloadResult) String() string {
 	var parts []string
 	for _, p := range []struct {

@@ -16,10 +16,10 @@ import (
 // worked and what last failed, and what it will do next. Reading one takes a few atomic
 // loads and holds no lock across I/O. It encodes to JSON with stable field names.
 type Status struct {
-	Server string `json:"server"`
+	Server string `json:"server"` // the server's name
 	// Transport is how the server is reached: stdio, http, sse or inmemory.
 	Transport string       `json:"transport"`
-	State     states.State `json:"state"`
+	State     states.State `json:"state"` // the lifecycle state the connection is in
 	// Calls is what a call does in State: serve, wait or fail ("" once closed).
 	Calls machine.CallMode `json:"calls,omitempty"`
 	Since time.Time        `json:"since"` // when the connection entered State

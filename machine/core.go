@@ -14,7 +14,7 @@ import (
 // goroutine: an outcome of an invoked effect, or a report from elsewhere (a session that
 // ended, a call that failed, a Close).
 type Event struct {
-	Trigger states.Trigger
+	Trigger states.Trigger // what happened: the trigger the owner fires
 	// Cause is the class of Err. When it counts (lost, timeout, expired, protocol) the
 	// machine records a failure as it applies the event, before guards are evaluated,
 	// and the teardown under way, if any, is no longer a planned one.
@@ -40,8 +40,8 @@ type Event struct {
 // A Transition is one step a machine took: a change of state, or an internal
 // transition that ran effects without leaving its state.
 type Transition struct {
-	Seq      uint64 // 1 for a machine's first transition
-	At       time.Time
+	Seq      uint64    // 1 for a machine's first transition
+	At       time.Time // when it was taken
 	From, To states.State
 	Trigger  string // the trigger, or "after <delay>" for a timed transition
 	Cause    states.Cause

@@ -26,7 +26,7 @@ type Invocation struct {
 	// Timeout is when the effect's context ends, by the policy TimeoutPolicy (or
 	// sooner, once Close has been asked for: see Machine.Close).
 	Timeout       time.Duration
-	TimeoutPolicy string
+	TimeoutPolicy string // the name of that policy, such as "connect_timeout"
 	// Vars is the machine's extended state: read only, and only until the effect
 	// returns (the owner changes it afterwards).
 	Vars     *Vars
@@ -314,16 +314,16 @@ func (m *Machine) Wait(ctx context.Context, ok func(states.State) bool) (states.
 // A Failure is the last failure a machine saw: the cause of a transition, its error,
 // and when.
 type Failure struct {
-	Cause states.Cause
-	Err   error
-	At    time.Time
+	Cause states.Cause // its classified cause
+	Err   error        // its error
+	At    time.Time    // when the transition that carried it was taken
 }
 
 // A Status is what a machine can say of itself at once, without waiting for its owner.
 type Status struct {
-	State states.State
-	Calls CallMode // what calls do in State
-	Since time.Time
+	State states.State // the state the machine is in
+	Calls CallMode     // what calls do in State
+	Since time.Time    // when it entered State
 	// Failures counts the failures that count since the connection was last healthy
 	// (toward the breaker).
 	Failures int

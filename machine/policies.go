@@ -53,6 +53,7 @@ const (
 	KindFraction
 )
 
+// String names the kind as the policy table does: duration, count, factor or fraction.
 func (k PolicyKind) String() string {
 	switch k {
 	case KindDuration:
@@ -251,9 +252,10 @@ func (p Policies) Validate() error {
 
 // A PolicyError lists what is wrong with a set of policies.
 type PolicyError struct {
-	Problems []string
+	Problems []string // each "policy: what is wrong"
 }
 
+// Error lists the problems on one line, separated by semicolons.
 func (e *PolicyError) Error() string { return "invalid policies: " + strings.Join(e.Problems, "; ") }
 
 // check reports relations between policies that no single value can break, as

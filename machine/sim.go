@@ -51,7 +51,7 @@ type Sim struct {
 
 // SimOptions configure a Sim. World is required.
 type SimOptions struct {
-	World    World
+	World    World      // carries out the effects and says what the server does
 	Policies *Policies  // the spec's defaults when nil
 	Rand     *rand.Rand // draws jitter; a fixed seed when nil
 	Start    time.Time  // the first instant; 2000-01-01 UTC when zero, as in testing/synctest

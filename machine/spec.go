@@ -187,16 +187,16 @@ func (s *Spec) name(id sid) states.State {
 
 // A StateInfo is what a spec declares of one state.
 type StateInfo struct {
-	Name        states.State
-	Description string
+	Name        states.State // as the spec names it
+	Description string       // its one-line description
 	// Calls is what a call does in the state when it finds no session (0 for a
 	// final state, where calls fail with ErrClosed).
 	Calls CallMode
-	Final bool
+	Final bool // the connection is closed for good in it
 	// Invoke is the blocking effect run on entry, if any, and InvokeTimeout the
 	// policy bounding it.
 	Invoke, InvokeTimeout string
-	Entry, Exit           []string
+	Entry, Exit           []string // the actions run on entering and on leaving it
 }
 
 // States returns what the spec declares of each state, in file order.
@@ -255,8 +255,8 @@ type Edge struct {
 	Delay       string         // the delay of a timed edge: a delay function or a policy
 	DelayPolicy string         // the policy that sets the delay's scale
 	Guards      []string       // as written: "tripped", "not planned"
-	Effects     []string
-	Description string
+	Effects     []string       // the actions it runs
+	Description string         // its one-line description
 }
 
 // Name returns what events call the edge: the trigger, or "after <delay>".
@@ -294,7 +294,7 @@ func (s *Spec) public(e *edge) Edge {
 type PolicyDoc struct {
 	PolicyInfo
 	Default     string // formatted as in YAML
-	Description string
+	Description string // its one-line description
 }
 
 // Policies returns the spec's policies in file order.

@@ -45,25 +45,25 @@ type Vars struct {
 // A Registry binds the names a spec may use to the code behind them. Package effects
 // provides the one the default lifecycle uses.
 type Registry struct {
-	Guards  map[string]Guard
-	Actions map[string]Action
-	Invokes map[string]Invoke
-	Delays  map[string]Delay
+	Guards  map[string]Guard  // by the name a spec's guard: lists use
+	Actions map[string]Action // by the name a spec's entry:, exit: and effects: lists use
+	Invokes map[string]Invoke // by the name a state's invoke: uses
+	Delays  map[string]Delay  // by the name a timed transition's after: uses
 }
 
 // A Guard is a named condition on a transition. It must be pure: it reads Vars and
 // Policies and changes nothing. A spec may negate it ("not planned"). The guard
 // "closing" is the engine's own (Vars.Closing) and needs no entry.
 type Guard struct {
-	Doc  string
-	Test func(v *Vars, p *Policies) bool
+	Doc  string                          // one line, for graphs and errors
+	Test func(v *Vars, p *Policies) bool // whether the guard holds
 }
 
 // An Action is a named instant effect: bookkeeping on Vars, run on the owner
 // as the machine enters or leaves a state or takes a transition. It must not block.
 type Action struct {
-	Doc string
-	Do  func(v *Vars, p *Policies, now time.Time)
+	Doc string                                    // one line, for graphs and errors
+	Do  func(v *Vars, p *Policies, now time.Time) // the bookkeeping
 }
 
 // Effects is the value that carries out a machine's invoked effects (Options.Effects,
@@ -76,8 +76,8 @@ type Effects = any
 // the state must handle. Run is the code: it carries the effect out on the machine's
 // Effects. An Invoke without Run is unbound: a spec that invokes it does not load.
 type Invoke struct {
-	Doc      string
-	Outcomes []states.Trigger
+	Doc      string           // one line, for graphs and errors
+	Outcomes []states.Trigger // the triggers Run may return, each of which the state must handle
 	Run      func(ctx context.Context, fx Effects, inv Invocation) Event
 }
 
@@ -86,7 +86,7 @@ type Invoke struct {
 // keepalive interval of 0). Policy, if set, names the policy that sets its scale, for
 // graphs.
 type Delay struct {
-	Doc    string
+	Doc    string // one line, for graphs and errors
 	Policy string
 	Next   func(v *Vars, p *Policies, r *rand.Rand) (time.Duration, bool)
 }

@@ -66,12 +66,13 @@ func Quote(s string) string {
 
 // A Problem is one thing wrong with a YAML file, at a place in it.
 type Problem struct {
-	File   string
-	Line   int // 1-based; 0 when the problem is with the file as a whole
+	File   string // the file's name, as given to the reader
+	Line   int    // 1-based; 0 when the problem is with the file as a whole
 	Column int
 	Msg    string
 }
 
+// String is FILE:LINE:COLUMN: MSG, or FILE: MSG for the file as a whole.
 func (p Problem) String() string {
 	if p.Line == 0 {
 		return p.File + ": " + p.Msg
@@ -81,10 +82,11 @@ func (p Problem) String() string {
 
 // A FileError lists every problem found in a file, in the order they occur in it.
 type FileError struct {
-	File     string
-	Problems []Problem
+	File     string    // the file's name
+	Problems []Problem // every problem found, in file order
 }
 
+// Error is every problem's String, one a line.
 func (e *FileError) Error() string {
 	lines := make([]string, len(e.Problems))
 	for i, p := range e.Problems {
@@ -104,7 +106,7 @@ func (e *FileError) Is(target error) bool { return target == ErrInvalid }
 // and tags, which a lifecycle or config never needs and which hide what a file says.
 // The spec loader uses it, and so does the servers config loader.
 type YAMLReader struct {
-	File     string
+	File     string // the file's name, as problems report it
 	problems []Problem
 }
 
@@ -274,8 +276,8 @@ func (r *YAMLReader) plain(n *yaml.Node) bool {
 
 // A Field is one key and value of a mapping.
 type Field struct {
-	Key   *yaml.Node
-	Value *yaml.Node
+	Key   *yaml.Node // the key, a scalar
+	Value *yaml.Node // its value; nil when the key is absent
 }
 
 // Name returns the field's key.

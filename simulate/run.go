@@ -14,20 +14,20 @@ import (
 
 // A Result is what a simulation did.
 type Result struct {
-	Scenario    Scenario
-	Spec        *machine.Spec
-	Start       time.Time
-	Transitions []machine.Transition
-	Summary     Summary
+	Scenario    Scenario             // what was played
+	Spec        *machine.Spec        // the lifecycle it was played against
+	Start       time.Time            // the simulation's first instant (virtual time)
+	Transitions []machine.Transition // every transition the connection took, in order
+	Summary     Summary              // the figures drawn from them
 }
 
 // A Summary is a simulation's figures.
 type Summary struct {
-	Duration        time.Duration
-	Transitions     int
-	ConnectAttempts int   // connects begun (entries into a state that invokes connect)
-	AttemptsPerHour []int // connects begun in each hour of simulated time
-	Failures        int   // transitions whose cause counts (lost, timeout, expired)
+	Duration        time.Duration // the scenario's length
+	Transitions     int           // transitions taken
+	ConnectAttempts int           // connects begun (entries into a state that invokes connect)
+	AttemptsPerHour []int         // connects begun in each hour of simulated time
+	Failures        int           // transitions whose cause counts (lost, timeout, expired, protocol)
 	// Detect is, for each fault (down, frozen, restart) that found a session up and
 	// cost it, how long until the connection tore that session down.
 	Detect []time.Duration
@@ -35,8 +35,8 @@ type Summary struct {
 	// the server being back (the end of the fault; a restart is back at once) until
 	// the connection was ready again.
 	Recover []time.Duration
-	Calls   CallStats
-	TimeIn  map[states.State]time.Duration
+	Calls   CallStats                      // what became of the scenario's calls
+	TimeIn  map[states.State]time.Duration // time spent in each state
 	// Stopped, if not zero, is when the simulation stopped short of its duration,
 	// having taken MaxTransitions transitions; the figures cover up to then.
 	Stopped time.Duration `json:",omitempty"`

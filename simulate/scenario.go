@@ -29,7 +29,7 @@ const (
 // A Change is the server's condition from an instant on.
 type Change struct {
 	At        time.Duration // since the start
-	Condition Condition
+	Condition Condition     // up, down, frozen, restart, missing or garbage
 }
 
 // Calls describe the traffic a scenario sends through the connection.
@@ -41,14 +41,14 @@ type Calls struct {
 
 // A Scenario is a server's timeline and the calls made to it.
 type Scenario struct {
-	Name        string
-	Description string
-	Duration    time.Duration
+	Name        string        // how it is called (dead-hour)
+	Description string        // one line of what happens in it
+	Duration    time.Duration // how much virtual time it covers
 	// Transport says how a dying server shows: "stdio" (the client sees its process
 	// exit at once) or "http" (it is found by a probe or a call).
 	Transport string
 	Timeline  []Change // sorted by At
-	Calls     Calls
+	Calls     Calls    // the traffic sent through the connection (none when Every is 0)
 	// Latencies of a healthy server.
 	ConnectTime, ProbeTime, CallTime, CloseTime time.Duration
 }

@@ -212,7 +212,7 @@ type Challenge struct {
 	Description      string   // error_description, cut at 200 bytes
 	Scope            []string // the scopes the server asks for
 	ResourceMetadata string   // the URL of its protected resource metadata (its query and userinfo redacted)
-	Realm            string
+	Realm            string   // the realm it named, if any
 }
 
 // String describes the challenge in one line, or "" if it says nothing.

@@ -9,10 +9,15 @@ import (
 // A Client is what a connection's effects use of a session. *Session implements it; it
 // is an interface so that an embedder or a test can wrap a real session.
 type Client interface {
+	// CallTool calls a tool on the session (see Session.CallTool).
 	CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error)
+	// ListTools lists every page of the server's tools.
 	ListTools(ctx context.Context) ([]*mcp.Tool, error)
+	// Probe checks that the server answers (see Session.Probe).
 	Probe(ctx context.Context) error
+	// Close ends the session, by force once ctx ends (see Session.Close).
 	Close(ctx context.Context) error
+	// Closing reports whether Close has been called.
 	Closing() bool
 	// Request runs f on the SDK session (see Session.Request).
 	Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error

@@ -330,12 +330,12 @@ func (o *OAuth) Reset() {
 
 // A TokenStatus says what credentials a client holds, without them.
 type TokenStatus struct {
-	HasToken   bool      `json:"hasToken"`
-	HasRefresh bool      `json:"hasRefresh"`
-	Expiry     time.Time `json:"expiry,omitzero"` // zero: the token does not say
-	Scopes     []string  `json:"scopes,omitempty"`
-	Unsaved    bool      `json:"unsaved,omitempty"` // obtained by a new authorization, not accepted by the server yet
-	LastError  string    `json:"lastError,omitempty"`
+	HasToken   bool      `json:"hasToken"`            // an access token is held
+	HasRefresh bool      `json:"hasRefresh"`          // a refresh token is held: the token can be renewed without a user
+	Expiry     time.Time `json:"expiry,omitzero"`     // zero: the token does not say
+	Scopes     []string  `json:"scopes,omitempty"`    // granted
+	Unsaved    bool      `json:"unsaved,omitempty"`   // obtained by a new authorization, not accepted by the server yet
+	LastError  string    `json:"lastError,omitempty"` // the client's last failure to get or keep credentials, without secrets
 }
 
 // Status returns what credentials the client holds (having read the store

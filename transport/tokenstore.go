@@ -42,8 +42,8 @@ type Credentials struct {
 	ClientID     string        `json:"client_id,omitempty"`
 	ClientSecret string        `json:"client_secret,omitempty"`
 	Scopes       []string      `json:"scopes,omitempty"` // granted
-	Token        *oauth2.Token `json:"token"`
-	Saved        time.Time     `json:"saved,omitzero"`
+	Token        *oauth2.Token `json:"token"`            // the access token, its expiry and refresh token
+	Saved        time.Time     `json:"saved,omitzero"`   // when it was last saved
 }
 
 // String describes the credentials without their secrets.
@@ -71,7 +71,7 @@ func (c *Credentials) Status() TokenStatus {
 // it. Saves from several processes are serialized by a lock file where the
 // system has flock; a save waits for it until its context ends.
 type FileStore struct {
-	Dir string
+	Dir string // the directory; created (0700) at the first save
 }
 
 var _ TokenStore = (*FileStore)(nil)

@@ -93,7 +93,7 @@ type Server struct {
 	Refreshes      atomic.Int64 // refresh_token grants answered with a token
 	RefreshFails   atomic.Int64 // refresh_token grants refused
 	Credentials    atomic.Int64 // client_credentials grants
-	Registrations  atomic.Int64
+	Registrations  atomic.Int64 // dynamic client registrations
 	Refused        atomic.Int64 // MCP requests answered 401 or 403
 	Served         atomic.Int64 // MCP requests let through
 }

@@ -9,7 +9,7 @@ import (
 
 // A Proc is a child process of this one.
 type Proc struct {
-	PID     int
+	PID     int    // its process ID
 	State   string // R, S, T (stopped), Z (zombie)...
 	Cmdline string // its arguments, joined by spaces
 }
