@@ -32,6 +32,7 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprint(stdout, authUsage)
 			return 0
 		}
+		fmt.Fprintf(stderr, "mcpfsm auth: unknown subcommand %q (want login or status)\n\n", args[0])
 	}
 	fmt.Fprint(stderr, authUsage)
 	return 2
@@ -46,7 +47,7 @@ login   log in to a server of a config (the OAuth authorization code flow): prin
 status  each server's credentials: the kind, and for OAuth the stored token's
         state (expiry, scopes, refresh token); never a token
 
-Run "mcpfsm auth login --help" for the flags.
+Run "mcpfsm auth login --help" or "mcpfsm auth status --help" for their flags.
 `
 
 func runAuthLogin(ctx context.Context, args []string, stdout, stderr io.Writer) int {

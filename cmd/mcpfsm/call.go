@@ -24,8 +24,9 @@ other content as JSON (with --json, the whole result as JSON). ARGUMENTS is a
 JSON object, such as '{"text": "hello"}'; without it the tool is called with {}.
 
 When the call fails because the server could not be reached, the reason of the
-last failure is printed too. Exits 0 when the tool answered, 1 when the tool reported an error (the result is
-still printed) or the call failed (the error goes to stderr).`, stderr)
+last failure is printed too. Exits 0 when the tool answered, 1 when the tool
+reported an error (the result is still printed) or the call failed (the error
+goes to stderr).`, stderr)
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long, waiting for the server included")
 	asJSON := fs.Bool("json", false, "print the whole result as JSON")
 	if code, done := parse(fs, args, stdout); done {

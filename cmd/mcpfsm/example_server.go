@@ -26,6 +26,10 @@ would, so that mcpfsm run shows a crash, a backoff and a respawn.`, stderr)
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(stderr, "mcpfsm example-server: takes no arguments")
+		return 2
+	}
 	if *crashAfter > 0 {
 		go func() {
 			time.Sleep(*crashAfter)

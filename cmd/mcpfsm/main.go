@@ -91,7 +91,7 @@ func newFlags(name, synopsis, help string, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		out := fs.Output()
-		fmt.Fprintf(out, "Usage: mcpfsm %s %s\n\n%s\n", name, synopsis, strings.TrimSpace(help))
+		fmt.Fprintf(out, "Usage: %s\n\n%s\n", strings.TrimSpace("mcpfsm "+name+" "+synopsis), strings.TrimSpace(help))
 		hasFlags := false
 		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
 		if hasFlags {
@@ -103,7 +103,9 @@ func newFlags(name, synopsis, help string, stderr io.Writer) *flag.FlagSet {
 }
 
 // parse parses args and reports the exit code to return at once, if any: 0 after
-// --help (printed to stdout, once), 2 after a usage error (printed to stderr).
+// --help (printed to stdout, once), 2 after a usage error (printed to stderr). A
+// flag of the command written after its arguments, which the flag package would
+// take for an argument, is a usage error that says so (--help there still helps).
 func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (int, bool) {
 	// The flag package prints the usage itself, to the set's output, both on a usage
 	// error and on -h; what it prints is held back until it is known which it was.
@@ -120,6 +122,22 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (int, bool) {
 	if err != nil {
 		_, _ = printed.WriteTo(stderr)
 		return 2, true
+	}
+	for _, a := range fs.Args() {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name == "" {
+			continue
+		}
+		if name == "h" || name == "help" {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			fs.SetOutput(stderr)
+			return 0, true
+		}
+		if fs.Lookup(name) != nil {
+			fmt.Fprintf(stderr, "mcpfsm %s: flag %s comes after the arguments: write flags first (mcpfsm %s --help)\n", fs.Name(), a, fs.Name())
+			return 2, true
+		}
 	}
 	return 0, false
 }

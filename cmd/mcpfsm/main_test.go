@@ -146,9 +146,9 @@ func TestValidate(t *testing.T) {
 func TestUsage(t *testing.T) {
 	for name := range commands {
 		out, errOut, code := runCLI(t, name, "--help")
-		usage := "Usage: mcpfsm " + name + " "
-		if code != 0 || strings.Count(out, usage) != 1 || errOut != "" {
-			t.Errorf("mcpfsm %s --help: exit %d, %d usages on stdout, stderr %q", name, code, strings.Count(out, usage), errOut)
+		first, _, _ := strings.Cut(out, "\n")
+		if code != 0 || strings.Count(out, "Usage: ") != 1 || !strings.HasPrefix(out, "Usage: mcpfsm "+name) || strings.HasSuffix(first, " ") || errOut != "" {
+			t.Errorf("mcpfsm %s --help: exit %d, %d usages on stdout, first line %q, stderr %q", name, code, strings.Count(out, "Usage: "), first, errOut)
 		}
 	}
 	for _, c := range []struct {
@@ -166,6 +166,14 @@ func TestUsage(t *testing.T) {
 		{[]string{"graph", "--bogus"}, 2, "", "flag provided but not defined: -bogus"},
 		{[]string{"run", "-h"}, 0, "Usage: mcpfsm run [--json] [--history] [--http-status ADDR] CONFIG", ""},
 		{[]string{"validate"}, 2, "", "want exactly one FILE"},
+		{[]string{"auth", "--help"}, 0, `"mcpfsm auth status --help"`, ""},
+		{[]string{"auth", "bogus"}, 2, "", `mcpfsm auth: unknown subcommand "bogus" (want login or status)`},
+		{[]string{"example-server", "extra"}, 2, "", "mcpfsm example-server: takes no arguments"},
+		// The flag package stops at the first argument: a flag after it is not
+		// taken for an argument in silence.
+		{[]string{"simulate", "dead-hour", "--summary"}, 2, "", "mcpfsm simulate: flag --summary comes after the arguments: write flags first"},
+		{[]string{"auth", "status", "servers.yaml", "-json"}, 2, "", "mcpfsm auth status: flag -json comes after the arguments"},
+		{[]string{"call", "servers.yaml", "files", "echo", "--help"}, 0, "Usage: mcpfsm call [--timeout 30s]", ""},
 	} {
 		out, errOut, code := runCLI(t, c.args...)
 		stderrOK := strings.Contains(errOut, c.stderr) && (c.stderr != "" || errOut == "")
