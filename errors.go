@@ -15,7 +15,8 @@ var ErrClosed = machine.ErrClosed
 // ErrUnavailable is the error of a request made in a state whose calls fail fast (the
 // default lifecycle's breaker-open, parked and unauthorized): the error names the state
 // and wraps the connection's last failure, so that errors.Is and errors.As see it (a
-// missing command's fs.ErrNotExist, a refused connection's syscall.ECONNREFUSED).
+// missing command's fs.ErrNotExist, or exec.ErrNotFound for a name not found in PATH;
+// a refused connection's syscall.ECONNREFUSED).
 var ErrUnavailable = errors.New("unavailable")
 
 // ErrUnauthorized is the error of a request made while the connection cannot be used
