@@ -4,17 +4,22 @@
 //
 // Usage, from the module's root:
 //
-//	go run ./internal/perfbudget [-rounds 7] [-benchtime 1s] [-faults 10] [-only REGEXP] [-v]
+//	go run ./internal/perfbudget [-rounds 9] [-pairs 60] [-benchtime 1s] [-faults 10] [-only REGEXP] [-v]
 //
-// It builds the test binaries of the root package and of package machine once, then
-// runs their benchmarks:
+// It builds the test binaries of the root package, of package machine and of package
+// transport once, then runs their benchmarks:
 //
+//   - BenchmarkCallOverhead and transport's BenchmarkRoundTripOverhead, five times
+//     each: a call's own cost through a Conn and through the HTTP session, on stubs.
 //   - The pairs (BenchmarkCallTool, BenchmarkCallToolParallel, BenchmarkCallToolHTTP:
 //     sdk and machine; BenchmarkEvent: stateless and machine) run side by side, in
 //     rounds: each round runs both halves of every pair, one right after the other,
 //     in alternating order from round to round (sdk first, then machine first), each
 //     in a fresh process. A pair's ratio is the median of its rounds' ratios, so that
 //     the drift of a shared machine between rounds cancels out.
+//   - The interleaved benchmarks (BenchmarkCallToolPaired with each pair,
+//     BenchmarkReadResourcePaired, BenchmarkGetPromptPaired, BenchmarkCallToolPairedOTel)
+//     alternate the two paths within one process, -pairs phase pairs each.
 //   - BenchmarkIdleMachines and BenchmarkProbeSpread run once (-benchtime=1x): each
 //     op is a whole experiment with 10,000 connections.
 //   - BenchmarkDetection, BenchmarkRecovery and BenchmarkRecycle play -faults faults
