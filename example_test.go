@@ -203,3 +203,35 @@ func ExampleHandlers() {
 	fmt.Println(res.Content[0].(*mcp.TextContent).Text)
 	// Output: 42
 }
+
+// A servers config is checked whole: every problem is reported with its
+// file:line:column, and a near name is suggested. LoadConfig reads one from a file,
+// with the process's environment; ParseConfig takes the text and a lookup.
+func ExampleParseConfig() {
+	env := map[string]string{"SEARCH_TOKEN": "t0ken"}
+	lookup := func(name string) (string, bool) { v, ok := env[name]; return v, ok }
+	cfg, err := mcpfsm.ParseConfig("servers.yaml", []byte(`version: 1
+servers:
+  search:
+    url: https://example.com/mcp
+    headers: {Authorization: "Bearer ${SEARCH_TOKEN}"}
+    policies: {connect_timeout: 5s}
+`), lookup)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	s, _ := cfg.Server("search")
+	fmt.Println(s.Name, s.Transport.Kind(), s.Policies.ConnectTimeout)
+
+	_, err = mcpfsm.ParseConfig("servers.yaml", []byte(`version: 1
+servers:
+  files:
+    command: mcp-server-files
+    policies: {keepalive_intervall: 15s}
+`), lookup)
+	fmt.Println(err)
+	// Output:
+	// search http 5s
+	// servers.yaml:5:16: unknown policy "keepalive_intervall" (did you mean "keepalive_interval"?)
+}
