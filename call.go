@@ -367,7 +367,9 @@ func (c *Conn) Prompts(ctx context.Context, p *mcp.ListPromptsParams) iter.Seq2[
 	}, func(p *mcp.ListPromptsParams, cursor string) { p.Cursor = cursor }, c.listError("prompts/list"))
 }
 
-// GetPrompt gets a prompt.
+// GetPrompt asks the server for a prompt, filled in with p's arguments (prompts/get).
+// Getting a prompt changes nothing: one whose session broke under it is sent again on
+// the next session.
 func (c *Conn) GetPrompt(ctx context.Context, p *mcp.GetPromptParams) (*mcp.GetPromptResult, error) {
 	name := ""
 	if p != nil {
@@ -415,7 +417,8 @@ func (c *Conn) ResourceTemplates(ctx context.Context, p *mcp.ListResourceTemplat
 	}, func(p *mcp.ListResourceTemplatesParams, cursor string) { p.Cursor = cursor }, c.listError("resources/templates/list"))
 }
 
-// ReadResource reads a resource.
+// ReadResource reads the contents of the resource at p.URI (resources/read). A read
+// whose session broke under it is sent again on the next session.
 func (c *Conn) ReadResource(ctx context.Context, p *mcp.ReadResourceParams) (*mcp.ReadResourceResult, error) {
 	uri := ""
 	if p != nil {

@@ -373,7 +373,7 @@ func (m *Manager) SetLoggingLevel(ctx context.Context, server string, p *mcp.Set
 	return onState(m, server, func(c *Conn) error { return c.SetLoggingLevel(ctx, p) })
 }
 
-// Ping pings a server.
+// Ping checks that a server answers (see Conn.Ping).
 func (m *Manager) Ping(ctx context.Context, server string, p *mcp.PingParams) error {
 	_, err := on(ctx, m, server, func(c *Conn) (struct{}, error) { return struct{}{}, c.Ping(ctx, p) })
 	return err
