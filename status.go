@@ -110,7 +110,9 @@ func (s *success) note(at time.Time, probe bool) {
 	s.at.Store(at.UnixNano())
 }
 
-// Status returns the connection's status.
+// Status says at once, from a few atomic loads, what the connection is doing: its
+// state and since when, its last success and last failure, the failures counted toward
+// the breaker, its next scheduled move, its session, and whether a person must act.
 func (c *Conn) Status() Status {
 	ms := c.m.Status()
 	st := Status{
