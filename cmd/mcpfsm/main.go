@@ -120,6 +120,9 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (int, bool) {
 		return 0, true
 	}
 	if err != nil {
+		// The flag package's message ("flag provided but not defined: -x"), then the
+		// usage: the message says which command it is about.
+		fmt.Fprintf(stderr, "mcpfsm %s: ", fs.Name())
 		_, _ = printed.WriteTo(stderr)
 		return 2, true
 	}
