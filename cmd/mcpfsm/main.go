@@ -126,7 +126,14 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (int, bool) {
 		_, _ = printed.WriteTo(stderr)
 		return 2, true
 	}
-	for _, a := range fs.Args() {
+	rest := fs.Args()
+	if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+		rest = nil // the user ended the flags with --: what follows is arguments
+	}
+	for _, a := range rest {
+		if a == "--" {
+			break // so is what follows a -- among the arguments
+		}
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
 		if !strings.HasPrefix(a, "-") || name == "" {
 			continue

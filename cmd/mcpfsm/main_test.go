@@ -175,6 +175,8 @@ func TestUsage(t *testing.T) {
 		{[]string{"simulate", "dead-hour", "--summary"}, 2, "", "mcpfsm simulate: flag --summary comes after the arguments: write flags first"},
 		{[]string{"auth", "status", "servers.yaml", "-json"}, 2, "", "mcpfsm auth status: flag -json comes after the arguments"},
 		{[]string{"call", "servers.yaml", "files", "echo", "--help"}, 0, "Usage: mcpfsm call [--timeout 30s]", ""},
+		// Past a --, everything is an argument, as the flag package has it.
+		{[]string{"auth", "status", "--", "-json"}, 1, "", "open -json: no such file or directory"},
 	} {
 		out, errOut, code := runCLI(t, c.args...)
 		stderrOK := strings.Contains(errOut, c.stderr) && (c.stderr != "" || errOut == "")
