@@ -35,8 +35,12 @@
 // the backend, whose connection keeps it across reconnects; the last one gone
 // unsubscribes it; a front session holds at most 1,024, the front sessions together
 // 4,096 resources), logging (the backends are set to the most verbose level any front
-// session asked for; a message goes to the front session whose call is in flight, or
-// to every front session, each filtering by its own level), progress (a backend's
+// session asked for; a 2026-07-28 front request's level, in its _meta, goes on in the
+// request's _meta to a 2026-07-28 backend, and an older backend, which takes a level
+// only by logging/setLevel, is set to it before the request's call is sent when it has
+// none as verbose, and kept at it until no request asked it for five minutes, see
+// levels.go; a message goes to the front request or session whose call is in flight,
+// or to every front session, each filtering by its own level), progress (a backend's
 // progress for a call reaches the front under the front's token, before the call's
 // result, which the go-sdk alone would let overtake them: see transport/order.go),
 // cancellation (a front request cancelled, its client gone, its session deleted, or

@@ -164,6 +164,9 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 		}
 		return fail(g.unavailable(server, err))
 	}
+	if newer {
+		g.bridgeLevel(ctx, server, c, req.GetParams())
+	}
 	var p *parking
 	if newer && r.inputRequired != nil {
 		p = newParking(r.what())
@@ -500,6 +503,7 @@ func (g *Gateway) restore(servers []string) {
 	if len(servers) == 0 {
 		return
 	}
+	g.newConns(servers)
 	g.applyLevel(g.ctx, servers)
 	g.sessMu.Lock()
 	var uris []string
@@ -637,8 +641,9 @@ func (g *Gateway) pushRoots() {
 
 // sweeper forgets, now and then, what the gateway kept for front sessions that have
 // ended (the SDK tells no one when a session ends): their log levels, roots and
-// subscriptions, and so what the backends were given for them; and the cancelled
-// calls that count no longer (see calls.cut), a removed server's included.
+// subscriptions, and so what the backends were given for them; the cancelled
+// calls that count no longer (see calls.cut), a removed server's included; and the
+// log levels 2026-07-28 requests asked of older backends too long ago (forgetLevels).
 func (g *Gateway) sweeper() {
 	defer g.wg.Done()
 	tick := time.NewTicker(g.opts.SweepInterval)
@@ -665,6 +670,7 @@ var sweepLooked func()
 // subscriptions dropped.
 func (g *Gateway) sweep() {
 	g.calls.prune(time.Now())
+	g.forgetLevels()
 	looks := func() map[*mcp.ServerSession]bool {
 		live := map[*mcp.ServerSession]bool{}
 		for ss := range g.server.Sessions() {

@@ -57,7 +57,9 @@ type Options struct {
 	// 0; negative: no wait.
 	StartupWait time.Duration
 	// SweepInterval is how often the gateway forgets what it kept for front sessions
-	// that have ended (log levels, roots, subscriptions); 30s when 0.
+	// that have ended (log levels, roots, subscriptions), and the log levels that
+	// 2026-07-28 requests asked of older backends more than five minutes ago; 30s
+	// when 0.
 	SweepInterval time.Duration
 }
 
@@ -95,6 +97,11 @@ type Gateway struct {
 	// levelWaits are the backends without a session that a goroutine waits for,
 	// to set their level (see applyLevel)
 	levelWaits map[string]bool
+	// bridges are, by backend, the levels 2026-07-28 front requests asked of it
+	// and the level it was set to (see levels.go); levelTurns orders the sets of
+	// each backend's level.
+	bridges    sync.Map // server → *levelBridge
+	levelTurns turn.Turns
 	roots      map[*mcp.ServerSession][]*mcp.Root
 	// rootsAsked are the front sessions being asked their roots: true if they
 	// announced a change meanwhile (see askRoots)
