@@ -122,6 +122,18 @@ type lifeRoundTripper struct {
 // *refusedError), never as the answer: the SDK would take a 401 answer to a
 // call for the end of the whole connection.
 func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	if rec, _ := req.Context().Value(statusKey{}).(*answers); rec != nil && req.Method == http.MethodPost {
+		// The SDK sends a call's notifications/cancelled with the values of the
+		// call's context: a later POST under the call's record is that (on
+		// 2026-07-28 it says so in Mcp-Method).
+		if m := req.Header.Get("Mcp-Method"); m == "notifications/cancelled" || m == "" && rec.sent.Load() {
+			defer rec.cancelWritten()
+		}
+	}
+	return rt.roundTrip(req)
+}
+
+func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error) {
 	if rt.auth == nil || originOf(req.URL) != rt.origin {
 		return rt.send(req, "")
 	}
@@ -447,6 +459,10 @@ type answers struct {
 	notJSON  atomic.Bool  // an answer said it was JSON and was not (see Error.NotJSON)
 	notMCP   atomic.Bool  // a 2xx answer was neither JSON nor an event stream (see Error.NotMCP)
 	answered atomic.Bool  // the server's JSON-RPC answer came (see Error.Answered)
+	// cancel is 1 once the request's caller gave up and its notifications/cancelled
+	// is awaited, 2 once that was written; pending counts it (see pendingCancels).
+	cancel  atomic.Int32
+	pending *pendingCancels
 	// id is the request's JSON-RPC ID, on a connection that tells its answer by it
 	// (endConn); set and read on the request's goroutine.
 	id    jsonrpc.ID

@@ -131,6 +131,9 @@ type Session struct {
 	// which teardown waits for once the session's life has ended; sendMu orders a
 	// send's look at the life and its Add before that Wait.
 	sending sync.WaitGroup
+	// cancels are the notifications/cancelled the SDK is yet to write for calls
+	// whose callers gave up (see pendingCancels): teardown waits for them.
+	cancels pendingCancels
 	sendMu  sync.Mutex
 	watched chan struct{}         // closed once the connection's end has been handled (see endConn, watch)
 	handled atomic.Bool           // the end is being handled: watched is closed once, by its handler
@@ -259,6 +262,11 @@ func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	if err != nil && ctx.Err() == nil {
 		first := err
 		c.writeErr.CompareAndSwap(nil, &first)
+	}
+	if r, ok := msg.(*jsonrpc.Request); ok && r.Method == "notifications/cancelled" {
+		if rec, ok := ctx.Value(statusKey{}).(*answers); ok {
+			rec.cancelWritten() // the SDK sends it with the call's context's values
+		}
 	}
 	return err
 }
@@ -667,7 +675,7 @@ func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Cal
 	}
 	ctx, status := withStatus(ctx)
 	res, err := s.cs.CallTool(ctx, &cp)
-	s.done(status)
+	s.done(ctx, status)
 	if err != nil {
 		return nil, s.wrap(OpCallTool, cp.Name, err, status)
 	}
@@ -686,7 +694,7 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 	for pages := 1; ; pages++ {
 		pctx, status := withStatus(ctx)
 		res, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{Cursor: cursor})
-		s.done(status)
+		s.done(pctx, status)
 		if err != nil {
 			return nil, s.wrap(OpListTools, "", err, status)
 		}
@@ -770,7 +778,7 @@ func (s *Session) probe(ctx context.Context) error {
 	if !s.pingless.Load() {
 		pctx, status := withStatus(ctx)
 		err := s.cs.Ping(pctx, nil)
-		s.done(status)
+		s.done(pctx, status)
 		if err == nil {
 			return nil
 		}
@@ -784,7 +792,7 @@ func (s *Session) probe(ctx context.Context) error {
 	pctx, status := withStatus(ctx)
 	pctx = context.WithValue(pctx, probeKey{}, s.listed.Load())
 	_, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{})
-	s.done(status)
+	s.done(pctx, status)
 	if err != nil {
 		return s.wrap(OpProbe, "", err, status)
 	}
@@ -844,6 +852,7 @@ func (s *Session) Close(ctx context.Context) error {
 // first Close (whose ctx it is given), and ends once everything is closed
 // (bounded once forced).
 func (s *Session) teardown(ctx context.Context, termAt time.Time) {
+	s.cancels.wait(ctx, s.life)
 	err := s.cs.Close()
 	if s.client != nil {
 		s.client.release(s.cs)
@@ -965,7 +974,7 @@ func (s *Session) InitializeResult() *mcp.InitializeResult { return s.cs.Initial
 func (s *Session) Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error {
 	ctx, status := withStatus(ctx)
 	err := f(ctx, s.cs)
-	s.done(status)
+	s.done(ctx, status)
 	if err != nil {
 		return s.wrap(op, name, err, status)
 	}
@@ -988,11 +997,20 @@ func (s *Session) ClientSession() *mcp.ClientSession { return s.cs }
 // String describes the session's server without secrets.
 func (s *Session) String() string { return s.desc }
 
-// done forgets the request of rec (withStatus), whose answer may never come (it
-// was cancelled).
-func (s *Session) done(rec *answers) {
-	if rec != nil && rec.hasID {
+// done forgets the request of rec (withStatus, made under ctx), whose answer may
+// never come (it was cancelled); if its caller gave up once it was sent, the SDK
+// writes its notifications/cancelled next, which a close waits for (see
+// pendingCancels).
+func (s *Session) done(ctx context.Context, rec *answers) {
+	if rec == nil {
+		return
+	}
+	if rec.hasID {
 		s.awaiting.Delete(rec.id)
+	}
+	if ctx.Err() != nil && (rec.hasID || rec.sent.Load()) && !rec.answered.Load() {
+		rec.pending = &s.cancels
+		rec.gaveUp()
 	}
 }
 
@@ -1033,3 +1051,72 @@ type withCause struct {
 
 func (e *withCause) Error() string   { return e.err.Error() }
 func (e *withCause) Unwrap() []error { return []error{e.err, e.cause} }
+
+// cancelGrace bounds how long a session's close waits for the notifications/cancelled
+// of the calls whose callers gave up (see pendingCancels).
+const cancelGrace = time.Second
+
+// pendingCancels counts the notifications/cancelled the go-sdk is yet to write for a
+// session's calls whose callers gave up. It writes them on a goroutine of its own,
+// once the call has returned (so that a slow server does not hold the caller), and a
+// close right after (a gateway closing with calls in flight, a reload replacing their
+// server) closed the connection first: the server never heard of the cancel and ran
+// the call on (and over streamable HTTP on 2025-11-25, the go-sdk's server holds the
+// session's DELETE until its calls end). A close waits for them, up to cancelGrace.
+type pendingCancels struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n drops to 0; nil while it is 0
+}
+
+func (p *pendingCancels) add(d int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n += d
+	switch {
+	case p.n > 0 && p.zero == nil:
+		p.zero = make(chan struct{})
+	case p.n <= 0 && p.zero != nil:
+		close(p.zero)
+		p.zero = nil
+	}
+}
+
+// wait waits until no notification is pending, or cancelGrace passes, or ctx or
+// life ends.
+func (p *pendingCancels) wait(ctx, life context.Context) {
+	p.mu.Lock()
+	zero := p.zero
+	p.mu.Unlock()
+	if zero == nil {
+		return
+	}
+	t := time.NewTimer(cancelGrace)
+	defer t.Stop()
+	select {
+	case <-zero:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-life.Done():
+	}
+}
+
+// gaveUp notes that the caller of the request of rec gave up once it was sent: the
+// SDK writes its notifications/cancelled.
+func (rec *answers) gaveUp() {
+	if rec.pending == nil {
+		return
+	}
+	rec.pending.add(1)
+	if !rec.cancel.CompareAndSwap(0, 1) {
+		rec.pending.add(-1) // written already
+	}
+}
+
+// cancelWritten notes that the notifications/cancelled of the request of rec was
+// written (or failed to be).
+func (rec *answers) cancelWritten() {
+	if rec.cancel.Swap(2) == 1 {
+		rec.pending.add(-1)
+	}
+}

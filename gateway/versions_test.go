@@ -1,0 +1,281 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// A versionBackend is a test server behind the gateway, as server "a", with a tool
+// wait that blocks until its call is cancelled (or 30 s pass), telling the test
+// when it began and when its context ended.
+type versionBackend struct {
+	name string
+	make func(t *testing.T, started, cancelled chan struct{}) mcpfsm.ServerConfig
+}
+
+// addWait adds the tool wait to s.
+func addWait(s *mcp.Server, started, cancelled chan struct{}) {
+	mcp.AddTool(s, &mcp.Tool{Name: "wait", Description: "Waits to be cancelled."},
+		func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+			started <- struct{}{}
+			t := time.NewTimer(30 * time.Second)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+				cancelled <- struct{}{}
+				return nil, nil, ctx.Err()
+			case <-t.C:
+				return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "not cancelled"}}}, nil, nil
+			}
+		})
+}
+
+var versionBackends = []versionBackend{
+	{"mem-2025", func(t *testing.T, started, cancelled chan struct{}) mcpfsm.ServerConfig {
+		s := testserver.New(testserver.Options{ProtocolVersions: []string{"2025-11-25"}})
+		addWait(s, started, cancelled)
+		return mcpfsm.ServerConfig{Name: "a", Policies: quick(), Transport: transport.Config{Name: "a", InMemory: &transport.InMemory{Server: s}}}
+	}},
+	{"mem-2026", func(t *testing.T, started, cancelled chan struct{}) mcpfsm.ServerConfig {
+		s := testserver.New(testserver.Options{})
+		addWait(s, started, cancelled)
+		return mcpfsm.ServerConfig{Name: "a", Policies: quick(), Transport: transport.Config{Name: "a", InMemory: &transport.InMemory{Server: s}}}
+	}},
+	{"http-2025", func(t *testing.T, started, cancelled chan struct{}) mcpfsm.ServerConfig {
+		h := testserver.StartHTTP(t, testserver.Options{ProtocolVersions: []string{"2025-11-25"}})
+		addWait(h.Server(), started, cancelled)
+		return mcpfsm.ServerConfig{Name: "a", Policies: quick(), Transport: transport.Config{Name: "a", HTTP: &transport.HTTP{URL: h.URL()}}}
+	}},
+	{"http-2026", func(t *testing.T, started, cancelled chan struct{}) mcpfsm.ServerConfig {
+		h := testserver.StartHTTP(t, testserver.Options{})
+		addWait(h.Server(), started, cancelled)
+		return mcpfsm.ServerConfig{Name: "a", Policies: quick(), Transport: transport.Config{Name: "a", HTTP: &transport.HTTP{URL: h.URL()}}}
+	}},
+}
+
+// A versionFront is a way a front client reaches the gateway.
+type versionFront struct {
+	name, version string
+	open          func(t *testing.T, g *gateway.Gateway, version string, opts *mcp.ClientOptions) *mcp.ClientSession
+}
+
+func memFront(t *testing.T, g *gateway.Gateway, version string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	return frontOf(t, g, mcp.NewClient(&mcp.Implementation{Name: "front", Version: "1"}, opts), version)
+}
+
+func httpFrontOf(t *testing.T, g *gateway.Gateway, version string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	return httpFrontWith(t, serveHTTP(t, g, gateway.HTTPOptions{}), version, nil, opts)
+}
+
+// stdioFront connects a go-sdk client to the gateway's stdio front, over pipes.
+func stdioFront(t *testing.T, g *gateway.Gateway, version string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = g.Server().Run(ctx, transport.ServerStdio(inR, outW)); outW.Close(); close(done) }()
+	c := mcp.NewClient(&mcp.Implementation{Name: "stdio-front", Version: "1"}, opts)
+	cs, err := c.Connect(callCtx(t), &mcp.IOTransport{Reader: outR, Writer: inW}, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cs.Close()
+		cancel()
+		inW.Close()
+		<-done
+	})
+	return cs
+}
+
+var versionFronts = []versionFront{
+	{"mem", "2025-11-25", memFront}, {"mem", "2026-07-28", memFront},
+	{"http", "2025-11-25", httpFrontOf}, {"http", "2026-07-28", httpFrontOf},
+	{"stdio", "2025-11-25", stdioFront}, {"stdio", "2026-07-28", stdioFront},
+}
+
+// TestGateway_VersionsMatrix: every front (in memory, streamable HTTP, stdio; on
+// 2025-11-25 and 2026-07-28) against every backend (in memory and streamable HTTP; on
+// 2025-11-25 and 2026-07-28): a log message at the level the front asked for, a
+// call's progress, a cancelled call, a resource update, a list change.
+func TestGateway_VersionsMatrix(t *testing.T) {
+	for _, b := range versionBackends {
+		for _, f := range versionFronts {
+			t.Run(f.name+"-"+f.version[:4]+"/"+b.name, func(t *testing.T) {
+				versionsCase(t, b, f)
+			})
+		}
+	}
+}
+
+func versionsCase(t *testing.T, b versionBackend, f versionFront) {
+	started, cancelled := make(chan struct{}, 4), make(chan struct{}, 4)
+	g := start(t, config(b.make(t, started, cancelled)), gateway.Options{})
+	logs := make(chan string, 64)
+	progress := make(chan float64, 64)
+	updated := make(chan string, 64)
+	changed := make(chan struct{}, 64)
+	cs := f.open(t, g, f.version, &mcp.ClientOptions{
+		Capabilities:          &mcp.ClientCapabilities{},
+		LoggingMessageHandler: func(_ context.Context, r *mcp.LoggingMessageRequest) { logs <- fmt.Sprint(r.Params.Data) },
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			progress <- r.Params.Progress
+		},
+		ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) { updated <- r.Params.URI },
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
+	})
+	waitTools(t, cs, has("a__wait"))
+	newer := f.version >= "2026-07-28"
+	var meta mcp.Meta
+	if newer {
+		meta = mcp.Meta{mcp.MetaKeyLogLevel: "debug"}
+	} else if err := cs.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Fatal(err)
+	}
+	await := func(what string, ch any) {
+		t.Helper()
+		var ok bool
+		tm := time.NewTimer(5 * time.Second)
+		defer tm.Stop()
+		switch ch := ch.(type) {
+		case chan string:
+			select {
+			case <-ch:
+				ok = true
+			case <-tm.C:
+			}
+		case chan struct{}:
+			select {
+			case <-ch:
+				ok = true
+			case <-tm.C:
+			}
+		}
+		if !ok {
+			t.Errorf("%s: never came", what)
+		}
+	}
+
+	// Log.
+	res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__log", Arguments: map[string]any{"level": "debug", "text": "hello"}, Meta: meta})
+	if err != nil || text(res) != "sent" {
+		t.Errorf("log: %v %q", err, text(res))
+	} else {
+		await("the log message", logs)
+	}
+
+	// Progress.
+	pm := mcp.Meta{"progressToken": "tok"}
+	maps := func(a, b mcp.Meta) mcp.Meta {
+		out := mcp.Meta{}
+		for k, v := range a {
+			out[k] = v
+		}
+		for k, v := range b {
+			out[k] = v
+		}
+		return out
+	}
+	res, err = cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__slow_progress", Arguments: map[string]any{"ms": 5, "steps": 3}, Meta: maps(pm, meta)})
+	if err != nil || res.IsError {
+		t.Errorf("slow_progress: %v %s", err, text(res))
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(progress); n < 2 {
+		t.Errorf("progress: %d notifications of 3", n)
+	}
+
+	// Cancel.
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__wait", Meta: meta})
+		done <- err
+	}()
+	select {
+	case <-started:
+		cancel()
+		await("the backend's cancellation", cancelled)
+	case <-time.After(5 * time.Second):
+		t.Error("wait never reached the backend")
+		cancel()
+	}
+	<-done
+
+	// Subscribe.
+	uri := "test://static/a"
+	if err := cs.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: uri}); err != nil {
+		t.Errorf("subscribe: %v", err)
+	} else {
+		time.Sleep(200 * time.Millisecond)
+		res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__touch", Arguments: map[string]any{"uri": uri}, Meta: meta})
+		if err != nil || res.IsError {
+			t.Errorf("touch: %v %s", err, text(res))
+		}
+		await("the resource update", updated)
+	}
+
+	// List changed.
+	for len(changed) > 0 {
+		<-changed
+	}
+	call(t, cs, "a__change_tools", nil)
+	await("the tool list change", changed)
+	if !strings.Contains(fmt.Sprint(toolNames(t, cs)), "a__extra") {
+		t.Errorf("the front's tools after the change: %v", toolNames(t, cs))
+	}
+}
+
+// TestGateway_CloseCancelsHTTPBackendCalls: the gateway closing with a front call in
+// flight cancels the call on its backend over streamable HTTP, on 2025-11-25 and on
+// 2026-07-28, as it does on one in memory. (It did not: the go-sdk sends
+// notifications/cancelled on a goroutine of its own once the call has returned, and
+// the backend's connection was closed first; the backend ran the call on, 30 s here,
+// and the 2025-11-25 session's DELETE, which the backend holds until its calls end,
+// held the close for the teardown's 2 s.)
+func TestGateway_CloseCancelsHTTPBackendCalls(t *testing.T) {
+	for _, b := range versionBackends {
+		for _, f := range versionFronts[:2] {
+			t.Run(f.name+"-"+f.version[:4]+"/"+b.name, func(t *testing.T) {
+				started, cancelled := make(chan struct{}, 4), make(chan struct{}, 4)
+				g, err := gateway.New(config(b.make(t, started, cancelled)), gateway.Options{Logger: quiet()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cs := f.open(t, g, f.version, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+				waitTools(t, cs, has("a__wait"))
+				done := make(chan error, 1)
+				go func() {
+					_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__wait"})
+					done <- err
+				}()
+				<-started
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				if err := g.Close(ctx); err != nil {
+					t.Errorf("close: %v", err)
+				}
+				select {
+				case <-cancelled:
+				case <-time.After(5 * time.Second):
+					t.Errorf("the backend's call was not cancelled within 5s of the gateway's close")
+				}
+				if err := <-done; err == nil {
+					t.Error("the front call succeeded")
+				}
+			})
+		}
+	}
+}
