@@ -296,6 +296,30 @@ func (cs *calls) attribute(server string) (*frontCall, string) {
 	return nil, fmt.Sprintf("%d front sessions have requests in flight to this server, and protocol versions before 2026-07-28 do not say which one this request serves", len(sessions))
 }
 
+// newerInFlight returns the 2026-07-28 front calls in flight to server (not parked
+// between two rounds), the latest of each front session.
+func (cs *calls) newerInFlight(server string) []*frontCall {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var latest map[*mcp.ServerSession]*frontCall
+	for fc := range cs.by[server] {
+		if !fc.newer || fc.between {
+			continue
+		}
+		if latest == nil {
+			latest = map[*mcp.ServerSession]*frontCall{}
+		}
+		if l := latest[fc.ss]; l == nil || fc.seq > l.seq {
+			latest[fc.ss] = fc
+		}
+	}
+	out := make([]*frontCall, 0, len(latest))
+	for _, fc := range latest {
+		out = append(out, fc)
+	}
+	return out
+}
+
 // callFor returns the front call of a backend's request: from its context (2026-07-28)
 // or by attribution.
 func (g *Gateway) callFor(ctx context.Context, server string) (*frontCall, string) {
@@ -579,7 +603,8 @@ func askFront[R mcp.InputResponse](ctx context.Context, b *backend, fc *frontCal
 
 // logMessage forwards a backend's log message: to the front session of the call in
 // flight, on that call's stream, when there is one; otherwise to every front session
-// (each filters by its own level). The logger names the server.
+// and every 2026-07-28 front request in flight to the backend (each filters by its
+// own level). The logger names the server.
 func (b *backend) logMessage(ctx context.Context, p *mcp.LoggingMessageParams) {
 	cp := *p
 	cp.Meta = stripMeta(p.Meta)
@@ -591,6 +616,14 @@ func (b *backend) logMessage(ctx context.Context, p *mcp.LoggingMessageParams) {
 	if fc, _ := b.g.calls.attribute(b.server); fc != nil {
 		fc.out.push(func() { fc.log(&cp) })
 		return
+	}
+	// A 2026-07-28 front request has no session level (over HTTP the go-sdk's
+	// server makes a session for each request): the front sessions' broadcast
+	// below lets nothing through to it, and a client lost its own call's
+	// messages whenever another request was in flight to the backend. Each
+	// such request in flight gets it, at its own level.
+	for _, fc := range b.g.calls.newerInFlight(b.server) {
+		fc.out.push(func() { fc.log(&cp) })
 	}
 	b.g.broadcast.push(func() {
 		ctx, cancel := context.WithTimeout(b.g.ctx, 10*time.Second)

@@ -40,7 +40,8 @@
 // only by logging/setLevel, is set to it before the request's call is sent when it has
 // none as verbose, and kept at it until no request asked it for five minutes, see
 // levels.go; a message goes to the front request or session whose call is in flight,
-// or to every front session, each filtering by its own level), progress (a backend's
+// or, when that is not known, to every front session and every 2026-07-28 front
+// request in flight to the backend, each filtering by its own level), progress (a backend's
 // progress for a call reaches the front under the front's token, before the call's
 // result, which the go-sdk alone would let overtake them: see transport/order.go),
 // cancellation (a front request cancelled, its client gone, its session deleted, or

@@ -279,3 +279,63 @@ func TestGateway_CloseCancelsHTTPBackendCalls(t *testing.T) {
 		}
 	}
 }
+
+// TestGateway_LogOfANewerRequestAmongOthers: a front client on 2026-07-28 over
+// streamable HTTP (no session: the go-sdk's server makes one for each request) whose
+// call logs while another request is in flight to the same backend, its own or
+// another client's, gets the call's log message at the level its request asked for;
+// a request asking for error only does not get the debug message. (It did not get
+// it: the backend's message names no call, the calls in flight came from two front
+// sessions, and the message went to every front session at the session's level,
+// which a 2026-07-28 request's session does not have.) On every backend, 2025-11-25
+// and 2026-07-28, in memory and over HTTP.
+func TestGateway_LogOfANewerRequestAmongOthers(t *testing.T) {
+	for _, b := range versionBackends {
+		t.Run(b.name, func(t *testing.T) {
+			started, cancelled := make(chan struct{}, 4), make(chan struct{}, 4)
+			g := start(t, config(b.make(t, started, cancelled)), gateway.Options{})
+			url := serveHTTP(t, g, gateway.HTTPOptions{})
+			handler, logs := collect()
+			cs := httpFrontWith(t, url, "2026-07-28", nil, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}, LoggingMessageHandler: handler})
+			otherHandler, otherLogs := collect()
+			other := httpFrontWith(t, url, "2026-07-28", nil, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}, LoggingMessageHandler: otherHandler})
+			waitTools(t, cs, has("a__wait"))
+			wait := func(cs *mcp.ClientSession, level string) func() {
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					_, _ = cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__wait", Meta: mcp.Meta{mcp.MetaKeyLogLevel: level}})
+				}()
+				<-started
+				return func() { cancel(); <-done; <-cancelled }
+			}
+			stopMine := wait(cs, "debug")
+			stopOther := wait(other, "error")
+			if got := logAt(t, cs, "debug", "mine", "debug"); got != "sent" {
+				t.Fatalf("a debug message in a request asking for debug: the backend %s it", got)
+			}
+			select {
+			case got := <-logs:
+				if got != "mine" {
+					t.Errorf("the client got %q", got)
+				}
+			case <-time.After(waitFor):
+				t.Error("the call's debug message did not reach its client")
+			}
+			stopMine()
+			stopOther()
+			if got := logAt(t, other, "error", "last", "error"); got != "sent" {
+				t.Fatalf("an error message in a request asking for error: the backend %s it", got)
+			}
+			select {
+			case got := <-otherLogs:
+				if got != "last" {
+					t.Errorf("the client asking for error got %q before its own error message", got)
+				}
+			case <-time.After(waitFor):
+				t.Error("the error message did not reach its client")
+			}
+		})
+	}
+}
