@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +43,7 @@ type frontCall struct {
 	ctx    context.Context // the front request's: messages sent with it go on its stream
 	req    mcp.Request     // the front request, for its client's capabilities (see clientCaps)
 	newer  bool            // the front request is on protocol 2026-07-28 or later
+	level  int             // the rank of the log level a newer request asks for (see requestLevel)
 	server string
 	seq    uint64
 	out    *outbox // the call's progress and log messages, in order, off the backend's reader
@@ -160,6 +162,10 @@ func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Reque
 	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p, to: streamOf(ctx, ss, req)}
 	if r, ok := req.(interface{ ProtocolVersion() string }); ok {
 		fc.newer = transport.NewProtocol(r.ProtocolVersion())
+	}
+	fc.level = len(levelOrder)
+	if fc.newer {
+		fc.level = requestLevel(req)
 	}
 	fc.out = &outbox{}
 	cs.mu.Lock()
@@ -297,7 +303,8 @@ func (cs *calls) attribute(server string) (*frontCall, string) {
 }
 
 // newerInFlight returns the 2026-07-28 front calls in flight to server (not parked
-// between two rounds), the latest of each front session.
+// between two rounds), of each front session the one asking the most verbose log
+// level (the latest of those).
 func (cs *calls) newerInFlight(server string) []*frontCall {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
@@ -309,7 +316,7 @@ func (cs *calls) newerInFlight(server string) []*frontCall {
 		if latest == nil {
 			latest = map[*mcp.ServerSession]*frontCall{}
 		}
-		if l := latest[fc.ss]; l == nil || fc.seq > l.seq {
+		if l := latest[fc.ss]; l == nil || louder(fc, l) {
 			latest[fc.ss] = fc
 		}
 	}
@@ -318,6 +325,38 @@ func (cs *calls) newerInFlight(server string) []*frontCall {
 		out = append(out, fc)
 	}
 	return out
+}
+
+// loudest returns the 2026-07-28 front call in flight to server from ss that asks
+// the most verbose log level (the latest of those); nil if none.
+func (cs *calls) loudest(server string, ss *mcp.ServerSession) *frontCall {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	var out *frontCall
+	for fc := range cs.by[server] {
+		if fc.ss == ss && fc.newer && !fc.between && (out == nil || louder(fc, out)) {
+			out = fc
+		}
+	}
+	return out
+}
+
+// louder reports whether front call a asks a more verbose log level than b, or the
+// same and is later.
+func louder(a, b *frontCall) bool {
+	ra, rb := a.level, b.level
+	return ra < rb || ra == rb && a.seq > b.seq
+}
+
+// requestLevel returns the rank of the log level a 2026-07-28 front request asks for
+// in its _meta (len(levelOrder): none).
+func requestLevel(req mcp.Request) int {
+	p := req.GetParams()
+	if p == nil || reflect.ValueOf(p).IsNil() {
+		return len(levelOrder)
+	}
+	lv, _ := p.GetMeta()[mcp.MetaKeyLogLevel].(string)
+	return levelRank(mcp.LoggingLevel(lv))
 }
 
 // callFor returns the front call of a backend's request: from its context (2026-07-28)
@@ -614,6 +653,14 @@ func (b *backend) logMessage(ctx context.Context, p *mcp.LoggingMessageParams) {
 		cp.Logger = b.server + "/" + cp.Logger
 	}
 	if fc, _ := b.g.calls.attribute(b.server); fc != nil {
+		if fc.newer {
+			// Its session's requests each ask a level of their own: the one
+			// asking the most verbose takes it (the latest one dropped what
+			// another asked for).
+			if l := b.g.calls.loudest(b.server, fc.ss); l != nil {
+				fc = l
+			}
+		}
 		fc.out.push(func() { fc.log(&cp) })
 		return
 	}

@@ -39,11 +39,12 @@
 // request's _meta to a 2026-07-28 backend, and an older backend, which takes a level
 // only by logging/setLevel, is set to it before the request's call is sent when it has
 // none as verbose, and kept at it until no request asked it for five minutes, see
-// levels.go; a message goes to the front request or session whose call is in flight,
-// or, when that is not known, to every front session and every 2026-07-28 front
-// request in flight to the backend, each filtering by its own level), progress (a backend's
-// progress for a call reaches the front under the front's token, before the call's
-// result, which the go-sdk alone would let overtake them: see transport/order.go),
+// levels.go; a message goes to the front session whose call is in flight (on
+// 2026-07-28, to its call asking the most verbose level), or, when that is not
+// known, to every front session and every 2026-07-28 front request in flight to the
+// backend, each filtering by its own level), progress (a backend's progress for a
+// call reaches the front under the front's token, before the call's result, which
+// the go-sdk alone would let overtake them: see transport/order.go),
 // cancellation (a front request cancelled, its client gone, its session deleted, or
 // the gateway closed, cancels the backend's call, see inflight.go; a backend that
 // cancels its sampling request cancels the front's),

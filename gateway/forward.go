@@ -165,7 +165,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 		return fail(g.unavailable(server, err))
 	}
 	if newer {
-		g.bridgeLevel(ctx, server, c, req.GetParams())
+		g.bridgeLevel(ctx, server, c, req)
 	}
 	var p *parking
 	if newer && r.inputRequired != nil {

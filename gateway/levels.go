@@ -271,15 +271,14 @@ func (b *levelBridge) asked(now int64) int {
 }
 
 // bridgeLevel makes a backend before 2026-07-28 send the log messages that a
-// 2026-07-28 front request (params p) asks for with its _meta, before the request
+// 2026-07-28 front request asks for with its _meta, before the request
 // goes to it: the backend is set to the level (with the others asked lately, see
 // levelFor) if it has none as verbose. The request waits for that up to raiseWait
 // from when the backend was asked (or its own end), and is sent then whatever came of it; a backend that refused
 // or did not answer is not asked again for raiseRetry. A request whose level the
 // backend has already costs a look at a map and two atomic loads.
-func (g *Gateway) bridgeLevel(ctx context.Context, server string, c *mcpfsm.Conn, p mcp.Params) {
-	lv, _ := p.GetMeta()[mcp.MetaKeyLogLevel].(string)
-	r := levelRank(mcp.LoggingLevel(lv))
+func (g *Gateway) bridgeLevel(ctx context.Context, server string, c *mcpfsm.Conn, req mcp.Request) {
+	r := requestLevel(req)
 	if r == len(levelOrder) {
 		return
 	}
@@ -316,7 +315,7 @@ func (g *Gateway) bridgeLevel(ctx context.Context, server string, c *mcpfsm.Conn
 			}
 			b.mu.Unlock()
 			if err != nil {
-				g.log.Debug("mcpfsm gateway: setting a backend's log level for a request", "server", server, "level", lv, "err", err)
+				g.log.Debug("mcpfsm gateway: setting a backend's log level for a request", "server", server, "level", levelOrder[r], "err", err)
 			}
 		}) {
 			b.raising = nil

@@ -339,3 +339,61 @@ func TestGateway_LogOfANewerRequestAmongOthers(t *testing.T) {
 		})
 	}
 }
+
+// TestGateway_LogOfOneOfASessionsRequests: a front session on 2026-07-28 (stdio, in
+// memory) with two calls in flight to a backend, one asking for debug messages and
+// one for error only, gets the debug message the first one's call sends. (It did
+// not: the message names no call, and went to the session's latest call, whose
+// level let it through not.) On a 2025-11-25 and a 2026-07-28 backend.
+func TestGateway_LogOfOneOfASessionsRequests(t *testing.T) {
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			s := testserver.New(testserver.Options{ProtocolVersions: []string{version}})
+			started, release := make(chan struct{}, 1), make(chan struct{})
+			mcp.AddTool(s, &mcp.Tool{Name: "late_log", Description: "Logs at debug once released."},
+				func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+					started <- struct{}{}
+					<-release
+					if err := req.Session.Log(ctx, &mcp.LoggingMessageParams{Level: "debug", Data: "late"}); err != nil {
+						return nil, nil, err
+					}
+					return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "logged"}}}, nil, nil
+				})
+			sc := mcpfsm.ServerConfig{Name: "a", Policies: quick(), Transport: transport.Config{Name: "a", InMemory: &transport.InMemory{Server: s}}}
+			g := start(t, config(sc), gateway.Options{})
+			handler, logs := collect()
+			cs := front(t, g, &mcp.ClientOptions{LoggingMessageHandler: handler}, "2026-07-28")
+			waitTools(t, cs, has("a__late_log"))
+			lateDone := make(chan error, 1)
+			go func() {
+				_, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__late_log", Meta: mcp.Meta{mcp.MetaKeyLogLevel: "debug"}})
+				lateDone <- err
+			}()
+			<-started
+			ctx, cancel := context.WithCancel(context.Background())
+			holdDone := make(chan struct{})
+			go func() {
+				defer close(holdDone)
+				_, _ = cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__slow", Arguments: map[string]any{"ms": 30_000}, Meta: mcp.Meta{mcp.MetaKeyLogLevel: "error"}})
+			}()
+			defer func() { cancel(); <-holdDone }()
+			for deadline := time.Now().Add(waitFor); backendCalls(t, cs, "slow") == 0; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("slow never reached the backend")
+				}
+			}
+			close(release)
+			if err := <-lateDone; err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case got := <-logs:
+				if got != "late" {
+					t.Errorf("the session got %q", got)
+				}
+			case <-time.After(5 * time.Second):
+				t.Error("the debug message of the call that asked for debug did not reach the session")
+			}
+		})
+	}
+}
