@@ -187,9 +187,15 @@ func (g *Gateway) levelTo(ctx context.Context, server string, c *mcpfsm.Conn) er
 	b := g.bridge(server)
 	r := int32(levelRank(level))
 	if r > b.set.Load() {
-		// Less verbose from now on: a request that needs more from here raises it
-		// again (bridgeLevel), rather than take the level as set already.
+		// Less verbose from now on: a request that asks for more from here raises
+		// it again (bridgeLevel), rather than take the level as set already; one
+		// that asked between the look above and this store is seen by the look
+		// below.
 		b.set.Store(r)
+		if level = g.levelFor(server, c); level == "" {
+			return nil
+		}
+		r = int32(levelRank(level))
 	}
 	if err := c.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: level}); err != nil {
 		return err
