@@ -130,7 +130,8 @@ func (r request[R]) what() string { return r.method + " " + strconv.Quote(r.name
 // (or within ReadyWait), failing with the backend's state and last failure otherwise;
 // a backend's own protocol error passed on as it is, the others as failed says. On a
 // 2026-07-28 front, a backend's requests during the call go to the front as input
-// requests (see roundTrip).
+// requests (see roundTrip), and a backend that takes a log level only by
+// logging/setLevel is first given the request's (see bridgeLevel).
 func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, r request[R]) (R, error) {
 	var zero R
 	fail := r.failed
