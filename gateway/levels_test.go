@@ -147,6 +147,34 @@ func TestGateway_BridgedLevelForgotten(t *testing.T) {
 	})
 }
 
+// TestGateway_BridgedLevelLeftWithoutFrontLevel: with no front session asking for a
+// level, a level 2026-07-28 requests no longer ask is left as it is on the backend
+// (the front lets none of its messages through but to a request asking for them):
+// no logging/setLevel then, and none when a request asks for it again.
+func TestGateway_BridgedLevelLeftWithoutFrontLevel(t *testing.T) {
+	bubble(t, config(older("a")), func(t *testing.T, g *gateway.Gateway, cs *mcp.ClientSession, logs chan string) {
+		if got := logAt(t, cs, "debug", "first", "debug"); got != "sent" {
+			t.Fatalf("a debug message in a request asking for debug: the backend %s it", got)
+		}
+		time.Sleep(6 * time.Minute)
+		synctest.Wait()
+		if got := logAt(t, cs, "debug", "quiet", ""); got != "sent" {
+			t.Errorf("a debug message in a request asking for none, later: the backend %s it", got)
+		}
+		if got := logAt(t, cs, "debug", "again", "debug"); got != "sent" {
+			t.Errorf("a debug message in a request asking for debug, later: the backend %s it", got)
+		}
+		if got := backendLevels(t, cs); !slices.Equal(got, []string{"debug"}) {
+			t.Errorf("the backend was set to %v, want [debug] once", got)
+		}
+		for _, want := range []string{"first", "again"} { // not "quiet": its request asked for none
+			if got := <-logs; got != want {
+				t.Errorf("the front got %q, want %q", got, want)
+			}
+		}
+	})
+}
+
 // TestGateway_BridgedLevelNotTaken: a 2025-11-25 backend that refuses
 // logging/setLevel, or does not answer it, neither fails a 2026-07-28 request asking
 // for a level nor holds it past a short wait; and it is not asked again for each
