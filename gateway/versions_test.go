@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -412,5 +413,38 @@ func TestGateway_LogOfOneOfASessionsRequests(t *testing.T) {
 				t.Error("the debug message of the call that asked for debug did not reach the session")
 			}
 		})
+	}
+}
+
+// TestGateway_HTTPClientGoneCancels: a front client over streamable HTTP whose
+// connection drops with a call in flight (no notifications/cancelled: the request
+// ends), on 2025-11-25 (a session) and 2026-07-28 (none), has the call cancelled on
+// every backend kind.
+func TestGateway_HTTPClientGoneCancels(t *testing.T) {
+	for _, b := range versionBackends {
+		for _, v := range []string{"2025-11-25", "2026-07-28"} {
+			t.Run(v+"/"+b.name, func(t *testing.T) {
+				started, cancelled := make(chan struct{}, 4), make(chan struct{}, 4)
+				g := start(t, config(b.make(t, started, cancelled)), gateway.Options{})
+				url := serveHTTP(t, g, gateway.HTTPOptions{})
+				tc := &trackConns{}
+				hc := &http.Client{Transport: &http.Transport{DialContext: tc.dial}}
+				cs := httpFront(t, url, v, hc)
+				waitTools(t, cs, has("a__wait"))
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					_, _ = cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__wait"})
+				}()
+				<-started
+				tc.closeAll()
+				select {
+				case <-cancelled:
+				case <-time.After(5 * time.Second):
+					t.Error("the backend's call was not cancelled when the client's connection dropped")
+				}
+				<-done
+			})
+		}
 	}
 }
