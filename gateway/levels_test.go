@@ -240,3 +240,65 @@ func TestGateway_BridgedLevelsConcurrent(t *testing.T) {
 		t.Errorf("the backend was set %d times (%v)", len(got), got)
 	}
 }
+
+// TestGateway_BridgedLevelAcrossReload: a reload that puts another 2025-11-25 server
+// behind a backend's name (a new session of its connection) gives it the level
+// 2026-07-28 requests asked lately, before any request asks it again.
+func TestGateway_BridgedLevelAcrossReload(t *testing.T) {
+	g := start(t, config(older("a")), gateway.Options{})
+	cs := front(t, g, nil, "2026-07-28")
+	waitTools(t, cs, has("a__log"))
+	if got := logAt(t, cs, "debug", "x", "debug"); got != "sent" {
+		t.Fatalf("a debug message in a request asking for debug: the backend %s it", got)
+	}
+	res, err := g.Reload(callCtx(t), config(older("a")))
+	if err != nil || len(res.Reconnected) != 1 {
+		t.Fatalf("reload: %+v, %v", res, err)
+	}
+	waitTools(t, cs, has("a__log"))
+	deadline := time.Now().Add(waitFor)
+	for {
+		got := backendLevels(t, cs)
+		if slices.Equal(got, []string{"debug"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the new backend was set to %v, want [debug]", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := logAt(t, cs, "debug", "x", ""); got != "sent" {
+		t.Errorf("a debug message on the new backend: %s", got)
+	}
+
+	// Another lifecycle: a connection of its own, which the gateway gives the level.
+	spec, err := mcpfsm.LoadSpec("other.yaml", mcpfsm.DefaultSpecYAML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := older("a")
+	sc.Spec, sc.SpecFile = spec, "other.yaml"
+	before := g.Manager().Conn("a")
+	if _, err := g.Reload(callCtx(t), config(sc)); err != nil {
+		t.Fatal(err)
+	}
+	if g.Manager().Conn("a") == before {
+		t.Fatal("the reload kept the connection")
+	}
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+		var got []string
+		if res := call(t, cs, "a__state", nil); !res.IsError { // the new one may not be up yet
+			st, err := testserver.State(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = st.LogLevels
+		}
+		if len(got) > 0 && got[len(got)-1] == "debug" { // the connection may inherit it too
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the backend of the new connection was set to %v, want debug", got)
+		}
+	}
+}
