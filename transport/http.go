@@ -133,6 +133,7 @@ func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error)
 	return rt.roundTrip(req)
 }
 
+// roundTrip is RoundTrip once it has looked for a call's cancel (see pendingCancels).
 func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error) {
 	if rt.auth == nil || originOf(req.URL) != rt.origin {
 		return rt.send(req, "")
