@@ -1069,6 +1069,7 @@ type pendingCancels struct {
 	zero chan struct{} // closed when n drops to 0; nil while it is 0
 }
 
+// add counts d more cancels pending (d < 0: fewer).
 func (p *pendingCancels) add(d int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
