@@ -151,3 +151,21 @@ func SetSweepLooked(f func()) (restore func()) {
 	sweepLooked = f
 	return func() { sweepLooked = old }
 }
+
+// SetServerFinished sets the hook called once a backend is known to be done with a
+// call a front gave up on (see frontCall.ServerFinished), until the returned
+// function restores it.
+func SetServerFinished(f func(server string)) (restore func()) {
+	old := serverFinished
+	serverFinished = f
+	return func() { serverFinished = old }
+}
+
+// SetCallEnded sets the hook called as a front call to a backend ends (cut: the
+// front cancelled it before its backend answered), until the returned function
+// restores it.
+func SetCallEnded(f func(server string, cut bool)) (restore func()) {
+	old := callEnded
+	callEnded = f
+	return func() { callEnded = old }
+}

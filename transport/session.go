@@ -140,6 +140,7 @@ type Session struct {
 	// awaiting are the requests written on an endConn whose answer has not been
 	// read, by JSON-RPC ID: the answer read tells their record (see answers).
 	awaiting sync.Map // jsonrpc.ID → *answers
+	late     late     // the requests its callers gave up on, watched for the server's end of them (late.go)
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -238,9 +239,18 @@ func (c *endConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		first := err // only a failed read allocates
 		c.readErr.CompareAndSwap(nil, &first)
 	}
-	if r, ok := msg.(*jsonrpc.Response); ok {
-		if rec, ok := c.s.awaiting.LoadAndDelete(r.ID); ok {
-			rec.(*answers).answered.Store(true)
+	switch m := msg.(type) {
+	case *jsonrpc.Response:
+		if rec, ok := c.s.awaiting.LoadAndDelete(m.ID); ok {
+			rec := rec.(*answers)
+			rec.answered.Store(true)
+			if w := rec.late.Load(); w != nil {
+				c.s.lateAnswered(w) // an answer to a request given up on (late.go)
+			}
+		}
+	case *jsonrpc.Request:
+		if m.IsCall() {
+			c.s.serverRequestRead()
 		}
 	}
 	return msg, err
@@ -249,11 +259,17 @@ func (c *endConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 // Write implements mcp.Connection. A request made under a record of its answers
 // (Session.withStatus) is told by its ID when its answer is read.
 func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
-	if r, ok := msg.(*jsonrpc.Request); ok && r.IsCall() {
-		if rec, ok := ctx.Value(statusKey{}).(*answers); ok {
-			rec.id, rec.hasID = r.ID, true
-			c.s.awaiting.Store(r.ID, rec)
+	switch m := msg.(type) {
+	case *jsonrpc.Request:
+		if m.IsCall() {
+			if rec, ok := ctx.Value(statusKey{}).(*answers); ok {
+				rec.id, rec.hasID = m.ID, true
+				c.s.awaiting.Store(m.ID, rec)
+			}
 		}
+	case *jsonrpc.Response:
+		// The answer to a request of the server's (its handler has returned).
+		defer c.s.serverRequestAnswered()
 	}
 	err := c.Connection.Write(ctx, msg)
 	if err != nil && ctx.Err() == nil {
@@ -665,9 +681,9 @@ func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Cal
 		cp = *p
 		cp.Meta = maps.Clone(p.Meta)
 	}
-	ctx, status := withStatus(ctx)
-	res, err := s.cs.CallTool(ctx, &cp)
-	s.done(status)
+	sctx, status := withStatus(ctx)
+	res, err := s.cs.CallTool(sctx, &cp)
+	s.doneAfter(ctx, status)
 	if err != nil {
 		return nil, s.wrap(OpCallTool, cp.Name, err, status)
 	}
@@ -963,9 +979,9 @@ func (s *Session) InitializeResult() *mcp.InitializeResult { return s.cs.Initial
 // empty), redacted and capped like every other. f must use ctx, or a context
 // derived from it, for its requests.
 func (s *Session) Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error {
-	ctx, status := withStatus(ctx)
-	err := f(ctx, s.cs)
-	s.done(status)
+	sctx, status := withStatus(ctx)
+	err := f(sctx, s.cs)
+	s.doneAfter(ctx, status)
 	if err != nil {
 		return s.wrap(op, name, err, status)
 	}
