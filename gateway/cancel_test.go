@@ -166,3 +166,88 @@ func TestGateway_CancelReachesTheBackend(t *testing.T) {
 		}
 	}
 }
+
+// waitIdle waits until no hold call of server still runs: every one started
+// answered or saw its context end.
+func waitIdle(t *testing.T, cs *mcp.ClientSession, server string) {
+	t.Helper()
+	deadline := time.Now().Add(waitFor)
+	for {
+		res := call(t, cs, server+"__stats", nil)
+		var st map[string]int
+		if err := jsonUnmarshal(text(res), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st["started held"] == st["ended held"]+st["answered held"] {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: hold calls still running: %v", server, st)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the backend's counts: no event to await
+	}
+}
+
+// TestGateway_CancelRacingTheAnswer: calls cancelled (by their deadline) about when
+// their backend answers them, from every front transport to every backend: each
+// returns by its deadline (with its answer or its cancellation), no backend handler
+// is left running, the gateway's books of calls and requests in flight are back to
+// none, and the calls cancelled on stdio backends, which answer them, no longer
+// count for attribution.
+func TestGateway_CancelRacingTheAnswer(t *testing.T) {
+	defer gateway.SetCutLinger(time.Hour)()
+	g := start(t, config(cancelBackends(t)...), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	watcher := front(t, g, nil, "2025-11-25")
+	servers := []string{"s25", "s26", "h25", "h26"}
+	waitTools(t, watcher, func(names []string) bool {
+		return has("s25__hold")(names) && has("s26__hold")(names) && has("h25__hold")(names) && has("h26__hold")(names)
+	})
+	const n = 24
+	for _, f := range cancelFronts(g, url) {
+		t.Run(f.name, func(t *testing.T) {
+			cs, _ := f.open(t)
+			errs := make(chan error, n*len(servers))
+			for i := range n {
+				for _, server := range servers {
+					go func() {
+						// The answer at i%6 ms, the cancel at (i*5)%7 ms.
+						ctx, cancel := context.WithTimeout(context.Background(), time.Duration((i*5)%7)*time.Millisecond)
+						defer cancel()
+						_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: server + "__hold", Arguments: map[string]any{"ms": i % 6}})
+						if err != nil && ctx.Err() == nil {
+							errs <- err
+							return
+						}
+						errs <- nil
+					}()
+				}
+			}
+			deadline := time.After(waitFor)
+			for range n * len(servers) {
+				select {
+				case err := <-errs:
+					if err != nil {
+						t.Errorf("a call failed before its deadline: %v", err)
+					}
+				case <-deadline:
+					t.Fatal("calls did not return")
+				}
+			}
+			for _, server := range servers {
+				waitIdle(t, watcher, server)
+			}
+			deadlineKept := time.Now().Add(waitFor)
+			for {
+				s := g.Sizes()
+				if s["calls"] == 0 && s["inflight"] == 0 && s["cut:s25"] == 0 && s["cut:s26"] == 0 {
+					break
+				}
+				if time.Now().After(deadlineKept) {
+					t.Fatalf("after the racing cancels the gateway keeps %v", s)
+				}
+				time.Sleep(10 * time.Millisecond) // polling the gateway's books: no event to await
+			}
+		})
+	}
+}

@@ -100,8 +100,9 @@ func (g *Gateway) Sizes() map[string]int {
 	g.sessMu.Unlock()
 	g.calls.mu.Lock()
 	s["calls"] = len(g.calls.by)
-	for _, l := range g.calls.cut {
+	for server, l := range g.calls.cut {
 		s["cut"] += len(l)
+		s["cut:"+server] = len(l)
 	}
 	s["cutServers"] = len(g.calls.cut)
 	g.calls.mu.Unlock()

@@ -259,10 +259,11 @@ func (c *endConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 // Write implements mcp.Connection. A request made under a record of its answers
 // (Session.withStatus) is told by its ID when its answer is read.
 func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	var rec *answers
 	switch m := msg.(type) {
 	case *jsonrpc.Request:
 		if m.IsCall() {
-			if rec, ok := ctx.Value(statusKey{}).(*answers); ok {
+			if rec, _ = ctx.Value(statusKey{}).(*answers); rec != nil {
 				rec.id, rec.hasID = m.ID, true
 				c.s.awaiting.Store(m.ID, rec)
 			}
@@ -272,6 +273,13 @@ func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		defer c.s.serverRequestAnswered()
 	}
 	err := c.Connection.Write(ctx, msg)
+	if err != nil && rec != nil && c.s.proc != nil && !errors.Is(err, errStreamBroken) {
+		// Over stdio a failed write wrote nothing of the message (see pipeConn;
+		// one cut part-way broke the stream, and the session ends): the server
+		// never had the request (see Session.watchLate).
+		rec.hasID = false
+		c.s.awaiting.Delete(rec.id)
+	}
 	if err != nil && ctx.Err() == nil {
 		first := err
 		c.writeErr.CompareAndSwap(nil, &first)
