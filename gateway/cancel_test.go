@@ -1,10 +1,13 @@
 package gateway_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -249,5 +252,268 @@ func TestGateway_CancelRacingTheAnswer(t *testing.T) {
 				time.Sleep(10 * time.Millisecond) // polling the gateway's books: no event to await
 			}
 		})
+	}
+}
+
+// rawStdio is a stdio front session driven line by line.
+type rawStdio struct {
+	t     *testing.T
+	in    *io.PipeWriter
+	lines chan string
+}
+
+func openRawStdio(t *testing.T, g *gateway.Gateway) *rawStdio {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { _ = g.Server().Run(ctx, transport.ServerStdio(inR, outW)); close(ran) }()
+	r := &rawStdio{t: t, in: inW, lines: make(chan string, 1024)}
+	read := make(chan struct{})
+	go func() {
+		defer close(read)
+		sc := bufio.NewScanner(outR)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			select {
+			case r.lines <- sc.Text():
+			default: // a test that reads none: the front must not wait on it
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		_ = inW.Close()
+		select {
+		case <-ran:
+		case <-time.After(waitFor):
+			t.Error("the stdio front's Run did not return once its stdin closed")
+		}
+		cancel()
+		_ = outR.Close()
+		<-read
+	})
+	r.send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+	r.answer(0, waitFor)
+	r.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	return r
+}
+
+func (r *rawStdio) send(line string) {
+	r.t.Helper()
+	if _, err := io.WriteString(r.in, line+"\n"); err != nil {
+		r.t.Fatalf("writing to the stdio front: %v", err)
+	}
+}
+
+// answer returns the answer to request id, failing the test if none comes within
+// limit.
+func (r *rawStdio) answer(id int, limit time.Duration) string {
+	r.t.Helper()
+	deadline := time.After(limit)
+	for {
+		select {
+		case l := <-r.lines:
+			if strings.Contains(l, fmt.Sprintf(`"id":%d,`, id)) || strings.Contains(l, fmt.Sprintf(`"id":%d}`, id)) {
+				return l
+			}
+		case <-deadline:
+			r.t.Fatalf("no answer to request %d within %v", id, limit)
+		}
+	}
+}
+
+// TestGateway_CancelHostile: a stdio front client sends notifications/cancelled
+// that name no request of its (unknown IDs, another session's request IDs), that
+// are malformed (no params, null, an object or a boolean for the ID, a 1 MB
+// reason), and 20,000 cancels of one call of its in a row: the gateway goes on
+// answering it at once, another session's call runs on untouched, the call named
+// is cancelled at its backend once (one notifications/cancelled reaches it) and
+// gets no answer, and the gateway keeps no request in flight after.
+func TestGateway_CancelHostile(t *testing.T) {
+	g := start(t, config(stdio(t, "s25", testserver.Options{ProtocolVersions: []string{"2025-11-25"}})), gateway.Options{})
+	watcher := front(t, g, nil, "2025-11-25")
+	waitTools(t, watcher, has("s25__hold"))
+	other := front(t, g, nil, "2025-11-25")
+	started := backendCount(t, watcher, "s25", "started held")
+	ended := backendCount(t, watcher, "s25", "ended held")
+	otherCtx, cancelOther := context.WithCancel(context.Background())
+	defer cancelOther()
+	otherDone := make(chan error, 1)
+	go func() {
+		_, err := other.CallTool(otherCtx, &mcp.CallToolParams{Name: "s25__hold", Arguments: map[string]any{"ms": 600000}})
+		otherDone <- err
+	}()
+	waitCount(t, watcher, "s25", "started held", started, waitFor)
+
+	raw := openRawStdio(t, g)
+	const cancel = `{"jsonrpc":"2.0","method":"notifications/cancelled","params":%s}`
+	hostile := []string{
+		`{"jsonrpc":"2.0","method":"notifications/cancelled"}`,
+		fmt.Sprintf(cancel, `null`),
+		fmt.Sprintf(cancel, `[]`),
+		fmt.Sprintf(cancel, `{}`),
+		fmt.Sprintf(cancel, `{"requestId":null}`),
+		fmt.Sprintf(cancel, `{"requestId":{}}`),
+		fmt.Sprintf(cancel, `{"requestId":[1]}`),
+		fmt.Sprintf(cancel, `{"requestId":true}`),
+		fmt.Sprintf(cancel, `{"requestId":1.5}`),
+		fmt.Sprintf(cancel, `{"requestId":-1}`),
+		fmt.Sprintf(cancel, `{"requestId":1e300}`),
+		fmt.Sprintf(cancel, `{"requestId":"x","reason":"`+strings.Repeat("r", 1<<20-200)+`"}`),
+	}
+	for id := range 64 { // the other session's request IDs, and more
+		hostile = append(hostile, fmt.Sprintf(cancel, fmt.Sprintf(`{"requestId":%d}`, id)), fmt.Sprintf(cancel, fmt.Sprintf(`{"requestId":"%d"}`, id)))
+	}
+	for i, line := range hostile {
+		raw.send(line)
+		if i%8 == 0 {
+			raw.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, 1000+i))
+			raw.answer(1000+i, cancelBound)
+		}
+	}
+	raw.send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"s25__echo","arguments":{"text":"still"}}}`)
+	if got := raw.answer(1, cancelBound); !strings.Contains(got, "still") {
+		t.Fatalf("echo after the hostile cancels: %s", got)
+	}
+	if n := backendCount(t, watcher, "s25", "ended held"); n != ended {
+		t.Fatalf("another session's call was cancelled by cancels naming no request of the sender's")
+	}
+	select {
+	case err := <-otherDone:
+		t.Fatalf("another session's call returned: %v", err)
+	default:
+	}
+
+	// The flood: 20,000 cancels of one call in flight, unknown IDs between them.
+	cancelled := backendCount(t, watcher, "s25", "notifications/cancelled")
+	started = backendCount(t, watcher, "s25", "started held")
+	raw.send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"s25__hold","arguments":{"ms":600000}}}`)
+	waitCount(t, watcher, "s25", "started held", started, waitFor)
+	flood := time.Now()
+	for i := range 20000 {
+		if i%2 == 0 {
+			raw.send(fmt.Sprintf(cancel, `{"requestId":7}`))
+		} else {
+			raw.send(fmt.Sprintf(cancel, fmt.Sprintf(`{"requestId":%d}`, 100000+i)))
+		}
+	}
+	t.Logf("20,000 cancels written in %v", time.Since(flood).Round(time.Millisecond))
+	took := waitCount(t, watcher, "s25", "ended held", ended, cancelBound)
+	raw.send(`{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	raw.answer(2, cancelBound)
+	if n := backendCount(t, watcher, "s25", "notifications/cancelled") - cancelled; n != 1 {
+		t.Errorf("the backend got %d notifications/cancelled for the call cancelled 10,000 times, want 1", n)
+	}
+	t.Logf("the flooded call's handler ended %v after the flood was written", took.Round(time.Millisecond))
+	for deadline := time.Now().Add(waitFor); g.Sizes()["inflight"] != 1; time.Sleep(10 * time.Millisecond) { // the other session's call
+		if time.Now().After(deadline) {
+			t.Fatalf("requests in flight after the flood: %v", g.Sizes())
+		}
+	}
+	// The cancelled call got no answer (the stdio front writes none, as MCP asks).
+	raw.send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	for {
+		l := <-raw.lines
+		if strings.Contains(l, `"id":7,`) || strings.Contains(l, `"id":7}`) {
+			t.Errorf("the cancelled call was answered: %s", l)
+		}
+		if strings.Contains(l, `"id":3,`) || strings.Contains(l, `"id":3}`) {
+			break
+		}
+	}
+	cancelOther()
+	if err := <-otherDone; err == nil {
+		t.Error("the other session's call answered")
+	}
+}
+
+// TestGateway_CancelNotificationOverHTTP: a stateful HTTP front client (2025-11-25)
+// cancels a call with notifications/cancelled alone, in a POST of its own, leaving
+// the call's POST open (the go-sdk's client also aborts it; the spec asks only for
+// the notification): the backend's handler ends within cancelBound, the call's POST
+// ends without an answer to the cancelled request (it carried the go-sdk server's
+// {"code":0,"message":"context canceled"}), and a cancel naming that request ID
+// from another session cancels nothing.
+func TestGateway_CancelNotificationOverHTTP(t *testing.T) {
+	g := start(t, config(stdio(t, "s25", testserver.Options{ProtocolVersions: []string{"2025-11-25"}})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	watcher := front(t, g, nil, "2025-11-25")
+	waitTools(t, watcher, has("s25__hold"))
+	postTo := func(session, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	open := func() string {
+		t.Helper()
+		resp := postTo("", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		id := resp.Header.Get("Mcp-Session-Id")
+		if id == "" {
+			t.Fatalf("initialize: %s, no session", resp.Status)
+		}
+		resp = postTo(id, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		resp.Body.Close()
+		return id
+	}
+	a, b := open(), open()
+	started := backendCount(t, watcher, "s25", "started held")
+	ended := backendCount(t, watcher, "s25", "ended held")
+	body := make(chan string, 1)
+	go func() {
+		resp := postTo(a, `{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"s25__hold","arguments":{"ms":600000}}}`)
+		defer resp.Body.Close()
+		got, _ := io.ReadAll(resp.Body)
+		body <- resp.Status + " " + string(got)
+	}()
+	waitCount(t, watcher, "s25", "started held", started, waitFor)
+	// Session b names a's request: nothing is cancelled.
+	resp := postTo(b, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	resp.Body.Close()
+	resp = postTo(b, `{"jsonrpc":"2.0","id":1,"method":"ping"}`)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if n := backendCount(t, watcher, "s25", "ended held"); n != ended {
+		t.Fatal("a cancel from another session cancelled the call")
+	}
+	resp = postTo(a, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":5}}`)
+	resp.Body.Close()
+	took := waitCount(t, watcher, "s25", "ended held", ended, cancelBound)
+	select {
+	case got := <-body:
+		if strings.Contains(got, `"id":5`) {
+			t.Errorf("the cancelled request was answered (MCP asks the receiver not to; the TypeScript SDK's client reports an answer to an unknown request): %.300s", got)
+		}
+	case <-time.After(cancelBound):
+		t.Fatal("the cancelled call's POST was held open")
+	}
+	t.Logf("the backend's handler ended %v after the cancel", took.Round(time.Millisecond))
+
+	// A flood of cancels naming no request: what the gateway keeps of them is
+	// bounded, and the session's next call is answered.
+	for i := range gateway.MaxAnswerless + 200 {
+		resp := postTo(a, fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, 100000+i))
+		resp.Body.Close()
+	}
+	if n := g.AnswerlessKept(); n > gateway.MaxAnswerless {
+		t.Errorf("the gateway keeps %d cancels, more than %d", n, gateway.MaxAnswerless)
+	}
+	resp = postTo(a, `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"s25__echo","arguments":{"text":"still"}}}`)
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(got), "still") {
+		t.Errorf("a call after the flood of cancels: %s %.300s", resp.Status, got)
 	}
 }

@@ -170,3 +170,10 @@ func SetCallEnded(f func(server string, cut bool)) (restore func()) {
 	callEnded = f
 	return func() { callEnded = old }
 }
+
+// AnswerlessKept returns how many cancelled requests of stateful HTTP sessions the
+// gateway keeps, whose answers it will not write.
+func (g *Gateway) AnswerlessKept() int { return int(g.answerless.n.Load()) }
+
+// MaxAnswerless is how many of them it keeps at most.
+const MaxAnswerless = maxAnswerless

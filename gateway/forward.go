@@ -794,6 +794,7 @@ var sweepLooked func()
 // subscriptions dropped.
 func (g *Gateway) sweep() {
 	g.calls.prune(time.Now())
+	g.answerless.prune(time.Now())
 	looks := func() map[*mcp.ServerSession]bool {
 		live := map[*mcp.ServerSession]bool{}
 		for ss := range g.server.Sessions() {
