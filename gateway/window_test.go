@@ -3,12 +3,15 @@ package gateway_test
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -159,6 +162,12 @@ func TestGateway_CutWindowEndsWithTheBackendsAnswer(t *testing.T) {
 // the call no longer counts. (It counted for cutLinger, 30 s, after the reconnect
 // too.)
 func TestGateway_CutWindowEndsWithTheBackendsSession(t *testing.T) {
+	for _, kind := range []string{"in-memory", "http"} {
+		t.Run(kind, func(t *testing.T) { cutWindowEndsWithTheBackendsSession(t, kind) })
+	}
+}
+
+func cutWindowEndsWithTheBackendsSession(t *testing.T, kind string) {
 	defer gateway.SetCutLinger(time.Hour)()
 	finished := make(chan string, 4)
 	defer gateway.SetServerFinished(func(server string) { finished <- server })()
@@ -181,6 +190,12 @@ func TestGateway_CutWindowEndsWithTheBackendsSession(t *testing.T) {
 	})
 	sc := inMemory("b", testserver.Options{})
 	sc.Transport.InMemory.Server = s
+	if kind == "http" {
+		h := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil))
+		t.Cleanup(h.Close)
+		t.Cleanup(h.CloseClientConnections)
+		sc.Transport = transport.Config{Name: "b", HTTP: &transport.HTTP{URL: h.URL}}
+	}
 	sc.Transport.ProtocolVersion = "2025-11-25"
 	ended := make(chan bool, 16)
 	defer gateway.SetCallEnded(func(_ string, cut bool) { ended <- cut })()

@@ -26,7 +26,8 @@ import (
 //     request of the server's read before that answer has been answered (its
 //     handler, which may be looking for the request it serves, has returned);
 //   - on every transport, when the session's connection has ended and none of its
-//     handlers runs any more (ClientSession.Wait has returned);
+//     handlers runs any more (the SDK's connection closed its own, which it does
+//     once idle; over streamable HTTP, ClientSession.Wait has returned);
 //   - on stdio, SSE and in-memory connections, at once if the request was never
 //     written (endConn notes every request it writes).
 //
@@ -66,8 +67,10 @@ type late struct {
 	mu      sync.Mutex
 	watches []*lateWatch // oldest first, at most maxLate
 	ready   []*lateWatch // answered, waiting for reqs to reach 0
-	waiting bool         // the session's end is awaited (lateEnd)
 	ended   bool         // the session ended: a watch is told at once
+	// downClose marks the close of the connection that Session.down makes
+	// itself, while handlers may still run: it ends nothing here (endConn.Close).
+	downClose atomic.Bool
 }
 
 // A lateWatch is one request given up on.
@@ -120,12 +123,7 @@ func (s *Session) watchLate(rec *answers, f Finished) {
 		drop++
 	}
 	l.watches = append(l.watches[drop:], w)
-	start := !l.waiting && s.cs != nil
-	l.waiting = l.waiting || start
 	l.mu.Unlock()
-	if start {
-		go s.lateEnd()
-	}
 	if !w.hasID {
 		return
 	}
@@ -174,10 +172,10 @@ func (s *Session) serverRequestAnswered() {
 	}
 }
 
-// lateEnd tells every watch once the session's connection has ended and its
-// handlers have returned.
+// lateEnd tells every watch: the session's connection has ended and its handlers
+// have returned (the SDK's connection closes its own only once it is idle: see
+// endConn.Close; over streamable HTTP, ClientSession.Wait has returned, see watch).
 func (s *Session) lateEnd() {
-	_ = s.cs.Wait()
 	l := &s.late
 	l.mu.Lock()
 	ws := l.watches

@@ -17,6 +17,7 @@ type fakeConn struct {
 
 func (c *fakeConn) Read(ctx context.Context) (jsonrpc.Message, error) { return <-c.in, nil }
 func (c *fakeConn) Write(context.Context, jsonrpc.Message) error      { return nil }
+func (c *fakeConn) Close() error                                      { return nil }
 
 type finishedCount struct{ n atomic.Int32 }
 
@@ -27,9 +28,12 @@ func (f *finishedCount) ServerFinished() { f.n.Add(1) }
 // only once every request of the server's read before that answer has been
 // answered (its handler, which may be attributing it, has returned); at once if
 // the answer was read before the request returned, or if the request was never
-// written; never without an answer (the session lives on).
+// written; never without an answer while the session lives on; once the session's
+// connection is closed by the SDK (no handler runs), but not by Session.down's own
+// close.
 func TestLateAnswer(t *testing.T) {
-	s := &Session{}
+	s := &Session{watched: make(chan struct{})}
+	s.closing.Store(true) // the end is ours: nothing reports it
 	fc := &fakeConn{in: make(chan jsonrpc.Message, 8)}
 	ec := &endConn{Connection: fc, s: s}
 	s.lt = &lifeTransport{end: ec}
@@ -98,5 +102,21 @@ func TestLateAnswer(t *testing.T) {
 	s.doneAfter(context.Background(), rec)
 	if _, ok := s.awaiting.Load(id(5)); ok {
 		t.Error("a request answered or not given up on is still awaited")
+	}
+
+	// The session's end: the close Session.down makes itself (handlers may
+	// still run) tells nothing; the SDK's, made once no handler runs, tells the
+	// request without an answer; one given up on later is told at once.
+	s.late.downClose.Store(true)
+	_ = ec.Close()
+	if f.n.Load() != 0 {
+		t.Fatal("told at down's own close of the connection, handlers maybe running")
+	}
+	_ = ec.Close()
+	if f.n.Load() != 1 {
+		t.Fatalf("told %d times once the SDK closed its connection, want 1", f.n.Load())
+	}
+	if f := send(6, false); f.n.Load() != 1 {
+		t.Fatalf("given up on after the session ended: told %d times, want 1", f.n.Load())
 	}
 }

@@ -295,6 +295,12 @@ func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 // else gives it a moment to exit (see process.ended) off the lock.
 func (c *endConn) Close() error {
 	err := c.Connection.Close()
+	if !c.s.late.downClose.CompareAndSwap(true, false) {
+		// The SDK's close, made once its connection is idle (no handler
+		// runs), or one after it: the requests given up on are over
+		// (late.go). Not down's own, made while handlers may still run.
+		c.s.lateEnd()
+	}
 	if !c.closed.CompareAndSwap(false, true) {
 		return err
 	}
@@ -673,6 +679,7 @@ func (s *Session) abandon(cs *mcp.ClientSession) {
 // watch reports the end of the connection to OnEnd, unless Close came first.
 func (s *Session) watch() {
 	err := s.cs.Wait()
+	s.lateEnd() // no handler runs any more (late.go)
 	if err == nil {
 		err = io.EOF
 	}
@@ -942,6 +949,7 @@ func (s *Session) down(cause error) {
 	if c := s.lt.conn; c != nil {
 		// Fails the calls in flight, which the SDK's graceful close waits
 		// for. It is not the caller's to wait for.
+		s.late.downClose.Store(true)
 		go func() { _ = c.Close() }()
 	}
 }
