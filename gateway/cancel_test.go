@@ -517,3 +517,83 @@ func TestGateway_CancelNotificationOverHTTP(t *testing.T) {
 		t.Errorf("a call after the flood of cancels: %s %.300s", resp.Status, got)
 	}
 }
+
+// TestGateway_CancelDuringSampling: a front client cancels a call while the
+// backend's sampling request for it is being asked of that client: the backend's
+// call is cancelled, and the gateway cancels the sampling request it made of the
+// front client (whose handler's context ends), for every backend. Over the stdio
+// front; over stateful HTTP the gateway's cancel goes to the call's stream, which
+// the go-sdk's client has closed by then (see docs/reliability.md, "Hostile
+// testing, 2026-11-28: cancellation through the gateway").
+func TestGateway_CancelDuringSampling(t *testing.T) {
+	g := start(t, config(cancelBackends(t)...), gateway.Options{})
+	watcher := front(t, g, nil, "2025-11-25")
+	waitTools(t, watcher, func(names []string) bool {
+		return has("s25__sample")(names) && has("s26__sample")(names) && has("h25__sample")(names) && has("h26__sample")(names)
+	})
+	asked := make(chan struct{}, 64)
+	over := make(chan struct{}, 64)
+	opts := &mcp.ClientOptions{
+		Capabilities: &mcp.ClientCapabilities{Sampling: &mcp.SamplingCapabilities{}},
+		CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			asked <- struct{}{}
+			<-ctx.Done()
+			over <- struct{}{}
+			return nil, ctx.Err()
+		},
+	}
+	fronts := []struct {
+		name string
+		open func(t *testing.T) *mcp.ClientSession
+	}{
+		{"stdio-2025-11-25", func(t *testing.T) *mcp.ClientSession {
+			toServer, fromClient := io.Pipe()
+			toClient, fromServer := io.Pipe()
+			ctx, cancel := context.WithCancel(context.Background())
+			ran := make(chan struct{})
+			go func() { _ = g.Server().Run(ctx, transport.ServerStdio(toServer, fromServer)); close(ran) }()
+			t.Cleanup(func() { _ = fromClient.Close(); _ = toClient.Close(); <-ran; cancel() })
+			cs, err := mcp.NewClient(&mcp.Implementation{Name: "stdio-front", Version: "1"}, opts).Connect(callCtx(t),
+				&mcp.IOTransport{Reader: toClient, Writer: fromClient}, &mcp.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = cs.Close() })
+			return cs
+		}},
+	}
+	for _, f := range fronts {
+		for _, server := range []string{"s25", "s26", "h25", "h26"} {
+			t.Run(f.name+"/"+server, func(t *testing.T) {
+				cs := f.open(t)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				errc := make(chan error, 1)
+				go func() {
+					_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: server + "__sample", Arguments: map[string]any{"prompt": "p"}})
+					errc <- err
+				}()
+				select {
+				case <-asked:
+				case err := <-errc:
+					t.Fatalf("the call returned before the front was asked: %v", err)
+				case <-time.After(waitFor):
+					t.Fatal("the front client was never asked to sample")
+				}
+				start := time.Now()
+				cancel()
+				select {
+				case <-over:
+					t.Logf("the front's sampling handler ended %v after the cancel", time.Since(start).Round(time.Millisecond))
+				case <-time.After(cancelBound):
+					t.Errorf("the front's sampling request for the cancelled call was never cancelled")
+				}
+				select {
+				case <-errc:
+				case <-time.After(waitFor):
+					t.Fatal("the front's call did not return")
+				}
+			})
+		}
+	}
+}
