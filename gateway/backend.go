@@ -38,9 +38,10 @@ import (
 // done with it (the backend's session tells the front call, under its context key:
 // see transport.Finished): over stdio (and SSE, in memory) when the backend's answer
 // to it is read, once every request the backend sent before that answer has been
-// handled (a go-sdk or Python server answers a cancelled request as its handler
-// returns); on any transport when the backend's session that ran it has ended
-// (a reconnect, a reload) and its handlers have returned.
+// handled (a go-sdk server answers a cancelled request as its handler returns);
+// on any transport when the backend's session that ran it has ended (a reconnect,
+// a reload) and its handlers have returned; over stdio at once when the request
+// was never written.
 
 // frontCallKey keys the front call in the context of its backend's call: the
 // backend's session tells it when the backend is done with it (ServerFinished).
