@@ -68,9 +68,26 @@ type late struct {
 	watches []*lateWatch // oldest first, at most maxLate
 	ready   []*lateWatch // answered, waiting for reqs to reach 0
 	ended   bool         // the session ended: a watch is told at once
-	// downClose marks the close of the connection that Session.down makes
-	// itself, while handlers may still run: it ends nothing here (endConn.Close).
-	downClose atomic.Bool
+	// downClose counts the closes of the connection that Session.down makes
+	// itself, while handlers may still run, not yet made: such a close ends
+	// nothing here (endConn.Close).
+	downClose atomic.Int32
+}
+
+// takeDownClose reports whether a close of the connection is (or may be taken
+// for) one Session.down made itself, and counts it made. (Should the SDK's own
+// close take down's count, down's close then ends the watches: after the SDK's,
+// made once no handler runs.)
+func (l *late) takeDownClose() bool {
+	for {
+		n := l.downClose.Load()
+		if n <= 0 {
+			return false
+		}
+		if l.downClose.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
 }
 
 // A lateWatch is one request given up on.

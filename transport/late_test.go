@@ -107,7 +107,7 @@ func TestLateAnswer(t *testing.T) {
 	// The session's end: the close Session.down makes itself (handlers may
 	// still run) tells nothing; the SDK's, made once no handler runs, tells the
 	// request without an answer; one given up on later is told at once.
-	s.late.downClose.Store(true)
+	s.late.downClose.Add(1)
 	_ = ec.Close()
 	if f.n.Load() != 0 {
 		t.Fatal("told at down's own close of the connection, handlers maybe running")

@@ -295,7 +295,7 @@ func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 // else gives it a moment to exit (see process.ended) off the lock.
 func (c *endConn) Close() error {
 	err := c.Connection.Close()
-	if !c.s.late.downClose.CompareAndSwap(true, false) {
+	if !c.s.late.takeDownClose() {
 		// The SDK's close, made once its connection is idle (no handler
 		// runs), or one after it: the requests given up on are over
 		// (late.go). Not down's own, made while handlers may still run.
@@ -949,7 +949,7 @@ func (s *Session) down(cause error) {
 	if c := s.lt.conn; c != nil {
 		// Fails the calls in flight, which the SDK's graceful close waits
 		// for. It is not the caller's to wait for.
-		s.late.downClose.Store(true)
+		s.late.downClose.Add(1)
 		go func() { _ = c.Close() }()
 	}
 }
