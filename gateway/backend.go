@@ -34,8 +34,19 @@ import (
 //     client that did not make the call. A backend that many front sessions
 //     call at once and that asks for sampling should be pinned to 2026-07-28 or given
 //     one gateway per client.
+//
+// A cancelled call stops counting before cutLinger when the backend is known to be
+// done with it (the backend's session tells the front call, under its context key:
+// see transport.Finished): over stdio (and SSE, in memory) when the backend's answer
+// to it is read, once every request the backend sent before that answer has been
+// handled (a go-sdk server answers a cancelled request as its handler returns);
+// on any transport when the backend's session that ran it has ended (a reconnect,
+// a reload) and its handlers have returned; over stdio at once when the request
+// was never written.
 
-type frontCallKey struct{}
+// frontCallKey keys the front call in the context of its backend's call: the
+// backend's session tells it when the backend is done with it (ServerFinished).
+type frontCallKey = transport.FinishedKey
 
 // A frontCall is a front request in flight to a backend.
 type frontCall struct {
@@ -56,6 +67,10 @@ type frontCall struct {
 	to   frontStream // where the call's progress and log messages go (see rebind)
 
 	between bool // parked between two rounds (see calls.between); calls.mu
+	// calls is where the call is published; finished, under its mu, says its
+	// backend is done with it (ServerFinished): cancelled, it no longer counts.
+	calls    *calls
+	finished bool
 }
 
 // A frontStream is where a front call's notifications go: a front request's
@@ -146,7 +161,7 @@ type calls struct {
 
 // A cutCall is a call the front cancelled before its backend answered.
 type cutCall struct {
-	ss    *mcp.ServerSession
+	fc    *frontCall
 	until time.Time
 }
 
@@ -156,10 +171,18 @@ var cutLinger = 30 * time.Second
 
 const maxCut = 1024
 
+// serverFinished, if set, is called (with calls.mu held) once a backend is done
+// with a call a front gave up on (a hook for tests).
+var serverFinished func(server string)
+
+// callEnded, if set, is called (with calls.mu held) as a front call ends, cut or not
+// (a hook for tests).
+var callEnded func(server string, cut bool)
+
 // start publishes a front call, with its parking (nil if it takes no input
 // requests): the backend's requests read it from then on (see askFront).
 func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, p *parking) *frontCall {
-	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p, to: streamOf(ctx, ss, req)}
+	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p, to: streamOf(ctx, ss, req), calls: cs}
 	if r, ok := req.(interface{ ProtocolVersion() string }); ok {
 		fc.newer = transport.NewProtocol(r.ProtocolVersion())
 	}
@@ -184,6 +207,9 @@ func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Reque
 func (cs *calls) end(fc *frontCall, cut bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
+	if callEnded != nil {
+		defer callEnded(fc.server, cut)
+	}
 	delete(cs.by[fc.server], fc)
 	if len(cs.by[fc.server]) == 0 {
 		delete(cs.by, fc.server)
@@ -192,7 +218,7 @@ func (cs *calls) end(fc *frontCall, cut bool) {
 		close(cs.idle)
 		cs.idle = nil
 	}
-	if !cut {
+	if !cut || fc.finished {
 		return
 	}
 	if cs.cut == nil {
@@ -202,7 +228,33 @@ func (cs *calls) end(fc *frontCall, cut bool) {
 	if len(l) >= maxCut {
 		l = l[1:]
 	}
-	cs.cut[fc.server] = append(l, cutCall{ss: fc.ss, until: time.Now().Add(cs.linger)})
+	cs.cut[fc.server] = append(l, cutCall{fc: fc, until: time.Now().Add(cs.linger)})
+}
+
+// ServerFinished implements transport.Finished: the backend is done with the call,
+// which the front gave up on (its session answered it late, or ended), and a cut
+// call no longer counts. Called by the backend's session on a goroutine that must
+// not wait: it takes calls.mu only.
+func (fc *frontCall) ServerFinished() {
+	cs := fc.calls
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if serverFinished != nil {
+		defer serverFinished(fc.server)
+	}
+	fc.finished = true
+	l := cs.cut[fc.server]
+	for i, c := range l {
+		if c.fc == fc {
+			l = append(l[:i:i], l[i+1:]...)
+			break
+		}
+	}
+	if len(l) == 0 {
+		delete(cs.cut, fc.server)
+		return
+	}
+	cs.cut[fc.server] = l
 }
 
 // drain waits until no front call is in flight to a backend, or d passes, or ctx
@@ -287,7 +339,7 @@ func (cs *calls) attribute(server string) (*frontCall, string) {
 	}
 	cut := cs.pruneLocked(server, time.Now())
 	for _, c := range cut {
-		sessions[c.ss] = true
+		sessions[c.fc.ss] = true
 	}
 	switch {
 	case latest == nil && len(cut) > 0:

@@ -46,8 +46,9 @@
 // call reaches the front under the front's token, before the call's result, which
 // the go-sdk alone would let overtake them: see transport/order.go),
 // cancellation (a front request cancelled, its client gone, its session deleted, or
-// the gateway closed, cancels the backend's call, see inflight.go; a backend that
-// cancels its sampling request cancels the front's),
+// the gateway closed, cancels the backend's call, see inflight.go; a request its
+// client cancelled gets no answer, see answerless.go; a backend that cancels its
+// sampling request cancels the front's),
 // list changes (the front sessions are told when a backend's lists change, reconnects
 // and reloads included), and the backends' sampling and elicitation requests (a
 // URL-mode elicitation's end, notifications/elicitation/complete, goes to the front

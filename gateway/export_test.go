@@ -100,8 +100,9 @@ func (g *Gateway) Sizes() map[string]int {
 	g.sessMu.Unlock()
 	g.calls.mu.Lock()
 	s["calls"] = len(g.calls.by)
-	for _, l := range g.calls.cut {
+	for server, l := range g.calls.cut {
 		s["cut"] += len(l)
+		s["cut:"+server] = len(l)
 	}
 	s["cutServers"] = len(g.calls.cut)
 	g.calls.mu.Unlock()
@@ -151,3 +152,28 @@ func SetSweepLooked(f func()) (restore func()) {
 	sweepLooked = f
 	return func() { sweepLooked = old }
 }
+
+// SetServerFinished sets the hook called once a backend is known to be done with a
+// call a front gave up on (see frontCall.ServerFinished), until the returned
+// function restores it.
+func SetServerFinished(f func(server string)) (restore func()) {
+	old := serverFinished
+	serverFinished = f
+	return func() { serverFinished = old }
+}
+
+// SetCallEnded sets the hook called as a front call to a backend ends (cut: the
+// front cancelled it before its backend answered), until the returned function
+// restores it.
+func SetCallEnded(f func(server string, cut bool)) (restore func()) {
+	old := callEnded
+	callEnded = f
+	return func() { callEnded = old }
+}
+
+// AnswerlessKept returns how many cancelled requests of stateful HTTP sessions the
+// gateway keeps, whose answers it will not write.
+func (g *Gateway) AnswerlessKept() int { return int(g.answerless.n.Load()) }
+
+// MaxAnswerless is how many of them it keeps at most.
+const MaxAnswerless = maxAnswerless

@@ -87,7 +87,10 @@ type Gateway struct {
 
 	calls    calls    // front requests in flight, by backend
 	inflight inflight // front requests in flight, to cancel
-	parked   parked   // 2026-07-28 front calls waiting for their client's answers
+	// answerless are the requests stateful HTTP front clients cancelled, whose
+	// answer is not written (answerless.go)
+	answerless answerless
+	parked     parked // 2026-07-28 front calls waiting for their client's answers
 	// elicitations are the URL-mode elicitations forwarded, for their end
 	elicitations elicitations
 

@@ -69,8 +69,14 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	}
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(postHeader) // ours alone
-		if writeTimeout > 0 {
-			w = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout}
+		// A stateful session's POST drops the answer to a request its client
+		// cancelled (see answerless).
+		var session string
+		if r.Method == http.MethodPost && !transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")) {
+			session = r.Header.Get("Mcp-Session-Id")
+		}
+		if writeTimeout > 0 || session != "" {
+			w = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session}
 		}
 		if r.Method != http.MethodPost && r.Body != nil && r.Body != http.NoBody {
 			// Only a POST carries a message. net/http notices a client gone only
@@ -93,6 +99,9 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		defer lim.releaseBody(charge)
+		if b, ok := r.Body.(*heldBody); ok && session != "" {
+			g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
+		}
 		if transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")) && r.Header.Get("Mcp-Session-Id") == "" {
 			// A listen holds its stream open: it counts as a session would.
 			// (The go-sdk refuses a request whose Mcp-Method is not its method's.)
@@ -222,12 +231,22 @@ func ParseReplica(s string) (index, count int, err error) {
 type deadlineWriter struct {
 	http.ResponseWriter
 	rc *http.ResponseController
-	d  time.Duration
+	d  time.Duration // none if not positive
+	// al, with the session of a stateful POST, says which answers not to
+	// write: those of requests the client cancelled (see answerless).
+	al      *answerless
+	session string
 }
 
 const writeChunk = 64 << 10
 
 func (w *deadlineWriter) Write(p []byte) (n int, err error) {
+	if w.al.drop(w.session, p) {
+		return len(p), nil
+	}
+	if w.d <= 0 {
+		return w.ResponseWriter.Write(p)
+	}
 	defer w.rc.SetWriteDeadline(time.Time{})
 	for len(p) > 0 {
 		k := min(len(p), writeChunk)
@@ -243,6 +262,9 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 }
 
 func (w *deadlineWriter) FlushError() error {
+	if w.d <= 0 {
+		return w.rc.Flush()
+	}
 	defer w.rc.SetWriteDeadline(time.Time{})
 	_ = w.rc.SetWriteDeadline(time.Now().Add(w.d))
 	return w.rc.Flush()

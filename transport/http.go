@@ -468,6 +468,9 @@ type answers struct {
 	// (endConn); set and read on the request's goroutine.
 	id    jsonrpc.ID
 	hasID bool
+	// late, once the request's caller has given up on it, is what watches for
+	// the server's answer to it (late.go).
+	late atomic.Pointer[lateWatch]
 }
 
 // withStatus returns ctx with a place for what the answers to the request made

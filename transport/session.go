@@ -143,6 +143,7 @@ type Session struct {
 	// awaiting are the requests written on an endConn whose answer has not been
 	// read, by JSON-RPC ID: the answer read tells their record (see answers).
 	awaiting sync.Map // jsonrpc.ID → *answers
+	late     late     // the requests its callers gave up on, watched for the server's end of them (late.go)
 
 	// The end of a connection that endConn observes: ends moves from
 	// endDialing to endUp when Dial succeeds, or to endGone (with endErr set)
@@ -241,9 +242,18 @@ func (c *endConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		first := err // only a failed read allocates
 		c.readErr.CompareAndSwap(nil, &first)
 	}
-	if r, ok := msg.(*jsonrpc.Response); ok {
-		if rec, ok := c.s.awaiting.LoadAndDelete(r.ID); ok {
-			rec.(*answers).answered.Store(true)
+	switch m := msg.(type) {
+	case *jsonrpc.Response:
+		if rec, ok := c.s.awaiting.LoadAndDelete(m.ID); ok {
+			rec := rec.(*answers)
+			rec.answered.Store(true)
+			if w := rec.late.Load(); w != nil {
+				c.s.lateAnswered(w) // an answer to a request given up on (late.go)
+			}
+		}
+	case *jsonrpc.Request:
+		if m.IsCall() {
+			c.s.serverRequestRead()
 		}
 	}
 	return msg, err
@@ -252,13 +262,27 @@ func (c *endConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 // Write implements mcp.Connection. A request made under a record of its answers
 // (Session.withStatus) is told by its ID when its answer is read.
 func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
-	if r, ok := msg.(*jsonrpc.Request); ok && r.IsCall() {
-		if rec, ok := ctx.Value(statusKey{}).(*answers); ok {
-			rec.id, rec.hasID = r.ID, true
-			c.s.awaiting.Store(r.ID, rec)
+	var rec *answers
+	switch m := msg.(type) {
+	case *jsonrpc.Request:
+		if m.IsCall() {
+			if rec, _ = ctx.Value(statusKey{}).(*answers); rec != nil {
+				rec.id, rec.hasID = m.ID, true
+				c.s.awaiting.Store(m.ID, rec)
+			}
 		}
+	case *jsonrpc.Response:
+		// The answer to a request of the server's (its handler has returned).
+		defer c.s.serverRequestAnswered()
 	}
 	err := c.Connection.Write(ctx, msg)
+	if err != nil && rec != nil && c.s.proc != nil && !errors.Is(err, errStreamBroken) {
+		// Over stdio a failed write wrote nothing of the message (see pipeConn;
+		// one cut part-way broke the stream, and the session ends): the server
+		// never had the request (see Session.watchLate).
+		rec.hasID = false
+		c.s.awaiting.Delete(rec.id)
+	}
 	if err != nil && ctx.Err() == nil {
 		first := err
 		c.writeErr.CompareAndSwap(nil, &first)
@@ -279,6 +303,12 @@ func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 // else gives it a moment to exit (see process.ended) off the lock.
 func (c *endConn) Close() error {
 	err := c.Connection.Close()
+	if !c.s.late.takeDownClose() {
+		// The SDK's close, made once its connection is idle (no handler
+		// runs), or one after it: the requests given up on are over
+		// (late.go). Not down's own, made while handlers may still run.
+		c.s.lateEnd()
+	}
 	if !c.closed.CompareAndSwap(false, true) {
 		return err
 	}
@@ -657,6 +687,7 @@ func (s *Session) abandon(cs *mcp.ClientSession) {
 // watch reports the end of the connection to OnEnd, unless Close came first.
 func (s *Session) watch() {
 	err := s.cs.Wait()
+	s.lateEnd() // no handler runs any more (late.go)
 	if err == nil {
 		err = io.EOF
 	}
@@ -673,9 +704,9 @@ func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Cal
 		cp = *p
 		cp.Meta = maps.Clone(p.Meta)
 	}
-	ctx, status := withStatus(ctx)
-	res, err := s.cs.CallTool(ctx, &cp)
-	s.done(ctx, status)
+	sctx, status := withStatus(ctx)
+	res, err := s.cs.CallTool(sctx, &cp)
+	s.doneAfter(ctx, status)
 	if err != nil {
 		return nil, s.wrap(OpCallTool, cp.Name, err, status)
 	}
@@ -927,6 +958,7 @@ func (s *Session) down(cause error) {
 	if c := s.lt.conn; c != nil {
 		// Fails the calls in flight, which the SDK's graceful close waits
 		// for. It is not the caller's to wait for.
+		s.late.downClose.Add(1)
 		go func() { _ = c.Close() }()
 	}
 }
@@ -972,9 +1004,9 @@ func (s *Session) InitializeResult() *mcp.InitializeResult { return s.cs.Initial
 // empty), redacted and capped like every other. f must use ctx, or a context
 // derived from it, for its requests.
 func (s *Session) Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error {
-	ctx, status := withStatus(ctx)
-	err := f(ctx, s.cs)
-	s.done(ctx, status)
+	sctx, status := withStatus(ctx)
+	err := f(sctx, s.cs)
+	s.doneAfter(ctx, status)
 	if err != nil {
 		return s.wrap(op, name, err, status)
 	}
@@ -1005,9 +1037,21 @@ func (s *Session) done(ctx context.Context, rec *answers) {
 	if rec == nil {
 		return
 	}
-	if rec.hasID {
+	s.forget(rec)
+	s.cancelPending(ctx, rec)
+}
+
+// forget forgets the request of rec: its answer, if one comes, is not looked for.
+func (s *Session) forget(rec *answers) {
+	if rec != nil && rec.hasID {
 		s.awaiting.Delete(rec.id)
 	}
+}
+
+// cancelPending notes, if the caller of rec's request (made under ctx) gave up once
+// it was sent, that the SDK writes its notifications/cancelled next, which a close
+// waits for (see pendingCancels).
+func (s *Session) cancelPending(ctx context.Context, rec *answers) {
 	if ctx.Err() != nil && (rec.hasID || rec.sent.Load()) && !rec.answered.Load() {
 		rec.pending = &s.cancels
 		rec.gaveUp()

@@ -235,15 +235,26 @@ type sleepArgs struct {
 }
 
 // sleep returns the handler of a tool that waits ms milliseconds, then answers with
-// answer; it ends early when the call is canceled or the server is released.
+// answer; it ends early when the call is canceled or the server is released. The
+// server's stats count "started ANSWER" as it begins, "ended ANSWER" when its
+// context ends first (the call was cancelled), "answered ANSWER" when it answers.
 func (st *server) sleep(answer string) func(context.Context, *mcp.CallToolRequest, sleepArgs) (*mcp.CallToolResult, any, error) {
 	return func(ctx context.Context, _ *mcp.CallToolRequest, in sleepArgs) (*mcp.CallToolResult, any, error) {
+		st.mu.Lock()
+		st.counts["started "+answer]++
+		st.mu.Unlock()
 		t := time.NewTimer(time.Duration(in.Ms) * time.Millisecond)
 		defer t.Stop()
 		select {
 		case <-t.C:
+			st.mu.Lock()
+			st.counts["answered "+answer]++
+			st.mu.Unlock()
 			return text(answer), nil, nil
 		case <-ctx.Done():
+			st.mu.Lock()
+			st.counts["ended "+answer]++
+			st.mu.Unlock()
 			return nil, nil, ctx.Err()
 		case <-st.release:
 			return nil, nil, errors.New("released")

@@ -74,9 +74,11 @@ client.setNotificationHandler(ResourceListChangedNotificationSchema, () => { see
 // forgetting the call's progress handler: a progress read in the same chunk as its
 // call's result reaches onerror as "unknown token" instead of onprogress.
 const lateProgress = [];
+const clientErrors = [];
 client.onerror = (e) => {
   const m = /Received a progress notification for an unknown token: (.*)$/s.exec(String(e && e.message || e));
   if (m) lateProgress.push(JSON.parse(m[1]).params);
+  clientErrors.push(String(e && e.message || e));
 };
 
 const checks = {};
@@ -187,6 +189,11 @@ await check("cancellation", async () => {
   expect(Date.now() - start < 5000, "the abort took too long");
   await until("notifications/cancelled at the backend", 5000, async () =>
     (JSON.parse(await callText("example__stats"))["notifications/cancelled"] || 0) > before);
+  // The gateway answers no request its client cancelled (the spec's SHOULD NOT):
+  // the client would report the answer as one to an unknown request.
+  await sleep(200);
+  const stray = clientErrors.filter((e) => /unknown message ID/.test(e));
+  expect(stray.length === 0, `${stray}`);
 });
 
 for (const server of ["example", "old"]) {
