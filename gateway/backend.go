@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
@@ -173,11 +174,13 @@ const maxCut = 1024
 
 // serverFinished, if set, is called (with calls.mu held) once a backend is done
 // with a call a front gave up on (a hook for tests).
-var serverFinished func(server string)
+// (Atomic: a backend session of an earlier test may end, and call it, as the next
+// test sets it.)
+var serverFinished atomic.Pointer[func(server string)]
 
 // callEnded, if set, is called (with calls.mu held) as a front call ends, cut or not
 // (a hook for tests).
-var callEnded func(server string, cut bool)
+var callEnded atomic.Pointer[func(server string, cut bool)]
 
 // start publishes a front call, with its parking (nil if it takes no input
 // requests): the backend's requests read it from then on (see askFront).
@@ -207,8 +210,8 @@ func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Reque
 func (cs *calls) end(fc *frontCall, cut bool) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if callEnded != nil {
-		defer callEnded(fc.server, cut)
+	if f := callEnded.Load(); f != nil {
+		defer (*f)(fc.server, cut)
 	}
 	delete(cs.by[fc.server], fc)
 	if len(cs.by[fc.server]) == 0 {
@@ -239,8 +242,8 @@ func (fc *frontCall) ServerFinished() {
 	cs := fc.calls
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
-	if serverFinished != nil {
-		defer serverFinished(fc.server)
+	if f := serverFinished.Load(); f != nil {
+		defer (*f)(fc.server)
 	}
 	fc.finished = true
 	l := cs.cut[fc.server]

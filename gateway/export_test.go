@@ -157,18 +157,16 @@ func SetSweepLooked(f func()) (restore func()) {
 // call a front gave up on (see frontCall.ServerFinished), until the returned
 // function restores it.
 func SetServerFinished(f func(server string)) (restore func()) {
-	old := serverFinished
-	serverFinished = f
-	return func() { serverFinished = old }
+	old := serverFinished.Swap(&f)
+	return func() { serverFinished.Store(old) }
 }
 
 // SetCallEnded sets the hook called as a front call to a backend ends (cut: the
 // front cancelled it before its backend answered), until the returned function
 // restores it.
 func SetCallEnded(f func(server string, cut bool)) (restore func()) {
-	old := callEnded
-	callEnded = f
-	return func() { callEnded = old }
+	old := callEnded.Swap(&f)
+	return func() { callEnded.Store(old) }
 }
 
 // AnswerlessKept returns how many cancelled requests of stateful HTTP sessions the
