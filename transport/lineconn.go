@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 
@@ -80,6 +81,12 @@ type lineConn struct {
 	cancelMu   sync.Mutex
 	cancelled  map[jsonrpc.ID]struct{}
 	ncancelled atomic.Int32
+
+	// inFlight are the IDs of the requests a front has read and not yet
+	// answered: a request reusing one is refused by the front (see admit), as
+	// the go-sdk drops it unanswered, which also kept its token of unanswered
+	// for good. Under cancelMu; nil but on a front.
+	inFlight map[jsonrpc.ID]struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -183,12 +190,15 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			return nil, io.EOF
 		}
 		if v.tooLong {
-			if err := c.answerBadLine(v.raw, errLineTooLong); err != nil {
+			if err := c.answerBadLine(v.raw, errFrontLineTooLong); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		msgs, batch, err := decodeLine(v.raw)
+		msgs, batch, err := decodeLine(v.raw, c.front)
+		if err == nil && c.front {
+			err = c.admit(msgs)
+		}
 		if err == nil {
 			c.queue = msgs[1:] // kept even if the batch is refused below, as the SDK keeps them
 			if batch {
@@ -291,6 +301,57 @@ func (c *lineConn) hold(ctx context.Context, msg jsonrpc.Message) error {
 	}
 }
 
+// admit notes, on a front, the IDs of the requests of a line read (one message,
+// or a batch), and refuses the line if one of them is in use by a request not
+// yet answered, or twice in the batch: MCP forbids it, and the go-sdk drops such
+// a request unanswered (not to attribute its error to the other one), which left
+// it holding its token of unanswered for good (4,096 of them, and the front read
+// nothing more).
+func (c *lineConn) admit(msgs []jsonrpc.Message) error {
+	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	for i, msg := range msgs {
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || !req.IsCall() {
+			continue
+		}
+		_, used := c.inFlight[req.ID]
+		for _, other := range msgs[:i] {
+			if o, ok := other.(*jsonrpc.Request); ok && o.IsCall() && o.ID == req.ID {
+				used = true
+			}
+		}
+		if used {
+			return fmt.Errorf("%w: %s", errIDInUse, idText(req.ID))
+		}
+	}
+	for _, msg := range msgs {
+		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+			if c.inFlight == nil {
+				c.inFlight = map[jsonrpc.ID]struct{}{}
+			}
+			c.inFlight[req.ID] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// answered forgets, on a front, the ID of a request being answered.
+func (c *lineConn) answered(id jsonrpc.ID) {
+	c.cancelMu.Lock()
+	delete(c.inFlight, id)
+	c.cancelMu.Unlock()
+}
+
+// idText is an ID as JSON writes it.
+func idText(id jsonrpc.ID) string {
+	raw, err := json.Marshal(id.Raw())
+	if err != nil {
+		return "?"
+	}
+	return string(raw)
+}
+
 // maxCancelled bounds the cancelled requests a front remembers: a client that
 // cancels requests already answered leaves their IDs behind.
 const maxCancelled = 1024
@@ -370,6 +431,9 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 			}
 		}()
 	}
+	if resp, ok := msg.(*jsonrpc.Response); ok && c.front {
+		c.answered(resp.ID) // before its answer goes out: the client may use the ID again once it has it
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -422,8 +486,10 @@ func (c *lineConn) Close() error {
 
 // decodeLine decodes one value read from a stdio server: a message, or a
 // batch of them (which the go-sdk's stdio connection accepts from a server at
-// every protocol version, since its session never tells it the version).
-func decodeLine(data []byte) (msgs []jsonrpc.Message, isBatch bool, _ error) {
+// every protocol version, since its session never tells it the version). On a
+// front (exactIDs), a numeric ID that the go-sdk's ID cannot hold exactly is an
+// error (see exactID).
+func decodeLine(data []byte, exactIDs bool) (msgs []jsonrpc.Message, isBatch bool, _ error) {
 	if err := checkDepth(data); err != nil {
 		return nil, false, err
 	}
@@ -435,7 +501,7 @@ func decodeLine(data []byte) (msgs []jsonrpc.Message, isBatch bool, _ error) {
 			}
 			msgs := make([]jsonrpc.Message, 0, len(batch))
 			for _, raw := range batch {
-				msg, err := decodeMessage(raw)
+				msg, err := decodeMessageIDs(raw, exactIDs)
 				if err != nil {
 					return nil, true, err
 				}
@@ -444,7 +510,7 @@ func decodeLine(data []byte) (msgs []jsonrpc.Message, isBatch bool, _ error) {
 			return msgs, true, nil
 		}
 	}
-	msg, err := decodeMessage(data)
+	msg, err := decodeMessageIDs(data, exactIDs)
 	if err != nil {
 		return nil, false, err
 	}
@@ -463,12 +529,21 @@ type wireMessage struct {
 
 // decodeMessage decodes one JSON-RPC message as jsonrpc.DecodeMessage does.
 func decodeMessage(data []byte) (jsonrpc.Message, error) {
+	return decodeMessageIDs(data, false)
+}
+
+// decodeMessageIDs decodes one JSON-RPC message as jsonrpc.DecodeMessage does; with
+// exactIDs, a numeric ID must be one an int64 holds as it was written (exactID).
+func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	var msg wireMessage
 	if err := unmarshal(data, &msg); err != nil {
 		return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
 	}
 	if msg.VersionTag != "2.0" {
 		return nil, fmt.Errorf("invalid message version tag %q; expected %q", msg.VersionTag, "2.0")
+	}
+	if f, ok := msg.ID.(float64); ok && exactIDs && !exactID(f) {
+		return nil, errInexactID
 	}
 	id, err := jsonrpc.MakeID(msg.ID)
 	if err != nil {
@@ -490,6 +565,24 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 	}
 	return resp, nil
 }
+
+// exactID reports whether a numeric ID, as decoded (a float64), is the integer
+// that was written: the go-sdk makes an int64 of it, so a fraction (1.5) or an
+// integer past 2^53 (whose last digits the float64 lost) would be answered under
+// another ID, which a client could take for the answer to another request.
+func exactID(f float64) bool {
+	return f == math.Trunc(f) && math.Abs(f) < 1<<53
+}
+
+// errIDInUse is a front's error for a request whose ID is that of a request not
+// yet answered.
+var errIDInUse = errors.New("the request ID is in use by a request not yet answered")
+
+// errFrontLineTooLong is a front's error for a line longer than maxLineLength.
+var errFrontLineTooLong = fmt.Errorf("the line exceeds the maximum length of a message (%d bytes)", maxLineLength)
+
+// errInexactID is a front's error for a request whose numeric ID exactID refuses.
+var errInexactID = errors.New("a numeric request ID must be an integer between -2^53 and 2^53 (exclusive)")
 
 // errInvalidRequest is the error of a message that is neither a request nor
 // a response (the go-sdk's jsonrpc2.ErrInvalidRequest, which is not exported).

@@ -30,7 +30,11 @@ import (
 // requests read wait for their answers to be written (a client that reads none),
 // no more is read. A request its client cancels (notifications/cancelled) is not
 // answered, as MCP asks (the go-sdk's server would answer it with its handler's
-// error), unless it came in a batch.
+// error), unless it came in a batch. A request whose ID is that of a request not
+// yet answered (MCP forbids it; the go-sdk drops it unanswered) gets -32600 with
+// a null id, and so does a batch holding one; a numeric ID must be an integer
+// below 2^53 in magnitude (the go-sdk's ID, an int64 made from a float64, would
+// answer 1.5 as 1): another gets -32600 under the ID as it was written.
 func ServerStdio(r io.ReadCloser, w io.Writer) mcp.Transport {
 	return &stdioFront{r: r, w: w}
 }
@@ -134,17 +138,23 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 			message += ": " + syn.Error()
 		}
 	}
-	if errors.Is(cause, errLineTooLong) {
+	if errors.Is(cause, errFrontLineTooLong) {
 		code, message = jsonrpc.CodeInvalidRequest, "Invalid request: "+cause.Error()
 	}
+	// The line's ID as it was written, where it is a string or a number (a
+	// number the go-sdk's ID cannot hold exactly included: see exactID); null
+	// otherwise, and for a request refused for its ID's being in use (the
+	// answer would be taken for the other request's).
 	id := json.RawMessage("null")
 	var probe struct {
-		ID any `json:"id"`
+		ID json.RawMessage `json:"id"`
 	}
-	if json.Unmarshal(line, &probe) == nil {
-		if v, err := jsonrpc.MakeID(probe.ID); err == nil && v.IsValid() {
-			if raw, err := json.Marshal(v.Raw()); err == nil {
-				id = raw
+	if json.Unmarshal(line, &probe) == nil && !errors.Is(cause, errIDInUse) {
+		var v any
+		if json.Unmarshal(probe.ID, &v) == nil {
+			switch v.(type) {
+			case string, float64:
+				id = probe.ID
 			}
 		}
 	}

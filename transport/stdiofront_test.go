@@ -31,8 +31,11 @@ func TestServerStdioSkipsBadLines(t *testing.T) {
 
 	send := lineSender(t, inW)
 	type answer struct {
-		ID     any
-		Error  *struct{ Code int64 }
+		ID    any
+		Error *struct {
+			Code    int64
+			Message string
+		}
 		Result json.RawMessage
 	}
 	next := func() answer {
@@ -72,6 +75,10 @@ func TestServerStdioSkipsBadLines(t *testing.T) {
 		a := next()
 		if got := []any{a.ID, errCode(a)}; !cmp.Equal(got, []any{tc.wantID, tc.wantCode}) {
 			t.Errorf("%s: answered id and code %v, want %v", tc.name, got, []any{tc.wantID, tc.wantCode})
+		}
+		// The host's line, not a server's message (as the error once said).
+		if tc.name == "too long" && (a.Error == nil || !strings.Contains(a.Error.Message, "the line exceeds")) {
+			t.Errorf("too long: answered %+v, want the line's length named", a.Error)
 		}
 	}
 
@@ -278,4 +285,92 @@ func lineSender(t *testing.T, w io.Writer) func(line string) {
 			t.Fatalf("writing %.40q: %v", line, err)
 		}
 	}
+}
+
+// TestServerStdioRequestIDs: a front answers every request under the ID its client
+// wrote, or refuses it. A request reusing the ID of one not yet answered (MCP
+// forbids it) was dropped unanswered by the go-sdk, and kept its token of
+// unanswered for good: maxUnanswered of them and the front read nothing more, the
+// host's later requests never answered. A numeric ID the go-sdk's ID cannot hold
+// exactly (1.5, or an integer past 2^53) was answered under another (1, or the
+// nearest float64), which a client could take for the answer to another request.
+func TestServerStdioRequestIDs(t *testing.T) {
+	defer func(n int) { maxUnanswered = n }(maxUnanswered)
+	maxUnanswered = 8
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "block"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inW, outR, done := runStdioFront(ctx, srv)
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		answers := bufio.NewReader(outR)
+		for {
+			line, err := answers.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimSpace(line)
+		}
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case line := <-lines:
+			return line
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no answer in 5s", what)
+			return ""
+		}
+	}
+	send := lineSender(t, inW)
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	next("initialize")
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	send(`{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	for i := range 2 * maxUnanswered {
+		send(`{"jsonrpc":"2.0","id":50,"method":"ping"}`)
+		if a := next(fmt.Sprintf("a ping reusing the ID of the call in flight (%d)", i+1)); !strings.Contains(a, `"id":null`) || !strings.Contains(a, "-32600") || !strings.Contains(a, "in use") {
+			t.Fatalf("a ping reusing the ID of the call in flight was answered %s, want -32600 with a null ID", a)
+		}
+	}
+	send(`[{"jsonrpc":"2.0","id":51,"method":"ping"},{"jsonrpc":"2.0","id":50,"method":"ping"}]`)
+	if a := next("a batch reusing the ID"); !strings.Contains(a, "-32600") || !strings.Contains(a, "in use") {
+		t.Errorf("a batch reusing the ID of the call in flight was answered %s", a)
+	}
+	send(`[{"jsonrpc":"2.0","id":52,"method":"ping"},{"jsonrpc":"2.0","id":52,"method":"ping"}]`)
+	if a := next("a batch with one ID twice"); !strings.Contains(a, "-32600") {
+		t.Errorf("a batch with one ID twice was answered %s", a)
+	}
+	for _, tc := range []struct{ id, want string }{
+		{`1.5`, `{"jsonrpc":"2.0","id":1.5,"error":`},
+		{`9007199254740993`, `{"jsonrpc":"2.0","id":9007199254740993,"error":`},
+		{`-1e300`, `{"jsonrpc":"2.0","id":-1e300,"error":`},
+		{`9007199254740991`, `{"jsonrpc":"2.0","id":9007199254740991,"result":{}}`},
+		{`1e3`, `{"jsonrpc":"2.0","id":1000,"result":{}}`},
+		{`"s"`, `{"jsonrpc":"2.0","id":"s","result":{}}`},
+		{`51`, `{"jsonrpc":"2.0","id":51,"result":{}}`}, // not taken by the refused batch
+	} {
+		send(`{"jsonrpc":"2.0","id":` + tc.id + `,"method":"ping"}`)
+		if a := next("a ping of ID " + tc.id); !strings.HasPrefix(a, tc.want) {
+			t.Errorf("a ping of ID %s was answered %s, want %s...", tc.id, a, tc.want)
+		}
+	}
+	// The call's ID is free again once it is answered.
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":50}}`)
+	time.Sleep(100 * time.Millisecond) // its handler returns, its answer dropped
+	send(`{"jsonrpc":"2.0","id":50,"method":"ping"}`)
+	if a := next("a ping of the cancelled call's ID"); a != `{"jsonrpc":"2.0","id":50,"result":{}}` {
+		t.Errorf("a ping of the cancelled call's ID was answered %s", a)
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	outR.Close()
 }
