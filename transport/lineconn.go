@@ -10,6 +10,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -64,8 +65,10 @@ type lineConn struct {
 
 	queue []jsonrpc.Message // the rest of a batch; reads are serialized
 	// unanswered holds a token for each request a front has read and not yet
-	// answered (see maxUnanswered); nil but on a front.
-	unanswered chan struct{}
+	// answered (see maxUnanswered); nil but on a front. answeredOne is told (if
+	// it is not already) each time one is given back, for drain.
+	unanswered  chan struct{}
+	answeredOne chan struct{}
 
 	writeMu sync.Mutex
 
@@ -183,6 +186,9 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 				case <-c.closed:
 					return nil, io.EOF // the read failed because we closed the stream
 				default:
+				}
+				if c.front && errors.Is(v.err, io.EOF) {
+					c.drain(ctx)
 				}
 				return nil, v.err
 			}
@@ -352,6 +358,36 @@ func idText(id jsonrpc.ID) string {
 	return string(raw)
 }
 
+// drainGrace is how long a front, at the end of its stdin, lets the requests
+// it has read and not yet answered run on before it reports the end (which has
+// the go-sdk cancel them): a variable for tests.
+var drainGrace = 5 * time.Second
+
+// drain waits, on a front whose stdin has ended, until every request read has
+// been answered, for at most drainGrace (and until ctx ends or the connection
+// is closed). A client that writes its requests and closes its stdin, as a
+// shell pipeline or a script does (and as MCP's stdio shutdown begins, the
+// client then waiting for the server to exit), gets their answers: the end
+// reported at once had the go-sdk cancel them all, unanswered.
+func (c *lineConn) drain(ctx context.Context) {
+	if len(c.unanswered) == 0 {
+		return
+	}
+	grace := time.NewTimer(drainGrace)
+	defer grace.Stop()
+	for len(c.unanswered) > 0 {
+		select {
+		case <-c.answeredOne:
+		case <-grace.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-c.closed:
+			return
+		}
+	}
+}
+
 // maxCancelled bounds the cancelled requests a front remembers: a client that
 // cancels requests already answered leaves their IDs behind.
 const maxCancelled = 1024
@@ -427,6 +463,10 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		defer func() { // once written, or not to be: its request is answered
 			select {
 			case <-c.unanswered:
+			default:
+			}
+			select {
+			case c.answeredOne <- struct{}{}:
 			default:
 			}
 		}()

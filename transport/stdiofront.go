@@ -35,6 +35,9 @@ import (
 // a null id, and so does a batch holding one; a numeric ID must be an integer
 // below 2^53 in magnitude (the go-sdk's ID, an int64 made from a float64, would
 // answer 1.5 as 1): another gets -32600 under the ID as it was written.
+// At the end of r, the requests read and not yet answered get up to 5 s to be
+// answered (a client that writes its requests and closes its end, as a script
+// or MCP's stdio shutdown does, gets their answers), then the session ends.
 func ServerStdio(r io.ReadCloser, w io.Writer) mcp.Transport {
 	return &stdioFront{r: r, w: w}
 }
@@ -48,7 +51,7 @@ type stdioFront struct {
 func (t *stdioFront) Connect(context.Context) (mcp.Connection, error) {
 	incoming := make(chan lineOrErr)
 	c := &lineConn{r: t.r, w: openWriter{t.w}, incoming: incoming, closed: make(chan struct{}), front: true,
-		unanswered: make(chan struct{}, maxUnanswered)}
+		unanswered: make(chan struct{}, maxUnanswered), answeredOne: make(chan struct{}, 1)}
 	go c.readLines(incoming)
 	return c, nil
 }

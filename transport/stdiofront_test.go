@@ -374,3 +374,74 @@ func TestServerStdioRequestIDs(t *testing.T) {
 	}
 	outR.Close()
 }
+
+// TestServerStdioAnswersAtTheEnd: a client that writes its requests and closes its
+// stdin (a shell pipeline, a script; MCP's stdio shutdown begins so) gets their
+// answers: the front reported the end at once, and the go-sdk cancelled every
+// request in flight, unanswered. A request that does not end is given up after
+// drainGrace, and the session ends.
+func TestServerStdioAnswersAtTheEnd(t *testing.T) {
+	defer func(d time.Duration) { drainGrace = d }(drainGrace)
+	drainGrace = 2 * time.Second
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "slow"}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct{ MS int }) (*mcp.CallToolResult, any, error) {
+		select {
+		case <-time.After(time.Duration(in.MS) * time.Millisecond):
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint("slept ", in.MS)}}}, nil, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		ms   int // how long the calls take
+		want int // answers to the calls
+	}{
+		{"answered", 200, 3},
+		{"given up", 600000, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			inW, outR, done := runStdioFront(ctx, srv)
+			var lines []string
+			read := make(chan struct{})
+			go func() {
+				defer close(read)
+				answers := bufio.NewScanner(outR)
+				for answers.Scan() {
+					lines = append(lines, answers.Text())
+				}
+			}()
+			script := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
+				`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n"
+			for i := 1; i <= 3; i++ {
+				script += fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow","arguments":{"MS":%d}}}`+"\n", i, tc.ms)
+			}
+			start := time.Now()
+			if _, err := io.WriteString(inW, script); err != nil {
+				t.Fatal(err)
+			}
+			inW.Close()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("Run did not return 20s after the end of stdin")
+			}
+			took := time.Since(start)
+			<-read
+			calls := 0
+			for _, l := range lines {
+				if strings.Contains(l, "slept") {
+					calls++
+				}
+			}
+			if calls != tc.want {
+				t.Errorf("%d calls answered, want %d:\n%s", calls, tc.want, strings.Join(lines, "\n"))
+			}
+			if tc.want == 0 && took < drainGrace {
+				t.Errorf("the session ended %v after stdin's end, want the grace (%v) given", took, drainGrace)
+			}
+		})
+	}
+}

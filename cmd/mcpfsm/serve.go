@@ -49,8 +49,9 @@ A server that is down keeps its tools listed, and a call to one of them fails at
 once with a tool error result that says why (state, last failure, next try).
 
 By default the gateway speaks MCP over stdin and stdout, for a host that launches
-it as a command, and exits when its client closes stdin or stdout (a line
-that is not a message gets a JSON-RPC error and is skipped). With --http it
+it as a command, and exits when its client closes stdin or stdout (at
+stdin's end the requests in flight first get up to 5 s to be answered); a line
+that is not a message gets a JSON-RPC error and is skipped. With --http it
 serves streamable HTTP on ADDR (a host without an address, such as :8080, binds
 127.0.0.1; write 0.0.0.0:8080 to listen on every interface): stateful sessions
 for clients before protocol 2026-07-28, stateless requests for clients on it.

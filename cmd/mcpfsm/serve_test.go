@@ -537,6 +537,41 @@ func TestServeStdioSurvivesGarbage(t *testing.T) {
 	}
 }
 
+// TestServeStdioAnswersAtStdinsEnd: a host that writes its requests and closes the
+// gateway's stdin (a shell pipeline, a script; MCP's stdio shutdown begins so) gets
+// the answers to the requests in flight, then the gateway exits: at stdin's end the
+// go-sdk cancelled them all, and the calls' answers were lost. The 5 s grace is
+// given to requests in flight only: with none, serve exits at once.
+func TestServeStdioAnswersAtStdinsEnd(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+	cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"example__echo","arguments":{"text":"piped"}}}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"example__slow","arguments":{"ms":300}}}
+`)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mcpfsm serve < script: %v\nstderr:\n%s", err, stderr.String())
+	}
+	answered := map[float64]string{}
+	for line := range strings.Lines(stdout.String()) {
+		var a struct {
+			ID     float64
+			Result json.RawMessage
+		}
+		if json.Unmarshal([]byte(line), &a) == nil && a.ID != 0 {
+			answered[a.ID] = string(a.Result)
+		}
+	}
+	if !strings.Contains(answered[2], "piped") || !strings.Contains(answered[3], "slept") {
+		t.Errorf("the calls in flight at stdin's end were answered %v; stdout:\n%s\nstderr:\n%s", answered, stdout.String(), stderr.String())
+	}
+}
+
 // TestServeStopsWithStdoutUnread: SIGTERM ends the gateway within its bounds even
 // when its stdio client has stopped reading its answers (stdout full): the SDK's
 // close of the stdio session waits for a write that never ends, and serve waited
