@@ -436,6 +436,43 @@ func holdInFlight(cs *mcp.ClientSession, ms int) <-chan error {
 	return done
 }
 
+// TestGateway_ReloadRemovesAServerUnderACall: a call in flight to a server that a
+// reload removes (here renamed) ends once the server's close does (its
+// teardown_timeout at most), as a tool error that says the reload removed the
+// server: it said only that the session broke ("artifact"), as if the server had
+// failed.
+func TestGateway_ReloadRemovesAServerUnderACall(t *testing.T) {
+	b := inMemory("b", testserver.Options{})
+	g := start(t, config(inMemory("a", testserver.Options{}), b), gateway.Options{})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("b__hold"))
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "b__hold", Arguments: map[string]any{"ms": 600000}})
+		if err != nil {
+			res = toolError(err.Error())
+		}
+		done <- res
+	}()
+	time.Sleep(300 * time.Millisecond) // the call reaches the backend
+	renamed := inMemory("c", testserver.Options{})
+	if _, err := g.Reload(callCtx(t), config(inMemory("a", testserver.Options{}), renamed)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if !res.IsError || !strings.Contains(text(res), `server "b" was removed by a reload while the request ran`) {
+			t.Errorf("the call to the removed server answered %q, want a tool error saying the reload removed it", text(res))
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the call to the removed server did not end")
+	}
+}
+
+func toolError(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "(protocol error) " + msg}}}
+}
+
 // TestGateway_CloseWithCallInFlight: Close cancels the front's requests in flight and
 // closes the front's sessions before the backends. The SDK's close of a front session
 // waits for its requests, which wait for their backends: closing the sessions first,
