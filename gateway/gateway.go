@@ -658,6 +658,13 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: t.unknown("prompt", p.Name)}
 				}
 			}
+		case "logging/setLevel":
+			// The go-sdk's server takes any level, and the gateway would keep it
+			// as the session's: the client told it was set, the backends refusing
+			// it (or, as the least verbose of all, set to it).
+			if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok && levelRank(p.Level) == len(levelOrder) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("mcpfsm gateway: %.40q is not a log level: want one of %s", p.Level, levelList)}
+			}
 		}
 		res, err := next(ctx, method, req)
 		if err != nil {

@@ -672,6 +672,26 @@ func TestGateway_LogLevelOfANewerRequest(t *testing.T) {
 	}
 }
 
+// TestGateway_UnknownLogLevelRefused: a front session's logging/setLevel with a level
+// that is not one of the protocol's eight is refused (-32602): the go-sdk's server
+// took it, the client was told it was set, and the gateway kept it as the session's
+// level and asked every backend for it (which refused it).
+func TestGateway_UnknownLogLevelRefused(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("a__echo"))
+	for _, level := range []mcp.LoggingLevel{"LOUD", "", "Debug"} {
+		err := cs.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: level})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, "not a log level") {
+			t.Errorf("setLevel %q: %v, want invalid params", level, err)
+		}
+	}
+	if err := cs.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Errorf("setLevel debug: %v", err)
+	}
+}
+
 // TestGateway_LevelWhileBackendDown: front sessions that set their log level again
 // and again while a backend is connecting hold one goroutine for it, not one each
 // (2,000 setLevel: 2,000 goroutines, each waiting up to 5 minutes); and a backend
