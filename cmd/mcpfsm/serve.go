@@ -264,11 +264,18 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		}()
 	}
 	stdioDone := make(chan error, 1)
+	// hostCtx ends with the stdio session too (the host is gone): a reload under
+	// way then stops at once, where serve's loop saw the end only once the reload
+	// was over (up to its 30 s, a removed backend slow to close).
+	hostCtx, hostGone := context.WithCancel(ctx)
+	defer hostGone()
 	if *httpAddr == "" || *alsoStdio {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stdioDone <- g.Server().Run(ctx, transport.ServerStdio(os.Stdin, os.Stdout))
+			err := g.Server().Run(ctx, transport.ServerStdio(os.Stdin, os.Stdout))
+			stdioDone <- err
+			hostGone()
 		}()
 	}
 
@@ -284,7 +291,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			logger.Warn("mcpfsm serve: reload failed, keeping the running config", "why", why, "err", errorText(err))
 			return
 		}
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		rctx, cancel := context.WithTimeout(hostCtx, 30*time.Second)
 		res, err := g.Reload(rctx, next)
 		cancel()
 		if err != nil {

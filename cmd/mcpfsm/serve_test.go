@@ -572,6 +572,58 @@ func TestServeStdioAnswersAtStdinsEnd(t *testing.T) {
 	}
 }
 
+// TestServeStdinEndsDuringAReload: the end of stdin while a reload waits for a
+// removed backend's close (it ignores SIGTERM and its stdin's end, its teardown
+// timeout a minute) ends the reload at once, and the gateway exits within its close's
+// bound: serve's loop saw the end only once the reload was over, its 30 s, and then
+// closed for up to 15 s more.
+func TestServeStdinEndsDuringAReload(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "servers.yaml")
+	bin := mcpfsmBin(t)
+	write := func(deaf bool) {
+		t.Helper()
+		s := fmt.Sprintf("version: 1\nservers:\n  a:\n    command: %s\n    args: [example-server]\n", bin)
+		if deaf {
+			s += fmt.Sprintf("  deaf:\n    command: /bin/sh\n    args: [-c, 'trap \"\" TERM; %s example-server; exec sleep 60']\n    policies:\n      teardown_timeout: 60s\n", bin)
+		}
+		if err := os.WriteFile(cfg, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var stderr testutil.SyncBuffer
+	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg)
+	answers := bufio.NewReader(stdout)
+	for _, line := range []string{
+		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
+		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" + `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
+	} {
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := answers.ReadBytes('\n'); err != nil {
+			t.Fatalf("no answer: %v\nstderr:\n%s", err, stderr.String())
+		}
+	}
+	go func() { _, _ = io.Copy(io.Discard, answers) }()
+	write(false)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the reload waits for deaf's close
+	start := time.Now()
+	stdin.Close()
+	if err := exited(t, cmd, 60*time.Second, "after stdin's end during a reload", &stderr); err != nil {
+		t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+	}
+	if d := time.Since(start); d > 25*time.Second {
+		t.Errorf("exited %v after stdin's end during a reload, want within the close's 15 s\nstderr:\n%s", d.Round(time.Millisecond), stderr.String())
+	}
+}
+
 // TestServeStopsWithStdoutUnread: SIGTERM ends the gateway within its bounds even
 // when its stdio client has stopped reading its answers (stdout full): the SDK's
 // close of the stdio session waits for a write that never ends, and serve waited
