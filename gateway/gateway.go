@@ -328,8 +328,15 @@ func (g *Gateway) Close(ctx context.Context) error {
 	go func() { g.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		return err
+	default: // a backend's close may have taken all of ctx: done is looked at first
+	}
+	select {
+	case <-done:
 	case <-ctx.Done():
-		return errors.Join(err, ctx.Err())
+		// Said with what was waited for: a bare "context deadline exceeded"
+		// followed a backend's close that took all of ctx, on a line of its own.
+		return errors.Join(err, fmt.Errorf("the gateway's own work did not end: %w", ctx.Err()))
 	}
 	return err
 }

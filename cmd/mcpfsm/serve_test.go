@@ -622,6 +622,17 @@ func TestServeStdinEndsDuringAReload(t *testing.T) {
 	if d := time.Since(start); d > 25*time.Second {
 		t.Errorf("exited %v after stdin's end during a reload, want within the close's 15 s\nstderr:\n%s", d.Round(time.Millisecond), stderr.String())
 	}
+	// The backend's close is said, and nothing without saying what it is about
+	// (the gateway's close added a bare "context deadline exceeded" line).
+	out := stderr.String()
+	if !strings.Contains(out, "closing deaf") {
+		t.Errorf("the backend's close is not said:\n%s", out)
+	}
+	for line := range strings.Lines(out) {
+		if strings.TrimSpace(line) == context.DeadlineExceeded.Error() {
+			t.Errorf("a line says only %q:\n%s", line, out)
+		}
+	}
 }
 
 // TestServeStopsWithStdoutUnread: SIGTERM ends the gateway within its bounds even
