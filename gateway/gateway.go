@@ -615,11 +615,17 @@ func (g *Gateway) newServer() *mcp.Server {
 // spec lets a client not open). The go-sdk warned once per such session at every
 // list change: at each reload, three times the sessions open (30,000 with the
 // default --max-sessions), drowning the warnings that matter.
+//
+// It also makes a debug record of the go-sdk's error that Server.Run's context ended
+// ("server run cancelled"): that is how a stdio front is stopped (serve's SIGTERM or
+// Ctrl-C), and every ordinary shutdown of a stdio-launched gateway logged an error,
+// which a host shows as the server's failure.
 type undeliveredQuiet struct{ slog.Handler }
 
 func (h undeliveredQuiet) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, "calling notifications/") &&
-		strings.HasSuffix(r.Message, "undelivered message: stream not connected or already closed") {
+		strings.HasSuffix(r.Message, "undelivered message: stream not connected or already closed") ||
+		r.Level == slog.LevelError && r.Message == "server run cancelled" {
 		if !h.Handler.Enabled(ctx, slog.LevelDebug) {
 			return nil
 		}
