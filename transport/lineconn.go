@@ -88,8 +88,10 @@ type lineConn struct {
 	// inFlight are the IDs of the requests a front has read and not yet
 	// answered: a request reusing one is refused by the front (see admit), as
 	// the go-sdk drops it unanswered, which also kept its token of unanswered
-	// for good. Under cancelMu; nil but on a front.
-	inFlight map[jsonrpc.ID]struct{}
+	// for good. Each says whether it is a 2026-07-28 subscriptions/listen,
+	// which is answered only when it ends (see drain). Under cancelMu; nil but
+	// on a front.
+	inFlight map[jsonrpc.ID]bool
 
 	closeOnce sync.Once
 	closeErr  error
@@ -334,12 +336,26 @@ func (c *lineConn) admit(msgs []jsonrpc.Message) error {
 	for _, msg := range msgs {
 		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
 			if c.inFlight == nil {
-				c.inFlight = map[jsonrpc.ID]struct{}{}
+				c.inFlight = map[jsonrpc.ID]bool{}
 			}
-			c.inFlight[req.ID] = struct{}{}
+			c.inFlight[req.ID] = req.Method == "subscriptions/listen"
 		}
 	}
 	return nil
+}
+
+// awaited is the number of requests a front has read and not yet answered,
+// listens left out: a listen is answered only when it ends.
+func (c *lineConn) awaited() int {
+	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	n := 0
+	for _, listen := range c.inFlight {
+		if !listen {
+			n++
+		}
+	}
+	return n
 }
 
 // answered forgets, on a front, the ID of a request being answered.
@@ -364,18 +380,19 @@ func idText(id jsonrpc.ID) string {
 var drainGrace = 5 * time.Second
 
 // drain waits, on a front whose stdin has ended, until every request read has
-// been answered, for at most drainGrace (and until ctx ends or the connection
-// is closed). A client that writes its requests and closes its stdin, as a
+// been answered (a 2026-07-28 listen aside: it lasts until its client ends it,
+// which it can no longer do), for at most drainGrace (and until ctx ends or the
+// connection is closed). A client that writes its requests and closes its stdin, as a
 // shell pipeline or a script does (and as MCP's stdio shutdown begins, the
 // client then waiting for the server to exit), gets their answers: the end
 // reported at once had the go-sdk cancel them all, unanswered.
 func (c *lineConn) drain(ctx context.Context) {
-	if len(c.unanswered) == 0 {
+	if c.awaited() == 0 {
 		return
 	}
 	grace := time.NewTimer(drainGrace)
 	defer grace.Stop()
-	for len(c.unanswered) > 0 {
+	for c.awaited() > 0 {
 		select {
 		case <-c.answeredOne:
 		case <-grace.C:

@@ -37,7 +37,8 @@ import (
 // answer 1.5 as 1): another gets -32600 under the ID as it was written.
 // At the end of r, the requests read and not yet answered get up to 5 s to be
 // answered (a client that writes its requests and closes its end, as a script
-// or MCP's stdio shutdown does, gets their answers), then the session ends.
+// or MCP's stdio shutdown does, gets their answers), then the session ends; a
+// 2026-07-28 subscriptions/listen, answered only when it ends, is not waited for.
 func ServerStdio(r io.ReadCloser, w io.Writer) mcp.Transport {
 	return &stdioFront{r: r, w: w}
 }

@@ -445,3 +445,39 @@ func TestServerStdioAnswersAtTheEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestServerStdioEndNotHeldByAListen: at the end of stdin a 2026-07-28
+// subscriptions/listen in flight (answered only when it ends, which its client can
+// no longer ask for) is not waited for, as a call is (drainGrace): every such
+// client's gateway would have lingered for the grace at each exit.
+func TestServerStdioEndNotHeldByAListen(t *testing.T) {
+	defer func(d time.Duration) { drainGrace = d }(drainGrace)
+	drainGrace = 10 * time.Second
+	for _, tc := range []struct {
+		method string
+		held   bool
+	}{{"subscriptions/listen", false}, {"tools/call", true}} {
+		t.Run(tc.method, func(t *testing.T) {
+			inR, inW := io.Pipe()
+			conn, err := ServerStdio(inR, io.Discard).Connect(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			go func() {
+				fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":1,"method":%q,"params":{}}`+"\n", tc.method)
+				inW.Close()
+			}()
+			if msg, err := conn.Read(context.Background()); err != nil {
+				t.Fatalf("reading the %s: %v, %v", tc.method, msg, err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err = conn.Read(ctx)
+			if held := time.Since(start) >= time.Second; held != tc.held {
+				t.Errorf("the end of stdin with a %s in flight: read %v after %v (held: %v, want %v)", tc.method, err, time.Since(start).Round(time.Millisecond), held, tc.held)
+			}
+		})
+	}
+}
