@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -632,6 +633,144 @@ func TestServeStdinEndsDuringAReload(t *testing.T) {
 		if strings.TrimSpace(line) == context.DeadlineExceeded.Error() {
 			t.Errorf("a line says only %q:\n%s", line, out)
 		}
+	}
+}
+
+// TestServeStdioReloadStorm: SIGHUPs in a row (ten, 50 ms apart; signals that come
+// during a reload are one more reload) while a stdio host calls without pause, the
+// config switching between one that removes a server and one that brings it back:
+// every request is answered once, and those to the server every config keeps all
+// succeed. Then a config that is not YAML is refused at its file:line:col, the
+// running one kept; the last config is the one in force.
+func TestServeStdioReloadStorm(t *testing.T) {
+	dir := t.TempDir()
+	bin := mcpfsmBin(t)
+	cfg := filepath.Join(dir, "servers.yaml")
+	server := func(name string) string {
+		return fmt.Sprintf("  %s:\n    command: %s\n    args: [example-server]\n", name, bin)
+	}
+	both := "version: 1\nservers:\n" + server("keep") + server("churn")
+	configs := []string{"version: 1\nservers:\n" + server("keep"), both}
+	if err := os.WriteFile(cfg, []byte(both), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var stderr testutil.SyncBuffer
+	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg)
+	defer stdin.Close()
+	answers := make(chan map[string]any, 1000)
+	go func() {
+		defer close(answers)
+		lines := bufio.NewScanner(stdout)
+		lines.Buffer(nil, 1<<20)
+		for lines.Scan() {
+			var a map[string]any
+			if json.Unmarshal(lines.Bytes(), &a) == nil && a["id"] != nil {
+				answers <- a
+			}
+		}
+	}()
+	var mu sync.Mutex
+	send := func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Errorf("writing to the gateway: %v", err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+	got := map[string]int{}
+	next := func(what string) map[string]any {
+		t.Helper()
+		select {
+		case a, ok := <-answers:
+			if !ok {
+				t.Fatalf("%s: the gateway's stdout ended; stderr:\n%s", what, stderr.String())
+			}
+			got[fmt.Sprint(a["id"])]++
+			return a
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no answer in 30 s; stderr:\n%s", what, stderr.String())
+			return nil
+		}
+	}
+	next("initialize")
+	next("tools/list")
+
+	const calls = 200
+	callsDone := make(chan struct{})
+	go func() {
+		defer close(callsDone)
+		for i := range calls {
+			tool := "keep__echo"
+			if i%2 == 1 {
+				tool = "churn__echo"
+			}
+			send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{"text":"%d"}}}`, i, tool, i))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for i := range 10 {
+		if err := os.WriteFile(cfg, []byte(configs[i%len(configs)]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	<-callsDone
+	for range calls {
+		a := next("a call")
+		id, _ := a["id"].(float64)
+		if int(id)%2 == 1 {
+			continue // churn: answered, one way or another
+		}
+		res, _ := json.Marshal(a["result"])
+		if !strings.Contains(string(res), fmt.Sprintf(`"text":"%d"`, int(id))) || strings.Contains(string(res), `"isError":true`) {
+			t.Errorf("call %v to the server every config keeps answered %v", a["id"], a)
+		}
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("request %s answered %d times", id, n)
+		}
+	}
+	// The last config of the storm (both servers) is in force; a broken one
+	// then leaves it so.
+	churnAnswers := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			send(`{"jsonrpc":"2.0","id":"last","method":"tools/call","params":{"name":"churn__echo","arguments":{"text":"back"}}}`)
+			a := next(what)
+			if res, _ := json.Marshal(a["result"]); strings.Contains(string(res), `"text":"back"`) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: churn__echo answered %v", what, a)
+			}
+		}
+	}
+	churnAnswers("after the storm")
+	if err := os.WriteFile(cfg, []byte("version: 1\nservers:\n"+server("keep")+"  churn: [unclosed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	refused := regexp.MustCompile(`reload failed, keeping the running config.*servers\.yaml:\d+:\d+: not valid YAML`)
+	for deadline := time.Now().Add(30 * time.Second); !refused.MatchString(stderr.String()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the broken config is not refused at its file:line:col:\n%s", stderr.String())
+		}
+	}
+	churnAnswers("after the broken config")
+	stdin.Close()
+	if err := exited(t, cmd, 40*time.Second, "after stdin's end", &stderr); err != nil {
+		t.Errorf("the gateway ended with %v\nstderr:\n%s", err, stderr.String())
 	}
 }
 
