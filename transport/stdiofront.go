@@ -25,7 +25,8 @@ import (
 // that is not JSON and -32600 (invalid request) for JSON that is not a message
 // or for a line longer than the go-sdk's limit (mcp.DefaultMaxLineLength, of
 // which no more is held in memory); its id is the line's, where one can be
-// read, and null otherwise. Blank lines are skipped. Batches are accepted as
+// read, and null otherwise. Blank lines are skipped, and a UTF-8 byte order
+// mark that starts the stream. Batches are accepted as
 // the go-sdk accepts them before a session's protocol is negotiated. While 4,096
 // requests read wait for their answers to be written (a client that reads none),
 // no more is read. A request its client cancels (notifications/cancelled) is not
@@ -67,8 +68,15 @@ func (openWriter) Close() error { return nil }
 // too long. It ends as readLoop does.
 func (c *lineConn) readLines(incoming chan<- lineOrErr) {
 	br := bufio.NewReaderSize(c.r, 64<<10)
-	for {
+	for first := true; ; first = false {
 		line, tooLong, err := readLine(br)
+		if first {
+			// A byte order mark that starts the stream is skipped (RFC 8259
+			// lets a parser ignore it; Windows PowerShell writes one to a
+			// native command's stdin): the client's first message, its
+			// initialize, was a parse error.
+			line = bytes.TrimPrefix(line, utf8BOM)
+		}
 		if err == nil && !tooLong && len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
@@ -94,6 +102,9 @@ func (c *lineConn) readLines(incoming chan<- lineOrErr) {
 		}
 	}
 }
+
+// utf8BOM is the byte order mark of UTF-8.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // readLine reads one line (without its end) of at most maxLineLength bytes; of a
 // longer line it reads the rest and returns the start, saying it was too long.

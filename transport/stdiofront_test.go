@@ -481,3 +481,35 @@ func TestServerStdioEndNotHeldByAListen(t *testing.T) {
 		})
 	}
 }
+
+// TestServerStdioByteOrderMark: a UTF-8 byte order mark that starts the stream (as
+// Windows PowerShell writes to a native command's stdin) is skipped: the first
+// message, the client's initialize, was answered with a parse error. One further on
+// is a line's error, as any stray byte is.
+func TestServerStdioByteOrderMark(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inW, outR, done := runStdioFront(ctx, srv)
+	answers := bufio.NewReader(outR)
+	send := lineSender(t, inW)
+	next := func() string {
+		t.Helper()
+		line, err := answers.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading an answer: %v", err)
+		}
+		return line
+	}
+	send("\xef\xbb\xbf" + `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":1,"result":`) {
+		t.Errorf("initialize after a byte order mark answered %s", a)
+	}
+	send("\xef\xbb\xbf" + `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if a := next(); !strings.Contains(a, "-32700") {
+		t.Errorf("a byte order mark past the stream's start: answered %s, want a parse error", a)
+	}
+	inW.Close()
+	<-done
+	outR.Close()
+}
