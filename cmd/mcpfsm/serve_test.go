@@ -774,6 +774,40 @@ func TestServeStdioReloadStorm(t *testing.T) {
 	}
 }
 
+// TestServeHostGoneWithoutReading: a host that writes requests, reads none of their
+// answers and closes stdin (gone without a word, not killed: stdout's pipe stays
+// open) no longer holds the gateway: the front could not read stdin's end past an
+// answer it could not write, nor the go-sdk end the session with a write under way,
+// and the gateway ran until a signal. Once stdin's writer is gone (poll(2) says so
+// without reading) and a write to stdout has waited 5 s, serve ends as at stdin's end.
+func TestServeHostGoneWithoutReading(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var stderr testutil.SyncBuffer
+	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg) // never read
+	defer stdout.Close()
+	var script strings.Builder
+	script.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n")
+	for i := range 3000 { // their answers are more than the pipe holds
+		fmt.Fprintf(&script, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`+"\n", i+1)
+	}
+	if _, err := io.WriteString(stdin, script.String()); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	stdin.Close()
+	if err := exited(t, cmd, 45*time.Second, "after its host closed stdin, its answers unread", &stderr); err != nil {
+		t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+	}
+	if d := time.Since(start); d > 35*time.Second {
+		t.Errorf("exited %v after stdin's end, want within 5 s and the close's 15 s", d.Round(time.Millisecond))
+	}
+	if !strings.Contains(stderr.String(), "stdout has not been read") {
+		t.Errorf("the gateway did not say why it ended:\n%s", stderr.String())
+	}
+}
+
 // TestServeStopsWithStdoutUnread: SIGTERM ends the gateway within its bounds even
 // when its stdio client has stopped reading its answers (stdout full): the SDK's
 // close of the stdio session waits for a write that never ends, and serve waited
