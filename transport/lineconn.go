@@ -90,8 +90,9 @@ type lineConn struct {
 	// the go-sdk drops it unanswered, which also kept its token of unanswered
 	// for good. Each says whether it is a 2026-07-28 subscriptions/listen,
 	// which is answered only when it ends (see drain). Under cancelMu; nil but
-	// on a front.
-	inFlight map[jsonrpc.ID]bool
+	// on a front. pending is the bytes of their lines (see maxPending).
+	inFlight map[jsonrpc.ID]inFlight
+	pending  int
 
 	closeOnce sync.Once
 	closeErr  error
@@ -205,7 +206,7 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		}
 		msgs, batch, err := decodeLine(v.raw, c.front)
 		if err == nil && c.front {
-			err = c.admit(msgs)
+			err = c.admit(msgs, len(v.raw))
 		}
 		if err == nil {
 			c.queue = msgs[1:] // kept even if the batch is refused below, as the SDK keeps them
@@ -315,9 +316,14 @@ func (c *lineConn) hold(ctx context.Context, msg jsonrpc.Message) error {
 // a request unanswered (not to attribute its error to the other one), which left
 // it holding its token of unanswered for good (4,096 of them, and the front read
 // nothing more).
-func (c *lineConn) admit(msgs []jsonrpc.Message) error {
+//
+// The requests also take the bytes of their line from maxPending; a line that
+// finds too few left is refused, unless nothing else is held (a line is at most
+// maxLineLength).
+func (c *lineConn) admit(msgs []jsonrpc.Message, size int) error {
 	c.cancelMu.Lock()
 	defer c.cancelMu.Unlock()
+	calls := 0
 	for i, msg := range msgs {
 		req, ok := msg.(*jsonrpc.Request)
 		if !ok || !req.IsCall() {
@@ -332,17 +338,44 @@ func (c *lineConn) admit(msgs []jsonrpc.Message) error {
 		if used {
 			return fmt.Errorf("%w: %s", errIDInUse, idText(req.ID))
 		}
+		calls++
 	}
+	if calls == 0 {
+		return nil
+	}
+	if c.pending > 0 && c.pending+size > maxPending {
+		return fmt.Errorf("%w: %d MiB held, at most %d MiB", errPendingFull, (c.pending+1<<20-1)>>20, maxPending>>20)
+	}
+	each := size / calls
 	for _, msg := range msgs {
 		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
 			if c.inFlight == nil {
-				c.inFlight = map[jsonrpc.ID]bool{}
+				c.inFlight = map[jsonrpc.ID]inFlight{}
 			}
-			c.inFlight[req.ID] = req.Method == "subscriptions/listen"
+			c.inFlight[req.ID] = inFlight{listen: req.Method == "subscriptions/listen", size: each}
+			c.pending += each
 		}
 	}
 	return nil
 }
+
+// An inFlight is a request a front has read and not yet answered.
+type inFlight struct {
+	listen bool // a 2026-07-28 subscriptions/listen, answered only when it ends
+	size   int  // its share of the bytes of its line
+}
+
+// maxPending bounds the bytes of the lines of the requests a front has read and
+// not yet answered (a variable for tests): each line read is decoded, and its
+// request forwarded, in copies that are all held until it is answered. A stdio
+// client sending 20 calls of 15 MiB at once took a gateway to 1.8 GB, and it may
+// have 1,024 of them in flight. As the HTTP front's body memory (32 MiB by
+// default), past it a request is refused at once (not waited for: a request read
+// later may be the answer the ones in flight wait for).
+var maxPending = 64 << 20
+
+// errPendingFull is a front's error for a request past maxPending.
+var errPendingFull = errors.New("the requests in flight on this session hold as many bytes as the server reads at once: wait for their answers")
 
 // awaited is the number of requests a front has read and not yet answered,
 // listens left out: a listen is answered only when it ends.
@@ -350,8 +383,8 @@ func (c *lineConn) awaited() int {
 	c.cancelMu.Lock()
 	defer c.cancelMu.Unlock()
 	n := 0
-	for _, listen := range c.inFlight {
-		if !listen {
+	for _, r := range c.inFlight {
+		if !r.listen {
 			n++
 		}
 	}
@@ -361,7 +394,10 @@ func (c *lineConn) awaited() int {
 // answered forgets, on a front, the ID of a request being answered.
 func (c *lineConn) answered(id jsonrpc.ID) {
 	c.cancelMu.Lock()
-	delete(c.inFlight, id)
+	if r, ok := c.inFlight[id]; ok {
+		c.pending -= r.size
+		delete(c.inFlight, id)
+	}
 	c.cancelMu.Unlock()
 }
 

@@ -29,7 +29,9 @@ import (
 // mark that starts the stream. Batches are accepted as
 // the go-sdk accepts them before a session's protocol is negotiated. While 4,096
 // requests read wait for their answers to be written (a client that reads none),
-// no more is read. A request its client cancels (notifications/cancelled) is not
+// no more is read. A request that would take the lines of the requests read and
+// not answered past 64 MiB gets -32603 at once (one alone is taken whatever its
+// size). A request its client cancels (notifications/cancelled) is not
 // answered, as MCP asks (the go-sdk's server would answer it with its handler's
 // error), unless it came in a batch. A request whose ID is that of a request not
 // yet answered (MCP forbids it; the go-sdk drops it unanswered) gets -32600 with
@@ -155,6 +157,9 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 	}
 	if errors.Is(cause, errFrontLineTooLong) {
 		code, message = jsonrpc.CodeInvalidRequest, "Invalid request: "+cause.Error()
+	}
+	if errors.Is(cause, errPendingFull) {
+		code, message = jsonrpc.CodeInternalError, cause.Error()
 	}
 	// The line's ID as it was written, where it is a string or a number (a
 	// number the go-sdk's ID cannot hold exactly included: see exactID); null

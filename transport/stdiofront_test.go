@@ -513,3 +513,70 @@ func TestServerStdioByteOrderMark(t *testing.T) {
 	<-done
 	outR.Close()
 }
+
+// TestServerStdioPendingBounded: the requests a front has read and not answered
+// hold at most maxPending bytes of their lines; a request past it is refused at
+// once (-32603, under its ID), not read later: a stdio client's 20 calls of 15 MiB
+// at once took a gateway to 1.8 GB, and 1,024 could be in flight. A line alone
+// is taken whatever its size; the bytes come back as requests are answered.
+func TestServerStdioPendingBounded(t *testing.T) {
+	defer func(n int, d time.Duration) { maxPending, drainGrace = n, d }(maxPending, drainGrace)
+	maxPending, drainGrace = 1<<20, 100*time.Millisecond
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "block"}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct{ Pad string }) (*mcp.CallToolResult, any, error) {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inW, outR, done := runStdioFront(ctx, srv)
+	lines := make(chan string, 10)
+	go func() {
+		answers := bufio.NewReader(outR)
+		for {
+			line, err := answers.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- line
+		}
+	}()
+	send := lineSender(t, inW)
+	next := func() string {
+		t.Helper()
+		select {
+		case line := <-lines:
+			return line
+		case <-time.After(5 * time.Second):
+			t.Fatal("no answer in 5s")
+			return ""
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	next()
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	call := func(id int, pad int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"block","arguments":{"Pad":%q}}}`, id, strings.Repeat("x", pad))
+	}
+	send(call(1, 1500<<10)) // more than maxPending, alone: taken
+	send(call(2, 100))
+	if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":2,"error":{"code":-32603`) || !strings.Contains(a, "wait for their answers") {
+		t.Errorf("a call past maxPending answered %.200s, want -32603 under its ID", a)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	time.Sleep(100 * time.Millisecond) // its answer dropped, its bytes given back
+	send(call(3, 600<<10))
+	send(call(4, 300<<10))
+	send(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
+	if a := next(); a != `{"jsonrpc":"2.0","id":5,"result":{}}`+"\n" {
+		t.Errorf("a ping after two calls within maxPending answered %.200s", a)
+	}
+	send(call(6, 200<<10))
+	if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":6,"error":{"code":-32603`) {
+		t.Errorf("a call past maxPending answered %.200s, want -32603", a)
+	}
+	inW.Close()
+	<-done
+	outR.Close()
+}
