@@ -201,8 +201,8 @@ func backendError(err error) *jsonrpc.Error {
 // own error, the session's close under it, said only that the session broke).
 func (g *Gateway) failedOn(server string, c *mcpfsm.Conn, err error) string {
 	msg := g.failed(server, err)
-	if c == nil || errors.Is(err, mcpfsm.ErrUnavailable) || errors.Is(err, mcpfsm.ErrNotReady) {
-		return msg
+	if c == nil || g.closed.Load() || errors.Is(err, mcpfsm.ErrUnavailable) || errors.Is(err, mcpfsm.ErrNotReady) {
+		return msg // a closed gateway's Manager has no server any more
 	}
 	what := ""
 	switch now := g.m.Conn(server); {
