@@ -598,16 +598,28 @@ func TestServeStdinEndsDuringAReload(t *testing.T) {
 	var stderr testutil.SyncBuffer
 	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg)
 	answers := bufio.NewReader(stdout)
-	for _, line := range []string{
-		`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`,
-		`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n" + `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`,
-	} {
+	exchange := func(id int, line string) string {
+		t.Helper()
 		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := answers.ReadBytes('\n'); err != nil {
-			t.Fatalf("no answer: %v\nstderr:\n%s", err, stderr.String())
+		for {
+			a, err := answers.ReadString('\n')
+			if err != nil {
+				t.Fatalf("no answer: %v\nstderr:\n%s", err, stderr.String())
+			}
+			if strings.HasPrefix(a, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,`, id)) {
+				return a
+			}
 		}
+	}
+	exchange(1, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"+`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	// deaf up (its close is then the one that waits), under load too.
+	for id, deadline := 2, time.Now().Add(30*time.Second); !strings.Contains(exchange(id, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, id)), "deaf__echo"); id++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("deaf never listed its tools; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	go func() { _, _ = io.Copy(io.Discard, answers) }()
 	write(false)
