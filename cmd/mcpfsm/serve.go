@@ -52,7 +52,7 @@ once with a tool error result that says why (state, last failure, next try).
 By default the gateway speaks MCP over stdin and stdout, for a host that launches
 it as a command, and exits when its client closes stdin or stdout (at
 stdin's end the requests in flight first get up to 5 s to be answered; a client
-that closes stdin and leaves an answer unread for 5 s is gone); a line that is
+that closes stdin and leaves an answer unread for 30 s is gone); a line that is
 not a message gets a JSON-RPC error and is skipped. With --http it
 serves streamable HTTP on ADDR (a host without an address, such as :8080, binds
 127.0.0.1; write 0.0.0.0:8080 to listen on every interface): stateful sessions
@@ -347,8 +347,9 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 
 // hungUpUnread is how long a write to stdout may wait, once stdin's writer is gone,
 // before serve ends as at the end of stdin: the host has gone without reading what
-// it was sent.
-const hungUpUnread = 5 * time.Second
+// it was sent. As long as the HTTP front gives a client that leaves its writes
+// waiting: a reader merely slow (a pager at the end of a pipeline) is not cut.
+const hungUpUnread = 30 * time.Second
 
 // A watchedWriter tells how long the write under way, if any, has waited (the stdio
 // front writes one message at a time).
