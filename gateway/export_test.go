@@ -151,3 +151,11 @@ func SetSweepLooked(f func()) (restore func()) {
 	sweepLooked = f
 	return func() { sweepLooked = old }
 }
+
+// SetFrontAskTimeout sets how long a backend's request asked of a front client
+// before 2026-07-28 waits for its answer, until the returned function restores it.
+func SetFrontAskTimeout(d time.Duration) (restore func()) {
+	old := frontAskTimeout
+	frontAskTimeout = d
+	return func() { frontAskTimeout = old }
+}

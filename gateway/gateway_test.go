@@ -195,6 +195,51 @@ func TestGateway_SamplingForwarded(t *testing.T) {
 	}
 }
 
+// TestGateway_FrontGivesNoAnswer: a backend's sampling or elicitation request asked
+// of a front client before 2026-07-28 that never answers it (it declared sampling)
+// ends after frontAskTimeout, the front client told it is cancelled, and the backend
+// told why: it waited for ever, and with it the backend's call and the front's own
+// request. (On 2026-07-28 a call parked for its client's retry waits parkTimeout.)
+func TestGateway_FrontGivesNoAnswer(t *testing.T) {
+	defer gateway.SetFrontAskTimeout(300 * time.Millisecond)()
+	s := inMemory("llm", testserver.Options{})
+	s.Transport.ProtocolVersion = "2025-11-25"
+	g := start(t, config(s), gateway.Options{})
+	cancelled := make(chan struct{}, 4)
+	deaf := func(ctx context.Context) {
+		<-ctx.Done()
+		cancelled <- struct{}{}
+	}
+	cs := front(t, g, &mcp.ClientOptions{
+		CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			deaf(ctx)
+			return nil, ctx.Err()
+		},
+		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			deaf(ctx)
+			return nil, ctx.Err()
+		},
+	}, "2025-11-25")
+	waitTools(t, cs, has("llm__sample"))
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"llm__sample", map[string]any{"prompt": "p"}},
+		{"llm__elicit", map[string]any{"message": "m"}},
+	} {
+		res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
+		if got := fmt.Sprint(err) + text(res); !strings.Contains(got, "the front client gave no answer within 300ms") {
+			t.Errorf("%s, its front client deaf: %q, want the backend told the front gave no answer", tc.tool, got)
+		}
+		select {
+		case <-cancelled:
+		case <-time.After(waitFor):
+			t.Errorf("%s: the front client was not told its request is cancelled", tc.tool)
+		}
+	}
+}
+
 // TestGateway_UnknownName: a name no backend shows is a clear MCP error, naming the
 // server whose prefix it has.
 func TestGateway_UnknownName(t *testing.T) {
