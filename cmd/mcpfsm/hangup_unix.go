@@ -10,8 +10,8 @@ import (
 )
 
 // watchHangup closes the channel it returns once the writer of the pipe (or
-// terminal) on file descriptor fd is gone, as poll(2) tells it (POLLHUP, or an
-// error), looking every interval until ctx ends; never for a file that cannot
+// terminal, or socket: see pollRDHUP) on file descriptor fd is gone, as poll(2)
+// tells it (POLLHUP, or an error), looking every interval until ctx ends; never for a file that cannot
 // hang up (a regular file, /dev/null). It reads nothing: the data still in the
 // pipe is the reader's.
 func watchHangup(ctx context.Context, fd int, interval time.Duration) <-chan struct{} {
@@ -20,8 +20,8 @@ func watchHangup(ctx context.Context, fd int, interval time.Duration) <-chan str
 		t := time.NewTicker(interval)
 		defer t.Stop()
 		for {
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if n, err := unix.Poll(fds, 0); err == nil && n > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | pollRDHUP}}
+			if n, err := unix.Poll(fds, 0); err == nil && n > 0 && fds[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL|pollRDHUP) != 0 {
 				close(gone)
 				return
 			}

@@ -787,36 +787,69 @@ func TestServeStdioReloadStorm(t *testing.T) {
 }
 
 // TestServeHostGoneWithoutReading: a host that writes requests, reads none of their
-// answers and closes stdin (gone without a word, not killed: stdout's pipe stays
-// open) no longer holds the gateway: the front could not read stdin's end past an
-// answer it could not write, nor the go-sdk end the session with a write under way,
-// and the gateway ran until a signal. Once stdin's writer is gone (poll(2) says so
-// without reading) and a write to stdout has waited 30 s, serve ends as at stdin's end.
+// answers and ends stdin (gone without a word, not killed: stdout's pipe stays open)
+// no longer holds the gateway: the front could not read stdin's end past an answer
+// it could not write, nor the go-sdk end the session with a write under way, and the
+// gateway ran until a signal. Once stdin's writer is gone (poll(2) says so without
+// reading: a pipe closed, or a socket's peer shut down writing, as libuv's child
+// stdio is) and a write to stdout has waited 30 s, serve ends as at stdin's end.
 func TestServeHostGoneWithoutReading(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
-	defer cancel()
-	var stderr testutil.SyncBuffer
-	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg) // never read
-	defer stdout.Close()
 	var script strings.Builder
 	script.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n")
 	for i := range 3000 { // their answers are more than the pipe holds
 		fmt.Fprintf(&script, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`+"\n", i+1)
 	}
-	if _, err := io.WriteString(stdin, script.String()); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	stdin.Close()
-	if err := exited(t, cmd, 80*time.Second, "after its host closed stdin, its answers unread", &stderr); err != nil {
-		t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
-	}
-	if d := time.Since(start); d > 65*time.Second {
-		t.Errorf("exited %v after stdin's end, want within 30 s and the close's 15 s", d.Round(time.Millisecond))
-	}
-	if !strings.Contains(stderr.String(), "stdout has not been read") {
-		t.Errorf("the gateway did not say why it ended:\n%s", stderr.String())
+	for _, stdin := range []string{"pipe", "socket"} {
+		t.Run(stdin, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+			var stderr testutil.SyncBuffer
+			cmd.Stderr = &stderr
+			stdout, err := cmd.StdoutPipe() // never read
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stdout.Close()
+			var hangUp func()
+			var in io.Writer
+			if stdin == "pipe" {
+				w, err := cmd.StdinPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				in, hangUp = w, func() { w.Close() }
+			} else {
+				fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				host, theirs := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "stdin")
+				defer host.Close()
+				cmd.Stdin = theirs
+				defer theirs.Close()
+				in, hangUp = host, func() { _ = syscall.Shutdown(fds[0], syscall.SHUT_WR) }
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(in, script.String()); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			hangUp()
+			if err := exited(t, cmd, 80*time.Second, "after its host ended stdin, its answers unread", &stderr); err != nil {
+				t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+			}
+			if d := time.Since(start); d > 65*time.Second {
+				t.Errorf("exited %v after stdin's end, want within 30 s and the close's 15 s", d.Round(time.Millisecond))
+			}
+			if !strings.Contains(stderr.String(), "stdout has not been read") {
+				t.Errorf("the gateway did not say why it ended:\n%s", stderr.String())
+			}
+		})
 	}
 }
 
