@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -490,6 +491,9 @@ func (g *Gateway) backendMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				fctx, cancel := frontContext(fc, ctx)
 				defer cancel()
 				res, err = fc.ss.ListRoots(fctx, nil)
+				if err != nil && errors.Is(context.Cause(fctx), errFrontNoAnswer) {
+					err = fmt.Errorf("no answer within %v", frontAskTimeout)
+				}
 			}
 			if err != nil {
 				return nil, b.refuse(jsonrpc.CodeInternalError, method, "the front client's roots could not be had: "+err.Error())
@@ -513,11 +517,31 @@ func (b *backend) refuse(code int64, method, why string) error {
 }
 
 // frontContext returns a context for asking the front: the front request's (so that
-// the request goes on its stream), ended also when the backend's request ends.
+// the request goes on its stream), ended also when the backend's request ends, and
+// after frontAskTimeout.
 func frontContext(fc *frontCall, ctx context.Context) (context.Context, context.CancelFunc) {
-	fctx, cancel := context.WithCancel(fc.ctx)
+	fctx, cancel := context.WithTimeoutCause(fc.ctx, frontAskTimeout, errFrontNoAnswer)
 	stop := context.AfterFunc(ctx, cancel)
 	return fctx, func() { stop(); cancel() }
+}
+
+// frontAskTimeout bounds how long a backend's request asked of a front client before
+// 2026-07-28 (sampling, elicitation, roots) waits for its answer, as a 2026-07-28
+// call parked for its client's retry waits (parkTimeout): a front client that
+// declares sampling and never answers held the backend's call, and the front's own
+// request, for ever. The front client is told the request is cancelled.
+var frontAskTimeout = 5 * time.Minute
+
+// errFrontNoAnswer is the cause of a frontContext that reached frontAskTimeout.
+var errFrontNoAnswer = errors.New("the front client gave no answer in time")
+
+// noAnswer is err, or the refusal saying the front client gave no answer in time
+// if that is why fctx ended.
+func (b *backend) noAnswer(fctx context.Context, method string, err error) error {
+	if err != nil && errors.Is(context.Cause(fctx), errFrontNoAnswer) {
+		return b.refuse(jsonrpc.CodeInternalError, method, fmt.Sprintf("the front client gave no answer within %v", frontAskTimeout))
+	}
+	return err
 }
 
 // stripMeta drops the protocol's own _meta keys from what a backend sends on.
@@ -557,7 +581,8 @@ func (b *backend) sample(ctx context.Context, p *mcp.CreateMessageWithToolsParam
 	}
 	fctx, cancel := frontContext(fc, ctx)
 	defer cancel()
-	return fc.ss.CreateMessageWithTools(fctx, &cp)
+	res, err := fc.ss.CreateMessageWithTools(fctx, &cp)
+	return res, b.noAnswer(fctx, method, err)
 }
 
 func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitResult, error) {
@@ -599,7 +624,8 @@ func (b *backend) elicit(ctx context.Context, p *mcp.ElicitParams) (*mcp.ElicitR
 			cp.Mode = "form"
 		}
 	}
-	return fc.ss.Elicit(fctx, &cp)
+	res, err := fc.ss.Elicit(fctx, &cp)
+	return res, b.noAnswer(fctx, method, err)
 }
 
 // elicitSchemaKey keys the requested schema of an elicitation the gateway forwards to

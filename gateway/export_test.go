@@ -175,3 +175,11 @@ func (g *Gateway) AnswerlessKept() int { return int(g.answerless.n.Load()) }
 
 // MaxAnswerless is how many of them it keeps at most.
 const MaxAnswerless = maxAnswerless
+
+// SetFrontAskTimeout sets how long a backend's request asked of a front client
+// before 2026-07-28 waits for its answer, until the returned function restores it.
+func SetFrontAskTimeout(d time.Duration) (restore func()) {
+	old := frontAskTimeout
+	frontAskTimeout = d
+	return func() { frontAskTimeout = old }
+}

@@ -138,6 +138,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 	if fail == nil {
 		fail = func(text string) (R, error) { return zero, requestError(text) }
 	}
+	var c *mcpfsm.Conn // the backend's connection the request was sent on
 	answer := func(ctx context.Context, res R, err error) (R, error) {
 		if err == nil {
 			ownMeta(res)
@@ -149,7 +150,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 		if je := backendError(err); je != nil {
 			return zero, je
 		}
-		return fail(g.failed(server, err))
+		return fail(g.failedOn(server, c, err))
 	}
 	newer := false
 	if v, ok := req.(interface{ ProtocolVersion() string }); ok {
@@ -196,6 +197,28 @@ func backendError(err error) *jsonrpc.Error {
 		return je
 	}
 	return nil
+}
+
+// failedOn is the text of a request that failed on its backend's connection c
+// (nil if not known): failed's, unless a reload removed the server, or replaced
+// its connection, while the request ran, which is then said first (the request's
+// own error, the session's close under it, said only that the session broke).
+func (g *Gateway) failedOn(server string, c *mcpfsm.Conn, err error) string {
+	msg := g.failed(server, err)
+	if c == nil || g.closed.Load() || errors.Is(err, mcpfsm.ErrUnavailable) || errors.Is(err, mcpfsm.ErrNotReady) {
+		return msg // a closed gateway's Manager has no server any more
+	}
+	what := ""
+	switch now := g.m.Conn(server); {
+	case now == nil:
+		what = "removed"
+	case now != c:
+		what = "replaced"
+	default:
+		return msg
+	}
+	return fmt.Sprintf("mcpfsm gateway: server %q was %s by a reload while the request ran: %s", server, what,
+		strings.TrimPrefix(msg, fmt.Sprintf("mcpfsm gateway: server %q: ", server)))
 }
 
 // failed is the text of a request that failed on its backend.

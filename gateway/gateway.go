@@ -343,8 +343,15 @@ func (g *Gateway) Close(ctx context.Context) error {
 	go func() { g.wg.Wait(); close(done) }()
 	select {
 	case <-done:
+		return err
+	default: // a backend's close may have taken all of ctx: done is looked at first
+	}
+	select {
+	case <-done:
 	case <-ctx.Done():
-		return errors.Join(err, ctx.Err())
+		// Said with what was waited for: a bare "context deadline exceeded"
+		// followed a backend's close that took all of ctx, on a line of its own.
+		return errors.Join(err, fmt.Errorf("the gateway's own work did not end: %w", ctx.Err()))
 	}
 	return err
 }
@@ -623,11 +630,17 @@ func (g *Gateway) newServer() *mcp.Server {
 // spec lets a client not open). The go-sdk warned once per such session at every
 // list change: at each reload, three times the sessions open (30,000 with the
 // default --max-sessions), drowning the warnings that matter.
+//
+// It also makes a debug record of the go-sdk's error that Server.Run's context ended
+// ("server run cancelled"): that is how a stdio front is stopped (serve's SIGTERM or
+// Ctrl-C), and every ordinary shutdown of a stdio-launched gateway logged an error,
+// which a host shows as the server's failure.
 type undeliveredQuiet struct{ slog.Handler }
 
 func (h undeliveredQuiet) Handle(ctx context.Context, r slog.Record) error {
 	if r.Level == slog.LevelWarn && strings.HasPrefix(r.Message, "calling notifications/") &&
-		strings.HasSuffix(r.Message, "undelivered message: stream not connected or already closed") {
+		strings.HasSuffix(r.Message, "undelivered message: stream not connected or already closed") ||
+		r.Level == slog.LevelError && r.Message == "server run cancelled" {
 		if !h.Handler.Enabled(ctx, slog.LevelDebug) {
 			return nil
 		}
@@ -672,6 +685,13 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				if t := g.table.Load(); t.prompts[p.Name].front == nil {
 					return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: t.unknown("prompt", p.Name)}
 				}
+			}
+		case "logging/setLevel":
+			// The go-sdk's server takes any level, and the gateway would keep it
+			// as the session's: the client told it was set, the backends refusing
+			// it (or, as the least verbose of all, set to it).
+			if p, ok := req.GetParams().(*mcp.SetLoggingLevelParams); ok && levelRank(p.Level) == len(levelOrder) {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("mcpfsm gateway: %.40q is not a log level: want one of %s", p.Level, levelList)}
 			}
 		}
 		res, err := next(ctx, method, req)

@@ -195,6 +195,51 @@ func TestGateway_SamplingForwarded(t *testing.T) {
 	}
 }
 
+// TestGateway_FrontGivesNoAnswer: a backend's sampling or elicitation request asked
+// of a front client before 2026-07-28 that never answers it (it declared sampling)
+// ends after frontAskTimeout, the front client told it is cancelled, and the backend
+// told why: it waited for ever, and with it the backend's call and the front's own
+// request. (On 2026-07-28 a call parked for its client's retry waits parkTimeout.)
+func TestGateway_FrontGivesNoAnswer(t *testing.T) {
+	defer gateway.SetFrontAskTimeout(300 * time.Millisecond)()
+	s := inMemory("llm", testserver.Options{})
+	s.Transport.ProtocolVersion = "2025-11-25"
+	g := start(t, config(s), gateway.Options{})
+	cancelled := make(chan struct{}, 4)
+	deaf := func(ctx context.Context) {
+		<-ctx.Done()
+		cancelled <- struct{}{}
+	}
+	cs := front(t, g, &mcp.ClientOptions{
+		CreateMessageHandler: func(ctx context.Context, _ *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+			deaf(ctx)
+			return nil, ctx.Err()
+		},
+		ElicitationHandler: func(ctx context.Context, _ *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			deaf(ctx)
+			return nil, ctx.Err()
+		},
+	}, "2025-11-25")
+	waitTools(t, cs, has("llm__sample"))
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+	}{
+		{"llm__sample", map[string]any{"prompt": "p"}},
+		{"llm__elicit", map[string]any{"message": "m"}},
+	} {
+		res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: tc.tool, Arguments: tc.args})
+		if got := fmt.Sprint(err) + text(res); !strings.Contains(got, "the front client gave no answer within 300ms") {
+			t.Errorf("%s, its front client deaf: %q, want the backend told the front gave no answer", tc.tool, got)
+		}
+		select {
+		case <-cancelled:
+		case <-time.After(waitFor):
+			t.Errorf("%s: the front client was not told its request is cancelled", tc.tool)
+		}
+	}
+}
+
 // TestGateway_UnknownName: a name no backend shows is a clear MCP error, naming the
 // server whose prefix it has.
 func TestGateway_UnknownName(t *testing.T) {
@@ -436,6 +481,43 @@ func holdInFlight(cs *mcp.ClientSession, ms int) <-chan error {
 	return done
 }
 
+// TestGateway_ReloadRemovesAServerUnderACall: a call in flight to a server that a
+// reload removes (here renamed) ends once the server's close does (its
+// teardown_timeout at most), as a tool error that says the reload removed the
+// server: it said only that the session broke ("artifact"), as if the server had
+// failed.
+func TestGateway_ReloadRemovesAServerUnderACall(t *testing.T) {
+	b := inMemory("b", testserver.Options{})
+	g := start(t, config(inMemory("a", testserver.Options{}), b), gateway.Options{})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("b__hold"))
+	done := make(chan *mcp.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "b__hold", Arguments: map[string]any{"ms": 600000}})
+		if err != nil {
+			res = toolError(err.Error())
+		}
+		done <- res
+	}()
+	time.Sleep(300 * time.Millisecond) // the call reaches the backend
+	renamed := inMemory("c", testserver.Options{})
+	if _, err := g.Reload(callCtx(t), config(inMemory("a", testserver.Options{}), renamed)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case res := <-done:
+		if !res.IsError || !strings.Contains(text(res), `server "b" was removed by a reload while the request ran`) {
+			t.Errorf("the call to the removed server answered %q, want a tool error saying the reload removed it", text(res))
+		}
+	case <-time.After(waitFor):
+		t.Fatal("the call to the removed server did not end")
+	}
+}
+
+func toolError(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "(protocol error) " + msg}}}
+}
+
 // TestGateway_CloseWithCallInFlight: Close cancels the front's requests in flight and
 // closes the front's sessions before the backends. The SDK's close of a front session
 // waits for its requests, which wait for their backends: closing the sessions first,
@@ -632,6 +714,26 @@ func TestGateway_LogLevelOfANewerRequest(t *testing.T) {
 	}
 	if got := logAt("info", "still", info); got != "sent" {
 		t.Errorf("an info message in a request at level info, another session at error: the backend %s it", got)
+	}
+}
+
+// TestGateway_UnknownLogLevelRefused: a front session's logging/setLevel with a level
+// that is not one of the protocol's eight is refused (-32602): the go-sdk's server
+// took it, the client was told it was set, and the gateway kept it as the session's
+// level and asked every backend for it (which refused it).
+func TestGateway_UnknownLogLevelRefused(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	cs := front(t, g, nil, "2025-11-25")
+	waitTools(t, cs, has("a__echo"))
+	for _, level := range []mcp.LoggingLevel{"LOUD", "", "Debug"} {
+		err := cs.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: level})
+		var je *jsonrpc.Error
+		if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams || !strings.Contains(je.Message, "not a log level") {
+			t.Errorf("setLevel %q: %v, want invalid params", level, err)
+		}
+	}
+	if err := cs.SetLoggingLevel(callCtx(t), &mcp.SetLoggingLevelParams{Level: "debug"}); err != nil {
+		t.Errorf("setLevel debug: %v", err)
 	}
 }
 

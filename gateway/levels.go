@@ -50,6 +50,9 @@ func (g *Gateway) setLevel(ctx context.Context, ss *mcp.ServerSession, level mcp
 
 var levelOrder = []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
 
+// levelList is levelOrder, as an error lists it.
+const levelList = "debug, info, notice, warning, error, critical, alert, emergency"
+
 func levelRank(l mcp.LoggingLevel) int {
 	for i, x := range levelOrder {
 		if x == l {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -194,6 +196,45 @@ func TestGateway_UndeliveredListChangesQuiet(t *testing.T) {
 		return strings.Contains(l, "undelivered message: stream not connected or already closed")
 	}) {
 		t.Errorf("no debug record of an undelivered list change (the go-sdk's text changed?); records of notifications:\n%s", strings.Join(logged(""), ""))
+	}
+}
+
+// TestGateway_StdioRunStoppedQuietly: a stdio front stopped by its Run's context
+// (serve's SIGTERM or Ctrl-C, an ordinary shutdown) logs no error: the go-sdk's
+// "server run cancelled" was an error record on every shutdown of a stdio-launched
+// gateway, which a host shows as the server's failure. It is a debug record.
+func TestGateway_StdioRunStoppedQuietly(t *testing.T) {
+	var mu sync.Mutex
+	var lines []string
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		lines = append(lines, string(p))
+		mu.Unlock()
+		return len(p), nil
+	}), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{Logger: log})
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	go func() { _, _ = io.Copy(io.Discard, outR) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Server().Run(ctx, transport.ServerStdio(inR, outW)) }()
+	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	<-done
+	inW.Close()
+	outW.Close()
+	mu.Lock()
+	defer mu.Unlock()
+	all := strings.Join(lines, "")
+	if strings.Contains(all, "level=ERROR") {
+		t.Errorf("an error logged as the stdio front was stopped:\n%s", all)
+	}
+	if !strings.Contains(all, `level=DEBUG msg="server run cancelled"`) {
+		t.Errorf("no debug record of the stop (the go-sdk's text changed?):\n%s", all)
 	}
 }
 

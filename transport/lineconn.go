@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -63,8 +65,10 @@ type lineConn struct {
 
 	queue []jsonrpc.Message // the rest of a batch; reads are serialized
 	// unanswered holds a token for each request a front has read and not yet
-	// answered (see maxUnanswered); nil but on a front.
-	unanswered chan struct{}
+	// answered (see maxUnanswered); nil but on a front. answeredOne is told (if
+	// it is not already) each time one is given back, for drain.
+	unanswered  chan struct{}
+	answeredOne chan struct{}
 
 	writeMu sync.Mutex
 
@@ -80,6 +84,15 @@ type lineConn struct {
 	cancelMu   sync.Mutex
 	cancelled  map[jsonrpc.ID]struct{}
 	ncancelled atomic.Int32
+
+	// inFlight are the IDs of the requests a front has read and not yet
+	// answered: a request reusing one is refused by the front (see admit), as
+	// the go-sdk drops it unanswered, which also kept its token of unanswered
+	// for good. Each says whether it is a 2026-07-28 subscriptions/listen,
+	// which is answered only when it ends (see drain). Under cancelMu; nil but
+	// on a front. pending is the bytes of their lines (see maxPending).
+	inFlight map[jsonrpc.ID]inFlight
+	pending  int
 
 	closeOnce sync.Once
 	closeErr  error
@@ -177,18 +190,24 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 					return nil, io.EOF // the read failed because we closed the stream
 				default:
 				}
+				if c.front && errors.Is(v.err, io.EOF) {
+					c.drain(ctx)
+				}
 				return nil, v.err
 			}
 		case <-c.closed:
 			return nil, io.EOF
 		}
 		if v.tooLong {
-			if err := c.answerBadLine(v.raw, errLineTooLong); err != nil {
+			if err := c.answerBadLine(v.raw, errFrontLineTooLong); err != nil {
 				return nil, err
 			}
 			continue
 		}
-		msgs, batch, err := decodeLine(v.raw)
+		msgs, batch, err := decodeLine(v.raw, c.front)
+		if err == nil && c.front {
+			err = c.admit(msgs, len(v.raw))
+		}
 		if err == nil {
 			c.queue = msgs[1:] // kept even if the batch is refused below, as the SDK keeps them
 			if batch {
@@ -291,6 +310,137 @@ func (c *lineConn) hold(ctx context.Context, msg jsonrpc.Message) error {
 	}
 }
 
+// admit notes, on a front, the IDs of the requests of a line read (one message,
+// or a batch), and refuses the line if one of them is in use by a request not
+// yet answered, or twice in the batch: MCP forbids it, and the go-sdk drops such
+// a request unanswered (not to attribute its error to the other one), which left
+// it holding its token of unanswered for good (4,096 of them, and the front read
+// nothing more).
+//
+// The requests also take the bytes of their line from maxPending; a line that
+// finds too few left is refused, unless nothing else is held (a line is at most
+// maxLineLength).
+func (c *lineConn) admit(msgs []jsonrpc.Message, size int) error {
+	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	calls := 0
+	for i, msg := range msgs {
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || !req.IsCall() {
+			continue
+		}
+		_, used := c.inFlight[req.ID]
+		for _, other := range msgs[:i] {
+			if o, ok := other.(*jsonrpc.Request); ok && o.IsCall() && o.ID == req.ID {
+				used = true
+			}
+		}
+		if used {
+			return fmt.Errorf("%w: %s", errIDInUse, idText(req.ID))
+		}
+		calls++
+	}
+	if calls == 0 {
+		return nil
+	}
+	if c.pending > 0 && c.pending+size > maxPending {
+		return fmt.Errorf("%w: %d MiB held, at most %d MiB", errPendingFull, (c.pending+1<<20-1)>>20, maxPending>>20)
+	}
+	each := size / calls
+	for _, msg := range msgs {
+		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+			if c.inFlight == nil {
+				c.inFlight = map[jsonrpc.ID]inFlight{}
+			}
+			c.inFlight[req.ID] = inFlight{listen: req.Method == "subscriptions/listen", size: each}
+			c.pending += each
+		}
+	}
+	return nil
+}
+
+// An inFlight is a request a front has read and not yet answered.
+type inFlight struct {
+	listen bool // a 2026-07-28 subscriptions/listen, answered only when it ends
+	size   int  // its share of the bytes of its line
+}
+
+// maxPending bounds the bytes of the lines of the requests a front has read and
+// not yet answered (a variable for tests): each line read is decoded, and its
+// request forwarded, in copies that are all held until it is answered. A stdio
+// client sending 20 calls of 15 MiB at once took a gateway to 1.8 GB, and it may
+// have 1,024 of them in flight. As the HTTP front's body memory (32 MiB by
+// default), past it a request is refused at once (not waited for: a request read
+// later may be the answer the ones in flight wait for).
+var maxPending = 64 << 20
+
+// errPendingFull is a front's error for a request past maxPending.
+var errPendingFull = errors.New("the requests in flight on this session hold as many bytes as the server reads at once: wait for their answers")
+
+// awaited is the number of requests a front has read and not yet answered,
+// listens left out: a listen is answered only when it ends.
+func (c *lineConn) awaited() int {
+	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	n := 0
+	for _, r := range c.inFlight {
+		if !r.listen {
+			n++
+		}
+	}
+	return n
+}
+
+// answered forgets, on a front, the ID of a request being answered.
+func (c *lineConn) answered(id jsonrpc.ID) {
+	c.cancelMu.Lock()
+	if r, ok := c.inFlight[id]; ok {
+		c.pending -= r.size
+		delete(c.inFlight, id)
+	}
+	c.cancelMu.Unlock()
+}
+
+// idText is an ID as JSON writes it.
+func idText(id jsonrpc.ID) string {
+	raw, err := json.Marshal(id.Raw())
+	if err != nil {
+		return "?"
+	}
+	return string(raw)
+}
+
+// drainGrace is how long a front, at the end of its stdin, lets the requests
+// it has read and not yet answered run on before it reports the end (which has
+// the go-sdk cancel them): a variable for tests.
+var drainGrace = 5 * time.Second
+
+// drain waits, on a front whose stdin has ended, until every request read has
+// been answered (a 2026-07-28 listen aside: it lasts until its client ends it,
+// which it can no longer do), for at most drainGrace (and until ctx ends or the
+// connection is closed). A client that writes its requests and closes its stdin, as a
+// shell pipeline or a script does (and as MCP's stdio shutdown begins, the
+// client then waiting for the server to exit), gets their answers: the end
+// reported at once had the go-sdk cancel them all, unanswered.
+func (c *lineConn) drain(ctx context.Context) {
+	if c.awaited() == 0 {
+		return
+	}
+	grace := time.NewTimer(drainGrace)
+	defer grace.Stop()
+	for c.awaited() > 0 {
+		select {
+		case <-c.answeredOne:
+		case <-grace.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-c.closed:
+			return
+		}
+	}
+}
+
 // maxCancelled bounds the cancelled requests a front remembers: a client that
 // cancels requests already answered leaves their IDs behind.
 const maxCancelled = 1024
@@ -368,7 +518,14 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 			case <-c.unanswered:
 			default:
 			}
+			select {
+			case c.answeredOne <- struct{}{}:
+			default:
+			}
 		}()
+	}
+	if resp, ok := msg.(*jsonrpc.Response); ok && c.front {
+		c.answered(resp.ID) // before its answer goes out: the client may use the ID again once it has it
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -422,8 +579,10 @@ func (c *lineConn) Close() error {
 
 // decodeLine decodes one value read from a stdio server: a message, or a
 // batch of them (which the go-sdk's stdio connection accepts from a server at
-// every protocol version, since its session never tells it the version).
-func decodeLine(data []byte) (msgs []jsonrpc.Message, isBatch bool, _ error) {
+// every protocol version, since its session never tells it the version). On a
+// front (exactIDs), a numeric ID that the go-sdk's ID cannot hold exactly is an
+// error (see exactID).
+func decodeLine(data []byte, exactIDs bool) (msgs []jsonrpc.Message, isBatch bool, _ error) {
 	if err := checkDepth(data); err != nil {
 		return nil, false, err
 	}
@@ -435,7 +594,7 @@ func decodeLine(data []byte) (msgs []jsonrpc.Message, isBatch bool, _ error) {
 			}
 			msgs := make([]jsonrpc.Message, 0, len(batch))
 			for _, raw := range batch {
-				msg, err := decodeMessage(raw)
+				msg, err := decodeMessageIDs(raw, exactIDs)
 				if err != nil {
 					return nil, true, err
 				}
@@ -444,7 +603,7 @@ func decodeLine(data []byte) (msgs []jsonrpc.Message, isBatch bool, _ error) {
 			return msgs, true, nil
 		}
 	}
-	msg, err := decodeMessage(data)
+	msg, err := decodeMessageIDs(data, exactIDs)
 	if err != nil {
 		return nil, false, err
 	}
@@ -463,12 +622,21 @@ type wireMessage struct {
 
 // decodeMessage decodes one JSON-RPC message as jsonrpc.DecodeMessage does.
 func decodeMessage(data []byte) (jsonrpc.Message, error) {
+	return decodeMessageIDs(data, false)
+}
+
+// decodeMessageIDs decodes one JSON-RPC message as jsonrpc.DecodeMessage does; with
+// exactIDs, a numeric ID must be one an int64 holds as it was written (exactID).
+func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	var msg wireMessage
 	if err := unmarshal(data, &msg); err != nil {
 		return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
 	}
 	if msg.VersionTag != "2.0" {
 		return nil, fmt.Errorf("invalid message version tag %q; expected %q", msg.VersionTag, "2.0")
+	}
+	if f, ok := msg.ID.(float64); ok && exactIDs && !exactID(f) {
+		return nil, errInexactID
 	}
 	id, err := jsonrpc.MakeID(msg.ID)
 	if err != nil {
@@ -490,6 +658,24 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 	}
 	return resp, nil
 }
+
+// exactID reports whether a numeric ID, as decoded (a float64), is the integer
+// that was written: the go-sdk makes an int64 of it, so a fraction (1.5) or an
+// integer past 2^53 (whose last digits the float64 lost) would be answered under
+// another ID, which a client could take for the answer to another request.
+func exactID(f float64) bool {
+	return f == math.Trunc(f) && math.Abs(f) < 1<<53
+}
+
+// errIDInUse is a front's error for a request whose ID is that of a request not
+// yet answered.
+var errIDInUse = errors.New("the request ID is in use by a request not yet answered")
+
+// errFrontLineTooLong is a front's error for a line longer than maxLineLength.
+var errFrontLineTooLong = fmt.Errorf("the line exceeds the maximum length of a message (%d bytes)", maxLineLength)
+
+// errInexactID is a front's error for a request whose numeric ID exactID refuses.
+var errInexactID = errors.New("a numeric request ID must be an integer between -2^53 and 2^53 (exclusive)")
 
 // errInvalidRequest is the error of a message that is neither a request nor
 // a response (the go-sdk's jsonrpc2.ErrInvalidRequest, which is not exported).

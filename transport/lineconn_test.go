@@ -176,7 +176,7 @@ func FuzzLineDecode(f *testing.F) {
 			return // the stream's decoder hands on only valid values
 		}
 		want := describeAll(sdkDecodeLine(data))
-		msgs, _, err := decodeLine(data)
+		msgs, _, err := decodeLine(data, false)
 		got := describeAll(msgs, err)
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("%q decodes differently (-sdk +lineConn):\n%s", data, diff)

@@ -25,12 +25,23 @@ import (
 // that is not JSON and -32600 (invalid request) for JSON that is not a message
 // or for a line longer than the go-sdk's limit (mcp.DefaultMaxLineLength, of
 // which no more is held in memory); its id is the line's, where one can be
-// read, and null otherwise. Blank lines are skipped. Batches are accepted as
+// read, and null otherwise. Blank lines are skipped, and a UTF-8 byte order
+// mark that starts the stream. Batches are accepted as
 // the go-sdk accepts them before a session's protocol is negotiated. While 4,096
 // requests read wait for their answers to be written (a client that reads none),
-// no more is read. A request its client cancels (notifications/cancelled) is not
+// no more is read. A request that would take the lines of the requests read and
+// not answered past 64 MiB gets -32603 at once (one alone is taken whatever its
+// size). A request its client cancels (notifications/cancelled) is not
 // answered, as MCP asks (the go-sdk's server would answer it with its handler's
-// error), unless it came in a batch.
+// error), unless it came in a batch. A request whose ID is that of a request not
+// yet answered (MCP forbids it; the go-sdk drops it unanswered) gets -32600 with
+// a null id, and so does a batch holding one; a numeric ID must be an integer
+// below 2^53 in magnitude (the go-sdk's ID, an int64 made from a float64, would
+// answer 1.5 as 1): another gets -32600 under the ID as it was written.
+// At the end of r, the requests read and not yet answered get up to 5 s to be
+// answered (a client that writes its requests and closes its end, as a script
+// or MCP's stdio shutdown does, gets their answers), then the session ends; a
+// 2026-07-28 subscriptions/listen, answered only when it ends, is not waited for.
 func ServerStdio(r io.ReadCloser, w io.Writer) mcp.Transport {
 	return &stdioFront{r: r, w: w}
 }
@@ -44,7 +55,7 @@ type stdioFront struct {
 func (t *stdioFront) Connect(context.Context) (mcp.Connection, error) {
 	incoming := make(chan lineOrErr)
 	c := &lineConn{r: t.r, w: openWriter{t.w}, incoming: incoming, closed: make(chan struct{}), front: true,
-		unanswered: make(chan struct{}, maxUnanswered)}
+		unanswered: make(chan struct{}, maxUnanswered), answeredOne: make(chan struct{}, 1)}
 	go c.readLines(incoming)
 	return c, nil
 }
@@ -59,8 +70,15 @@ func (openWriter) Close() error { return nil }
 // too long. It ends as readLoop does.
 func (c *lineConn) readLines(incoming chan<- lineOrErr) {
 	br := bufio.NewReaderSize(c.r, 64<<10)
-	for {
+	for first := true; ; first = false {
 		line, tooLong, err := readLine(br)
+		if first {
+			// A byte order mark that starts the stream is skipped (RFC 8259
+			// lets a parser ignore it; Windows PowerShell writes one to a
+			// native command's stdin): the client's first message, its
+			// initialize, was a parse error.
+			line = bytes.TrimPrefix(line, utf8BOM)
+		}
 		if err == nil && !tooLong && len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
@@ -86,6 +104,9 @@ func (c *lineConn) readLines(incoming chan<- lineOrErr) {
 		}
 	}
 }
+
+// utf8BOM is the byte order mark of UTF-8.
+var utf8BOM = []byte("\xef\xbb\xbf")
 
 // readLine reads one line (without its end) of at most maxLineLength bytes; of a
 // longer line it reads the rest and returns the start, saying it was too long.
@@ -134,17 +155,26 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 			message += ": " + syn.Error()
 		}
 	}
-	if errors.Is(cause, errLineTooLong) {
+	if errors.Is(cause, errFrontLineTooLong) {
 		code, message = jsonrpc.CodeInvalidRequest, "Invalid request: "+cause.Error()
 	}
+	if errors.Is(cause, errPendingFull) {
+		code, message = jsonrpc.CodeInternalError, cause.Error()
+	}
+	// The line's ID as it was written, where it is a string or a number (a
+	// number the go-sdk's ID cannot hold exactly included: see exactID); null
+	// otherwise, and for a request refused for its ID's being in use (the
+	// answer would be taken for the other request's).
 	id := json.RawMessage("null")
 	var probe struct {
-		ID any `json:"id"`
+		ID json.RawMessage `json:"id"`
 	}
-	if json.Unmarshal(line, &probe) == nil {
-		if v, err := jsonrpc.MakeID(probe.ID); err == nil && v.IsValid() {
-			if raw, err := json.Marshal(v.Raw()); err == nil {
-				id = raw
+	if json.Unmarshal(line, &probe) == nil && !errors.Is(cause, errIDInUse) {
+		var v any
+		if json.Unmarshal(probe.ID, &v) == nil {
+			switch v.(type) {
+			case string, float64:
+				id = probe.ID
 			}
 		}
 	}

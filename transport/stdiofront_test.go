@@ -31,8 +31,11 @@ func TestServerStdioSkipsBadLines(t *testing.T) {
 
 	send := lineSender(t, inW)
 	type answer struct {
-		ID     any
-		Error  *struct{ Code int64 }
+		ID    any
+		Error *struct {
+			Code    int64
+			Message string
+		}
 		Result json.RawMessage
 	}
 	next := func() answer {
@@ -72,6 +75,10 @@ func TestServerStdioSkipsBadLines(t *testing.T) {
 		a := next()
 		if got := []any{a.ID, errCode(a)}; !cmp.Equal(got, []any{tc.wantID, tc.wantCode}) {
 			t.Errorf("%s: answered id and code %v, want %v", tc.name, got, []any{tc.wantID, tc.wantCode})
+		}
+		// The host's line, not a server's message (as the error once said).
+		if tc.name == "too long" && (a.Error == nil || !strings.Contains(a.Error.Message, "the line exceeds")) {
+			t.Errorf("too long: answered %+v, want the line's length named", a.Error)
 		}
 	}
 
@@ -278,4 +285,298 @@ func lineSender(t *testing.T, w io.Writer) func(line string) {
 			t.Fatalf("writing %.40q: %v", line, err)
 		}
 	}
+}
+
+// TestServerStdioRequestIDs: a front answers every request under the ID its client
+// wrote, or refuses it. A request reusing the ID of one not yet answered (MCP
+// forbids it) was dropped unanswered by the go-sdk, and kept its token of
+// unanswered for good: maxUnanswered of them and the front read nothing more, the
+// host's later requests never answered. A numeric ID the go-sdk's ID cannot hold
+// exactly (1.5, or an integer past 2^53) was answered under another (1, or the
+// nearest float64), which a client could take for the answer to another request.
+func TestServerStdioRequestIDs(t *testing.T) {
+	defer func(n int) { maxUnanswered = n }(maxUnanswered)
+	maxUnanswered = 8
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "block"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inW, outR, done := runStdioFront(ctx, srv)
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		answers := bufio.NewReader(outR)
+		for {
+			line, err := answers.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimSpace(line)
+		}
+	}()
+	next := func(what string) string {
+		t.Helper()
+		select {
+		case line := <-lines:
+			return line
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no answer in 5s", what)
+			return ""
+		}
+	}
+	send := lineSender(t, inW)
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	next("initialize")
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+
+	send(`{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	for i := range 2 * maxUnanswered {
+		send(`{"jsonrpc":"2.0","id":50,"method":"ping"}`)
+		if a := next(fmt.Sprintf("a ping reusing the ID of the call in flight (%d)", i+1)); !strings.Contains(a, `"id":null`) || !strings.Contains(a, "-32600") || !strings.Contains(a, "in use") {
+			t.Fatalf("a ping reusing the ID of the call in flight was answered %s, want -32600 with a null ID", a)
+		}
+	}
+	send(`[{"jsonrpc":"2.0","id":51,"method":"ping"},{"jsonrpc":"2.0","id":50,"method":"ping"}]`)
+	if a := next("a batch reusing the ID"); !strings.Contains(a, "-32600") || !strings.Contains(a, "in use") {
+		t.Errorf("a batch reusing the ID of the call in flight was answered %s", a)
+	}
+	send(`[{"jsonrpc":"2.0","id":52,"method":"ping"},{"jsonrpc":"2.0","id":52,"method":"ping"}]`)
+	if a := next("a batch with one ID twice"); !strings.Contains(a, "-32600") {
+		t.Errorf("a batch with one ID twice was answered %s", a)
+	}
+	for _, tc := range []struct{ id, want string }{
+		{`1.5`, `{"jsonrpc":"2.0","id":1.5,"error":`},
+		{`9007199254740993`, `{"jsonrpc":"2.0","id":9007199254740993,"error":`},
+		{`-1e300`, `{"jsonrpc":"2.0","id":-1e300,"error":`},
+		{`9007199254740991`, `{"jsonrpc":"2.0","id":9007199254740991,"result":{}}`},
+		{`1e3`, `{"jsonrpc":"2.0","id":1000,"result":{}}`},
+		{`"s"`, `{"jsonrpc":"2.0","id":"s","result":{}}`},
+		{`51`, `{"jsonrpc":"2.0","id":51,"result":{}}`}, // not taken by the refused batch
+	} {
+		send(`{"jsonrpc":"2.0","id":` + tc.id + `,"method":"ping"}`)
+		if a := next("a ping of ID " + tc.id); !strings.HasPrefix(a, tc.want) {
+			t.Errorf("a ping of ID %s was answered %s, want %s...", tc.id, a, tc.want)
+		}
+	}
+	// The call's ID is free again once it is answered.
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":50}}`)
+	time.Sleep(100 * time.Millisecond) // its handler returns, its answer dropped
+	send(`{"jsonrpc":"2.0","id":50,"method":"ping"}`)
+	if a := next("a ping of the cancelled call's ID"); a != `{"jsonrpc":"2.0","id":50,"result":{}}` {
+		t.Errorf("a ping of the cancelled call's ID was answered %s", a)
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	outR.Close()
+}
+
+// TestServerStdioAnswersAtTheEnd: a client that writes its requests and closes its
+// stdin (a shell pipeline, a script; MCP's stdio shutdown begins so) gets their
+// answers: the front reported the end at once, and the go-sdk cancelled every
+// request in flight, unanswered. A request that does not end is given up after
+// drainGrace, and the session ends.
+func TestServerStdioAnswersAtTheEnd(t *testing.T) {
+	defer func(d time.Duration) { drainGrace = d }(drainGrace)
+	drainGrace = 2 * time.Second
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "slow"}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct{ MS int }) (*mcp.CallToolResult, any, error) {
+		select {
+		case <-time.After(time.Duration(in.MS) * time.Millisecond):
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprint("slept ", in.MS)}}}, nil, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+	})
+	for _, tc := range []struct {
+		name string
+		ms   int // how long the calls take
+		want int // answers to the calls
+	}{
+		{"answered", 200, 3},
+		{"given up", 600000, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			inW, outR, done := runStdioFront(ctx, srv)
+			var lines []string
+			read := make(chan struct{})
+			go func() {
+				defer close(read)
+				answers := bufio.NewScanner(outR)
+				for answers.Scan() {
+					lines = append(lines, answers.Text())
+				}
+			}()
+			script := `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n" +
+				`{"jsonrpc":"2.0","method":"notifications/initialized"}` + "\n"
+			for i := 1; i <= 3; i++ {
+				script += fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"slow","arguments":{"MS":%d}}}`+"\n", i, tc.ms)
+			}
+			start := time.Now()
+			if _, err := io.WriteString(inW, script); err != nil {
+				t.Fatal(err)
+			}
+			inW.Close()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				t.Fatal("Run did not return 20s after the end of stdin")
+			}
+			took := time.Since(start)
+			<-read
+			calls := 0
+			for _, l := range lines {
+				if strings.Contains(l, "slept") {
+					calls++
+				}
+			}
+			if calls != tc.want {
+				t.Errorf("%d calls answered, want %d:\n%s", calls, tc.want, strings.Join(lines, "\n"))
+			}
+			if tc.want == 0 && took < drainGrace {
+				t.Errorf("the session ended %v after stdin's end, want the grace (%v) given", took, drainGrace)
+			}
+		})
+	}
+}
+
+// TestServerStdioEndNotHeldByAListen: at the end of stdin a 2026-07-28
+// subscriptions/listen in flight (answered only when it ends, which its client can
+// no longer ask for) is not waited for, as a call is (drainGrace): every such
+// client's gateway would have lingered for the grace at each exit.
+func TestServerStdioEndNotHeldByAListen(t *testing.T) {
+	defer func(d time.Duration) { drainGrace = d }(drainGrace)
+	drainGrace = 10 * time.Second
+	for _, tc := range []struct {
+		method string
+		held   bool
+	}{{"subscriptions/listen", false}, {"tools/call", true}} {
+		t.Run(tc.method, func(t *testing.T) {
+			inR, inW := io.Pipe()
+			conn, err := ServerStdio(inR, io.Discard).Connect(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			go func() {
+				fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":1,"method":%q,"params":{}}`+"\n", tc.method)
+				inW.Close()
+			}()
+			if msg, err := conn.Read(context.Background()); err != nil {
+				t.Fatalf("reading the %s: %v, %v", tc.method, msg, err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			start := time.Now()
+			_, err = conn.Read(ctx)
+			if held := time.Since(start) >= time.Second; held != tc.held {
+				t.Errorf("the end of stdin with a %s in flight: read %v after %v (held: %v, want %v)", tc.method, err, time.Since(start).Round(time.Millisecond), held, tc.held)
+			}
+		})
+	}
+}
+
+// TestServerStdioByteOrderMark: a UTF-8 byte order mark that starts the stream (as
+// Windows PowerShell writes to a native command's stdin) is skipped: the first
+// message, the client's initialize, was answered with a parse error. One further on
+// is a line's error, as any stray byte is.
+func TestServerStdioByteOrderMark(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inW, outR, done := runStdioFront(ctx, srv)
+	answers := bufio.NewReader(outR)
+	send := lineSender(t, inW)
+	next := func() string {
+		t.Helper()
+		line, err := answers.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading an answer: %v", err)
+		}
+		return line
+	}
+	send("\xef\xbb\xbf" + `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":1,"result":`) {
+		t.Errorf("initialize after a byte order mark answered %s", a)
+	}
+	send("\xef\xbb\xbf" + `{"jsonrpc":"2.0","id":2,"method":"ping"}`)
+	if a := next(); !strings.Contains(a, "-32700") {
+		t.Errorf("a byte order mark past the stream's start: answered %s, want a parse error", a)
+	}
+	inW.Close()
+	<-done
+	outR.Close()
+}
+
+// TestServerStdioPendingBounded: the requests a front has read and not answered
+// hold at most maxPending bytes of their lines; a request past it is refused at
+// once (-32603, under its ID), not read later: a stdio client's 20 calls of 15 MiB
+// at once took a gateway to 1.8 GB, and 1,024 could be in flight. A line alone
+// is taken whatever its size; the bytes come back as requests are answered.
+func TestServerStdioPendingBounded(t *testing.T) {
+	defer func(n int, d time.Duration) { maxPending, drainGrace = n, d }(maxPending, drainGrace)
+	maxPending, drainGrace = 1<<20, 100*time.Millisecond
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "block"}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct{ Pad string }) (*mcp.CallToolResult, any, error) {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inW, outR, done := runStdioFront(ctx, srv)
+	lines := make(chan string, 10)
+	go func() {
+		answers := bufio.NewReader(outR)
+		for {
+			line, err := answers.ReadString('\n')
+			if err != nil {
+				close(lines)
+				return
+			}
+			lines <- line
+		}
+	}()
+	send := lineSender(t, inW)
+	next := func() string {
+		t.Helper()
+		select {
+		case line := <-lines:
+			return line
+		case <-time.After(5 * time.Second):
+			t.Fatal("no answer in 5s")
+			return ""
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	next()
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	call := func(id int, pad int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"block","arguments":{"Pad":%q}}}`, id, strings.Repeat("x", pad))
+	}
+	send(call(1, 1500<<10)) // more than maxPending, alone: taken
+	send(call(2, 100))
+	if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":2,"error":{"code":-32603`) || !strings.Contains(a, "wait for their answers") {
+		t.Errorf("a call past maxPending answered %.200s, want -32603 under its ID", a)
+	}
+	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
+	time.Sleep(100 * time.Millisecond) // its answer dropped, its bytes given back
+	send(call(3, 600<<10))
+	send(call(4, 300<<10))
+	send(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
+	if a := next(); a != `{"jsonrpc":"2.0","id":5,"result":{}}`+"\n" {
+		t.Errorf("a ping after two calls within maxPending answered %.200s", a)
+	}
+	send(call(6, 200<<10))
+	if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":6,"error":{"code":-32603`) {
+		t.Errorf("a call past maxPending answered %.200s, want -32603", a)
+	}
+	inW.Close()
+	<-done
+	outR.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
@@ -49,8 +50,10 @@ A server that is down keeps its tools listed, and a call to one of them fails at
 once with a tool error result that says why (state, last failure, next try).
 
 By default the gateway speaks MCP over stdin and stdout, for a host that launches
-it as a command, and exits when its client closes stdin or stdout (a line
-that is not a message gets a JSON-RPC error and is skipped). With --http it
+it as a command, and exits when its client closes stdin or stdout (at
+stdin's end the requests in flight first get up to 5 s to be answered; a client
+that closes stdin and leaves an answer unread for 30 s is gone); a line that is
+not a message gets a JSON-RPC error and is skipped. With --http it
 serves streamable HTTP on ADDR (a host without an address, such as :8080, binds
 127.0.0.1; write 0.0.0.0:8080 to listen on every interface): stateful sessions
 for clients before protocol 2026-07-28, stateless requests for clients on it.
@@ -263,13 +266,24 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		}()
 	}
 	stdioDone := make(chan error, 1)
+	// hostCtx ends with the stdio session too (the host is gone): a reload under
+	// way then stops at once, where serve's loop saw the end only once the reload
+	// was over (up to its 30 s, a removed backend slow to close).
+	hostCtx, hostGone := context.WithCancel(ctx)
+	defer hostGone()
+	var hungUp <-chan struct{} // stdin's writer is gone
+	out := &watchedWriter{w: os.Stdout}
 	if *httpAddr == "" || *alsoStdio {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stdioDone <- g.Server().Run(ctx, transport.ServerStdio(os.Stdin, os.Stdout))
+			err := g.Server().Run(ctx, transport.ServerStdio(os.Stdin, out))
+			stdioDone <- err
+			hostGone()
 		}()
+		hungUp = watchHangup(ctx, 0, 250*time.Millisecond)
 	}
+	var unread <-chan time.Time // once stdin is hung up: is stdout read?
 
 	var tick <-chan time.Time
 	if *watch {
@@ -283,7 +297,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			logger.Warn("mcpfsm serve: reload failed, keeping the running config", "why", why, "err", errorText(err))
 			return
 		}
-		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		rctx, cancel := context.WithTimeout(hostCtx, 30*time.Second)
 		res, err := g.Reload(rctx, next)
 		cancel()
 		if err != nil {
@@ -306,6 +320,21 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		case err := <-failed:
 			fmt.Fprintln(stderr, "mcpfsm serve:", err)
 			return 1
+		case <-hungUp:
+			// The host closed stdin. The stdio session ends once its requests
+			// are answered (or given up); but answers its host does not read
+			// (stdout full) hold it for ever, and with it serve: the front
+			// cannot read stdin's end past an answer it cannot write, nor the
+			// go-sdk end the session with a write under way.
+			hungUp = nil
+			t := time.NewTicker(250 * time.Millisecond)
+			defer t.Stop()
+			unread = t.C
+		case <-unread:
+			if d := out.blocked(); d > hungUpUnread {
+				fmt.Fprintf(stderr, "mcpfsm serve: stdin is closed, and stdout has not been read for %v: exiting\n", d.Round(time.Second))
+				return 0
+			}
 		case <-hup:
 			reload("SIGHUP")
 		case <-tick:
@@ -314,6 +343,33 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			}
 		}
 	}
+}
+
+// hungUpUnread is how long a write to stdout may wait, once stdin's writer is gone,
+// before serve ends as at the end of stdin: the host has gone without reading what
+// it was sent. As long as the HTTP front gives a client that leaves its writes
+// waiting: a reader merely slow (a pager at the end of a pipeline) is not cut.
+const hungUpUnread = 30 * time.Second
+
+// A watchedWriter tells how long the write under way, if any, has waited (the stdio
+// front writes one message at a time).
+type watchedWriter struct {
+	w     io.Writer
+	since atomic.Int64 // when the write under way began (Unix nanoseconds), or 0
+}
+
+func (w *watchedWriter) Write(p []byte) (int, error) {
+	w.since.Store(time.Now().UnixNano())
+	defer w.since.Store(0)
+	return w.w.Write(p)
+}
+
+// blocked is how long the write under way has waited, or 0.
+func (w *watchedWriter) blocked() time.Duration {
+	if s := w.since.Load(); s != 0 {
+		return time.Since(time.Unix(0, s))
+	}
+	return 0
 }
 
 // frontsGrace is how long, at least, serve waits for its fronts to end once the

@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -534,6 +535,321 @@ func TestServeStdioSurvivesGarbage(t *testing.T) {
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("the gateway ended with %v at the end of stdin\nstderr:\n%s", err, stderr.String())
+	}
+}
+
+// TestServeStdioAnswersAtStdinsEnd: a host that writes its requests and closes the
+// gateway's stdin (a shell pipeline, a script; MCP's stdio shutdown begins so) gets
+// the answers to the requests in flight, then the gateway exits: at stdin's end the
+// go-sdk cancelled them all, and the calls' answers were lost. The 5 s grace is
+// given to requests in flight only: with none, serve exits at once.
+func TestServeStdioAnswersAtStdinsEnd(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+	cmd.Stdin = strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}
+{"jsonrpc":"2.0","method":"notifications/initialized"}
+{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"example__echo","arguments":{"text":"piped"}}}
+{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"example__slow","arguments":{"ms":300}}}
+`)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("mcpfsm serve < script: %v\nstderr:\n%s", err, stderr.String())
+	}
+	answered := map[float64]string{}
+	for line := range strings.Lines(stdout.String()) {
+		var a struct {
+			ID     float64
+			Result json.RawMessage
+		}
+		if json.Unmarshal([]byte(line), &a) == nil && a.ID != 0 {
+			answered[a.ID] = string(a.Result)
+		}
+	}
+	if !strings.Contains(answered[2], "piped") || !strings.Contains(answered[3], "slept") {
+		t.Errorf("the calls in flight at stdin's end were answered %v; stdout:\n%s\nstderr:\n%s", answered, stdout.String(), stderr.String())
+	}
+}
+
+// TestServeStdinEndsDuringAReload: the end of stdin while a reload waits for a
+// removed backend's close (it ignores SIGTERM and its stdin's end, its teardown
+// timeout a minute) ends the reload at once, and the gateway exits within its close's
+// bound: serve's loop saw the end only once the reload was over, its 30 s, and then
+// closed for up to 15 s more.
+func TestServeStdinEndsDuringAReload(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "servers.yaml")
+	bin := mcpfsmBin(t)
+	write := func(deaf bool) {
+		t.Helper()
+		s := fmt.Sprintf("version: 1\nservers:\n  a:\n    command: %s\n    args: [example-server]\n", bin)
+		if deaf {
+			s += fmt.Sprintf("  deaf:\n    command: /bin/sh\n    args: [-c, 'trap \"\" TERM; %s example-server; exec sleep 60']\n    policies:\n      teardown_timeout: 60s\n", bin)
+		}
+		if err := os.WriteFile(cfg, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var stderr testutil.SyncBuffer
+	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg)
+	answers := bufio.NewReader(stdout)
+	exchange := func(id int, line string) string {
+		t.Helper()
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			a, err := answers.ReadString('\n')
+			if err != nil {
+				t.Fatalf("no answer: %v\nstderr:\n%s", err, stderr.String())
+			}
+			if strings.HasPrefix(a, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,`, id)) {
+				return a
+			}
+		}
+	}
+	exchange(1, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"+`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	// deaf up (its close is then the one that waits), under load too.
+	for id, deadline := 2, time.Now().Add(30*time.Second); !strings.Contains(exchange(id, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/list"}`, id)), "deaf__echo"); id++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("deaf never listed its tools; stderr:\n%s", stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	go func() { _, _ = io.Copy(io.Discard, answers) }()
+	write(false)
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second) // the reload waits for deaf's close
+	start := time.Now()
+	stdin.Close()
+	if err := exited(t, cmd, 60*time.Second, "after stdin's end during a reload", &stderr); err != nil {
+		t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+	}
+	if d := time.Since(start); d > 25*time.Second {
+		t.Errorf("exited %v after stdin's end during a reload, want within the close's 15 s\nstderr:\n%s", d.Round(time.Millisecond), stderr.String())
+	}
+	// The backend's close is said, and nothing without saying what it is about
+	// (the gateway's close added a bare "context deadline exceeded" line).
+	out := stderr.String()
+	if !strings.Contains(out, "closing deaf") {
+		t.Errorf("the backend's close is not said:\n%s", out)
+	}
+	for line := range strings.Lines(out) {
+		if strings.TrimSpace(line) == context.DeadlineExceeded.Error() {
+			t.Errorf("a line says only %q:\n%s", line, out)
+		}
+	}
+}
+
+// TestServeStdioReloadStorm: SIGHUPs in a row (ten, 50 ms apart; signals that come
+// during a reload are one more reload) while a stdio host calls without pause, the
+// config switching between one that removes a server and one that brings it back:
+// every request is answered once, and those to the server every config keeps all
+// succeed. Then a config that is not YAML is refused at its file:line:col, the
+// running one kept; the last config is the one in force.
+func TestServeStdioReloadStorm(t *testing.T) {
+	dir := t.TempDir()
+	bin := mcpfsmBin(t)
+	cfg := filepath.Join(dir, "servers.yaml")
+	server := func(name string) string {
+		return fmt.Sprintf("  %s:\n    command: %s\n    args: [example-server]\n", name, bin)
+	}
+	both := "version: 1\nservers:\n" + server("keep") + server("churn")
+	configs := []string{"version: 1\nservers:\n" + server("keep"), both}
+	if err := os.WriteFile(cfg, []byte(both), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var stderr testutil.SyncBuffer
+	cmd, stdin, stdout, _ := startPiped(ctx, t, &stderr, "serve", cfg)
+	defer stdin.Close()
+	answers := make(chan map[string]any, 1000)
+	go func() {
+		defer close(answers)
+		lines := bufio.NewScanner(stdout)
+		lines.Buffer(nil, 1<<20)
+		for lines.Scan() {
+			var a map[string]any
+			if json.Unmarshal(lines.Bytes(), &a) == nil && a["id"] != nil {
+				answers <- a
+			}
+		}
+	}()
+	var mu sync.Mutex
+	send := func(line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Errorf("writing to the gateway: %v", err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+	got := map[string]int{}
+	next := func(what string) map[string]any {
+		t.Helper()
+		select {
+		case a, ok := <-answers:
+			if !ok {
+				t.Fatalf("%s: the gateway's stdout ended; stderr:\n%s", what, stderr.String())
+			}
+			got[fmt.Sprint(a["id"])]++
+			return a
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: no answer in 30 s; stderr:\n%s", what, stderr.String())
+			return nil
+		}
+	}
+	next("initialize")
+	next("tools/list")
+
+	const calls = 200
+	callsDone := make(chan struct{})
+	go func() {
+		defer close(callsDone)
+		for i := range calls {
+			tool := "keep__echo"
+			if i%2 == 1 {
+				tool = "churn__echo"
+			}
+			send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":%q,"arguments":{"text":"%d"}}}`, i, tool, i))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for i := range 10 {
+		if err := os.WriteFile(cfg, []byte(configs[i%len(configs)]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	<-callsDone
+	for range calls {
+		a := next("a call")
+		id, _ := a["id"].(float64)
+		if int(id)%2 == 1 {
+			continue // churn: answered, one way or another
+		}
+		res, _ := json.Marshal(a["result"])
+		if !strings.Contains(string(res), fmt.Sprintf(`"text":"%d"`, int(id))) || strings.Contains(string(res), `"isError":true`) {
+			t.Errorf("call %v to the server every config keeps answered %v", a["id"], a)
+		}
+	}
+	for id, n := range got {
+		if n != 1 {
+			t.Errorf("request %s answered %d times", id, n)
+		}
+	}
+	// The last config of the storm (both servers) is in force; a broken one
+	// then leaves it so.
+	churnAnswers := func(what string) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			send(`{"jsonrpc":"2.0","id":"last","method":"tools/call","params":{"name":"churn__echo","arguments":{"text":"back"}}}`)
+			a := next(what)
+			if res, _ := json.Marshal(a["result"]); strings.Contains(string(res), `"text":"back"`) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: churn__echo answered %v", what, a)
+			}
+		}
+	}
+	churnAnswers("after the storm")
+	if err := os.WriteFile(cfg, []byte("version: 1\nservers:\n"+server("keep")+"  churn: [unclosed\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	refused := regexp.MustCompile(`reload failed, keeping the running config.*servers\.yaml:\d+:\d+: not valid YAML`)
+	for deadline := time.Now().Add(30 * time.Second); !refused.MatchString(stderr.String()); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the broken config is not refused at its file:line:col:\n%s", stderr.String())
+		}
+	}
+	churnAnswers("after the broken config")
+	stdin.Close()
+	if err := exited(t, cmd, 40*time.Second, "after stdin's end", &stderr); err != nil {
+		t.Errorf("the gateway ended with %v\nstderr:\n%s", err, stderr.String())
+	}
+}
+
+// TestServeHostGoneWithoutReading: a host that writes requests, reads none of their
+// answers and ends stdin (gone without a word, not killed: stdout's pipe stays open)
+// no longer holds the gateway: the front could not read stdin's end past an answer
+// it could not write, nor the go-sdk end the session with a write under way, and the
+// gateway ran until a signal. Once stdin's writer is gone (poll(2) says so without
+// reading: a pipe closed, or a socket's peer shut down writing, as libuv's child
+// stdio is) and a write to stdout has waited 30 s, serve ends as at stdin's end.
+func TestServeHostGoneWithoutReading(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	var script strings.Builder
+	script.WriteString(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}` + "\n")
+	for i := range 3000 { // their answers are more than the pipe holds
+		fmt.Fprintf(&script, `{"jsonrpc":"2.0","id":%d,"method":"ping"}`+"\n", i+1)
+	}
+	for _, stdin := range []string{"pipe", "socket"} {
+		t.Run(stdin, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+			var stderr testutil.SyncBuffer
+			cmd.Stderr = &stderr
+			stdout, err := cmd.StdoutPipe() // never read
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stdout.Close()
+			var hangUp func()
+			var in io.Writer
+			if stdin == "pipe" {
+				w, err := cmd.StdinPipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				in, hangUp = w, func() { w.Close() }
+			} else {
+				fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				host, theirs := os.NewFile(uintptr(fds[0]), "host"), os.NewFile(uintptr(fds[1]), "stdin")
+				defer host.Close()
+				cmd.Stdin = theirs
+				defer theirs.Close()
+				in, hangUp = host, func() { _ = syscall.Shutdown(fds[0], syscall.SHUT_WR) }
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(in, script.String()); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			hangUp()
+			if err := exited(t, cmd, 80*time.Second, "after its host ended stdin, its answers unread", &stderr); err != nil {
+				t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+			}
+			if d := time.Since(start); d > 65*time.Second {
+				t.Errorf("exited %v after stdin's end, want within 30 s and the close's 15 s", d.Round(time.Millisecond))
+			}
+			if !strings.Contains(stderr.String(), "stdout has not been read") {
+				t.Errorf("the gateway did not say why it ended:\n%s", stderr.String())
+			}
+		})
 	}
 }
 
