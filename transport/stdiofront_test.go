@@ -565,8 +565,24 @@ func TestServerStdioPendingBounded(t *testing.T) {
 		t.Errorf("a call past maxPending answered %.200s, want -32603 under its ID", a)
 	}
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
-	time.Sleep(100 * time.Millisecond) // its answer dropped, its bytes given back
-	send(call(3, 600<<10))
+	// Its answer is dropped, its bytes given back, once its handler has returned:
+	// a call of 600 KiB is taken then (one refused meanwhile is answered at once).
+	id := 100
+	for deadline := time.Now().Add(10 * time.Second); ; id++ {
+		send(call(id, 600<<10))
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, id+1000))
+		a := next()
+		if a == fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{}}`, id+1000)+"\n" {
+			break // the call was taken: it blocks, unanswered
+		}
+		if !strings.HasPrefix(a, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"error":{"code":-32603`, id)) || time.Now().After(deadline) {
+			t.Fatalf("after the big call's cancel, a call of 600 KiB answered %.200s", a)
+		}
+		if a := next(); !strings.HasPrefix(a, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"error":{"code":-32603`, id+1000)) {
+			t.Fatalf("a ping after a call refused answered %.200s, want -32603 too", a)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	send(call(4, 300<<10))
 	send(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
 	if a := next(); a != `{"jsonrpc":"2.0","id":5,"result":{}}`+"\n" {
