@@ -22,6 +22,11 @@ import (
 // front cancelled it or went away: generous, for a loaded machine.
 const cancelBound = 5 * time.Second
 
+// stdioDrainGrace is how long the stdio front, at the end of its stdin, lets the
+// requests in flight be answered before the go-sdk cancels them (transport's
+// drainGrace: a host that writes its requests and closes stdin gets their answers).
+const stdioDrainGrace = 5 * time.Second
+
 // cancelBackends are the backends of the cancellation tests: the test server over
 // stdio on 2025-11-25 and 2026-07-28, and over streamable HTTP, stateful (2025-11-25)
 // and stateless (2026-07-28; its handlers end with their POST, as the 2026-07-28
@@ -125,8 +130,9 @@ func waitCount(t *testing.T, cs *mcp.ClientSession, server, key string, before i
 // each backend (stdio and HTTP, on 2025-11-25 and 2026-07-28), a call the front
 // cancels (notifications/cancelled, or the abort of a 2026-07-28 POST) and a call
 // whose front client goes away (its HTTP connections closed, the stdio front's
-// stdin closed) ends the backend handler's context within cancelBound, and the
-// front's call returns.
+// stdin closed) ends the backend handler's context within cancelBound (the stdio
+// front's stdin end after its grace for answers, stdioDrainGrace), and the front's
+// call returns.
 func TestGateway_CancelReachesTheBackend(t *testing.T) {
 	g := start(t, config(cancelBackends(t)...), gateway.Options{})
 	url := serveHTTP(t, g, gateway.HTTPOptions{})
@@ -154,7 +160,12 @@ func TestGateway_CancelReachesTheBackend(t *testing.T) {
 					} else {
 						gone()
 					}
-					took := waitCount(t, watcher, server, "ended held", ended, cancelBound)
+					bound := cancelBound
+					if fault == "gone" && strings.HasPrefix(f.name, "stdio") {
+						// Its stdin's end: the call is given the front's grace first.
+						bound += stdioDrainGrace
+					}
+					took := waitCount(t, watcher, server, "ended held", ended, bound)
 					select {
 					case err := <-errc:
 						if err == nil {
