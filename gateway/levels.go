@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,13 @@ func (g *Gateway) setLevel(ctx context.Context, ss *mcp.ServerSession, level mcp
 var levelOrder = []mcp.LoggingLevel{"debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"}
 
 // levelList is levelOrder, as an error lists it.
-const levelList = "debug, info, notice, warning, error, critical, alert, emergency"
+var levelList = func() string {
+	names := make([]string, len(levelOrder))
+	for i, l := range levelOrder {
+		names[i] = string(l)
+	}
+	return strings.Join(names, ", ")
+}()
 
 func levelRank(l mcp.LoggingLevel) int {
 	for i, x := range levelOrder {
