@@ -204,16 +204,12 @@ func TestServerStdioCancelledNotAnswered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	inW, outR, done := runStdioFront(ctx, srv)
-	answers := bufio.NewReader(outR)
-	send := lineSender(t, inW)
+	send, read := lineSender(t, inW), lineReader(t, outR)
 	next := func() string {
 		t.Helper()
-		line, err := answers.ReadBytes('\n')
-		if err != nil {
-			t.Fatalf("reading an answer: %v", err)
-		}
+		line := read()
 		var a struct{ ID any }
-		if err := json.Unmarshal(line, &a); err != nil {
+		if err := json.Unmarshal([]byte(line), &a); err != nil {
 			t.Fatalf("the answer %q: %v", line, err)
 		}
 		return fmt.Sprint(a.ID)
@@ -275,6 +271,20 @@ func runStdioFront(ctx context.Context, srv *mcp.Server) (in *io.PipeWriter, out
 		ended <- err
 	}()
 	return inW, outR, ended
+}
+
+// lineReader returns a function that reads the next line from r (its newline
+// kept), failing the test if it cannot.
+func lineReader(t *testing.T, r io.Reader) func() string {
+	answers := bufio.NewReader(r)
+	return func() string {
+		t.Helper()
+		line, err := answers.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading an answer: %v", err)
+		}
+		return line
+	}
 }
 
 // lineSender returns a function that writes a line to w, failing the test if it cannot.
@@ -491,16 +501,7 @@ func TestServerStdioByteOrderMark(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	inW, outR, done := runStdioFront(ctx, srv)
-	answers := bufio.NewReader(outR)
-	send := lineSender(t, inW)
-	next := func() string {
-		t.Helper()
-		line, err := answers.ReadString('\n')
-		if err != nil {
-			t.Fatalf("reading an answer: %v", err)
-		}
-		return line
-	}
+	send, next := lineSender(t, inW), lineReader(t, outR)
 	send("\xef\xbb\xbf" + `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":1,"result":`) {
 		t.Errorf("initialize after a byte order mark answered %s", a)
