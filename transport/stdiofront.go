@@ -35,7 +35,8 @@ import (
 // answered, as MCP asks (the go-sdk's server would answer it with its handler's
 // error), unless it came in a batch. A request whose ID is that of a request not
 // yet answered (MCP forbids it; the go-sdk drops it unanswered) gets -32600 with
-// a null id, and so does a batch holding one; a numeric ID must be an integer
+// a null id, and so do a batch holding one and any other line refused that
+// carries such an ID; a numeric ID must be an integer
 // below 2^53 in magnitude (the go-sdk's ID, an int64 made from a float64, would
 // answer 1.5 as 1): another gets -32600 under the ID as it was written.
 // At the end of r, the requests read and not yet answered get up to 5 s to be
@@ -105,6 +106,22 @@ func (c *lineConn) readLines(incoming chan<- lineOrErr) {
 	}
 }
 
+// idInUse reports whether v, a line's ID as JSON decodes it (a string or a
+// float64), is the ID of a request the front has read and not yet answered.
+func (c *lineConn) idInUse(v any) bool {
+	if f, ok := v.(float64); ok && !exactID(f) {
+		return false // no request of such an ID is taken
+	}
+	id, err := jsonrpc.MakeID(v)
+	if err != nil {
+		return false
+	}
+	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	_, ok := c.inFlight[id]
+	return ok
+}
+
 // utf8BOM is the byte order mark of UTF-8.
 var utf8BOM = []byte("\xef\xbb\xbf")
 
@@ -163,8 +180,9 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 	}
 	// The line's ID as it was written, where it is a string or a number (a
 	// number the go-sdk's ID cannot hold exactly included: see exactID); null
-	// otherwise, and for a request refused for its ID's being in use (the
-	// answer would be taken for the other request's).
+	// otherwise, and where the ID is that of a request not yet answered (the
+	// answer would be taken for the other request's): a request refused for
+	// it, or a line refused for another cause that carries it.
 	id := json.RawMessage("null")
 	var probe struct {
 		ID json.RawMessage `json:"id"`
@@ -174,7 +192,9 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 		if json.Unmarshal(probe.ID, &v) == nil {
 			switch v.(type) {
 			case string, float64:
-				id = probe.ID
+				if !c.idInUse(v) {
+					id = probe.ID
+				}
 			}
 		}
 	}

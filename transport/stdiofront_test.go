@@ -597,3 +597,46 @@ func TestServerStdioPendingBounded(t *testing.T) {
 	<-done
 	outR.Close()
 }
+
+// TestServerStdioBadLineOfAnIDInUse: a line refused as no valid message (here its
+// jsonrpc version) whose ID is that of a request not yet answered gets its error
+// with a null id, as a request reusing the ID does: under the ID, the client took
+// it for the answer to its request in flight, which was answered again later.
+func TestServerStdioBadLineOfAnIDInUse(t *testing.T) {
+	defer func(d time.Duration) { drainGrace = d }(drainGrace)
+	drainGrace = 100 * time.Millisecond // the calls block: not waited for at the end
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "block"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		<-ctx.Done()
+		return nil, nil, ctx.Err()
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inW, outR, done := runStdioFront(ctx, srv)
+	next := lineReader(t, outR)
+	send := lineSender(t, inW)
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	next()
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	send(`{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	send(`{"jsonrpc":"2.0","id":51,"method":"ping"}`)
+	if a := next(); a != `{"jsonrpc":"2.0","id":51,"result":{}}`+"\n" {
+		t.Fatalf("a ping answered %s", a)
+	}
+	for _, id := range []string{`50`, `50.0`, `"s"`} {
+		send(`{"jsonrpc":"1.0","id":` + id + `,"method":"ping"}`)
+		if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600`) {
+			t.Errorf("a bad line of the ID %s of a call in flight was answered %s, want -32600 with a null ID", id, a)
+		}
+	}
+	send(`{"jsonrpc":"1.0","id":52,"method":"ping"}`) // an ID not in use: its own
+	if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":52,"error":{"code":-32600`) {
+		t.Errorf("a bad line of a free ID was answered %s, want -32600 under its ID", a)
+	}
+	inW.Close()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	outR.Close()
+}
