@@ -154,11 +154,17 @@ func (s *Session) watchLate(rec *answers, f Finished) {
 }
 
 // lateAnswered notes that the server answered w's request: w is told once no
-// request of the server's read before it is unanswered.
+// request of the server's read before it is unanswered. At most maxLate wait for
+// that, the oldest dropped untold: a request of the server's that the go-sdk
+// never answers (one reusing the ID of another in flight, which it drops) keeps
+// them waiting for the session's life.
 func (s *Session) lateAnswered(w *lateWatch) {
 	l := &s.late
 	l.mu.Lock()
 	if l.reqs.Load() > 0 {
+		if len(l.ready) >= maxLate {
+			l.ready = append(l.ready[:0:0], l.ready[len(l.ready)-maxLate+1:]...)
+		}
 		l.ready = append(l.ready, w)
 		l.mu.Unlock()
 		return

@@ -120,3 +120,43 @@ func TestLateAnswer(t *testing.T) {
 		t.Fatalf("given up on after the session ended: told %d times, want 1", f.n.Load())
 	}
 }
+
+// TestLateAnswersWaitingBounded: answers to requests given up on, read while a
+// request of the server's is unanswered, wait for it; a request the go-sdk never
+// answers (one reusing the ID of another in flight, which it drops) left them
+// waiting for the session's life, every later one added: they are bounded as the
+// watches are (maxLate), the oldest dropped (not told: the caller's bound then
+// holds, the gateway's cutLinger).
+func TestLateAnswersWaitingBounded(t *testing.T) {
+	s := &Session{watched: make(chan struct{})}
+	s.closing.Store(true)
+	fc := &fakeConn{in: make(chan jsonrpc.Message, 8)}
+	ec := &endConn{Connection: fc, s: s}
+	s.lt = &lifeTransport{end: ec}
+	id := func(n int64) jsonrpc.ID { v, _ := jsonrpc.MakeID(float64(n)); return v }
+	read := func(msg jsonrpc.Message) {
+		t.Helper()
+		fc.in <- msg
+		if _, err := ec.Read(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read(&jsonrpc.Request{ID: id(1 << 40), Method: "sampling/createMessage"}) // never answered
+	for n := int64(1); n <= 3*maxLate; n++ {
+		f := &finishedCount{}
+		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), FinishedKey{}, Finished(f)))
+		sctx, rec := withStatus(ctx)
+		if err := ec.Write(sctx, &jsonrpc.Request{ID: id(n), Method: "tools/call"}); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		s.doneAfter(ctx, rec)
+		read(&jsonrpc.Response{ID: id(n)})
+	}
+	s.late.mu.Lock()
+	n := len(s.late.ready)
+	s.late.mu.Unlock()
+	if n > maxLate {
+		t.Errorf("%d answers wait for the server's request to be answered, more than %d", n, maxLate)
+	}
+}
