@@ -38,17 +38,18 @@ import (
 //     one gateway per client.
 //
 // A cancelled call stops counting before cutLinger when the backend is known to be
-// done with it (the backend's session tells the front call, under its context key:
-// see transport.Finished): over stdio (and SSE, in memory) when the backend's answer
+// done with it (the backend's session tells the call's cutMark, in the call's
+// context under transport.FinishedKey: see transport.Finished): over stdio (and SSE, in memory) when the backend's answer
 // to it is read, once every request the backend sent before that answer has been
 // handled (a go-sdk server answers a cancelled request as its handler returns);
 // on any transport when the backend's session that ran it has ended (a reconnect,
 // a reload) and its handlers have returned; over stdio at once when the request
 // was never written.
 
-// frontCallKey keys the front call in the context of its backend's call: the
-// backend's session tells it when the backend is done with it (ServerFinished).
-type frontCallKey = transport.FinishedKey
+// frontCallKey keys the front call in the context of its backend's call; beside
+// it, under transport.FinishedKey, its cutMark, which the backend's session tells
+// when the backend is done with the call (ServerFinished).
+type frontCallKey struct{}
 
 // A frontCall is a front request in flight to a backend.
 type frontCall struct {
@@ -69,9 +70,20 @@ type frontCall struct {
 	to   frontStream // where the call's progress and log messages go (see rebind)
 
 	between bool // parked between two rounds (see calls.between); calls.mu
-	// calls is where the call is published; finished, under its mu, says its
-	// backend is done with it (ServerFinished): cancelled, it no longer counts.
-	calls    *calls
+	mark    *cutMark
+}
+
+// A cutMark is what outlives a front call that the front cancelled: it counts as
+// a cut call (see calls.cut) until its backend is known to be done with it (the
+// backend's session, which may watch it for long, tells it: ServerFinished). It
+// keeps nothing of the front's request: a frontCall kept instead held the request's
+// parameters for as long.
+type cutMark struct {
+	calls  *calls // where the call is published
+	server string
+	ss     *mcp.ServerSession
+	// finished, under calls.mu, says the backend is done with the call:
+	// cancelled, it no longer counts.
 	finished bool
 }
 
@@ -163,7 +175,7 @@ type calls struct {
 
 // A cutCall is a call the front cancelled before its backend answered.
 type cutCall struct {
-	fc    *frontCall
+	m     *cutMark
 	until time.Time
 }
 
@@ -186,7 +198,8 @@ var callEnded atomic.Pointer[func(server string, cut bool)]
 // start publishes a front call, with its parking (nil if it takes no input
 // requests): the backend's requests read it from then on (see askFront).
 func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, p *parking) *frontCall {
-	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p, to: streamOf(ctx, ss, req), calls: cs}
+	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p, to: streamOf(ctx, ss, req),
+		mark: &cutMark{calls: cs, server: server, ss: ss}}
 	if r, ok := req.(interface{ ProtocolVersion() string }); ok {
 		fc.newer = transport.NewProtocol(r.ProtocolVersion())
 	}
@@ -222,7 +235,7 @@ func (cs *calls) end(fc *frontCall, cut bool) {
 		close(cs.idle)
 		cs.idle = nil
 	}
-	if !cut || fc.finished {
+	if !cut || fc.mark.finished {
 		return
 	}
 	if cs.cut == nil {
@@ -232,33 +245,33 @@ func (cs *calls) end(fc *frontCall, cut bool) {
 	if len(l) >= maxCut {
 		l = l[1:]
 	}
-	cs.cut[fc.server] = append(l, cutCall{fc: fc, until: time.Now().Add(cs.linger)})
+	cs.cut[fc.server] = append(l, cutCall{m: fc.mark, until: time.Now().Add(cs.linger)})
 }
 
 // ServerFinished implements transport.Finished: the backend is done with the call,
 // which the front gave up on (its session answered it late, or ended), and a cut
 // call no longer counts. Called by the backend's session on a goroutine that must
 // not wait: it takes calls.mu only.
-func (fc *frontCall) ServerFinished() {
-	cs := fc.calls
+func (m *cutMark) ServerFinished() {
+	cs := m.calls
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if f := serverFinished.Load(); f != nil {
-		defer (*f)(fc.server)
+		defer (*f)(m.server)
 	}
-	fc.finished = true
-	l := cs.cut[fc.server]
+	m.finished = true
+	l := cs.cut[m.server]
 	for i, c := range l {
-		if c.fc == fc {
+		if c.m == m {
 			l = append(l[:i:i], l[i+1:]...)
 			break
 		}
 	}
 	if len(l) == 0 {
-		delete(cs.cut, fc.server)
+		delete(cs.cut, m.server)
 		return
 	}
-	cs.cut[fc.server] = l
+	cs.cut[m.server] = l
 }
 
 // drain waits until no front call is in flight to a backend, or d passes, or ctx
@@ -343,7 +356,7 @@ func (cs *calls) attribute(server string) (*frontCall, string) {
 	}
 	cut := cs.pruneLocked(server, time.Now())
 	for _, c := range cut {
-		sessions[c.fc.ss] = true
+		sessions[c.m.ss] = true
 	}
 	switch {
 	case latest == nil && len(cut) > 0:

@@ -174,7 +174,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 		p = newParking(r.what())
 	}
 	fc := g.calls.start(ctx, ss, req, server, p)
-	ctx = context.WithValue(ctx, frontCallKey{}, fc)
+	ctx = context.WithValue(context.WithValue(ctx, frontCallKey{}, fc), transport.FinishedKey{}, fc.mark)
 	if p != nil {
 		return roundTrip(g, ctx, fc, frontStream{}, p.what, "", nil, func(bctx context.Context) (R, error) {
 			res, err := r.send(bctx, c, fc)
