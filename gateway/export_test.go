@@ -154,7 +154,7 @@ func SetSweepLooked(f func()) (restore func()) {
 }
 
 // SetServerFinished sets the hook called once a backend is known to be done with a
-// call a front gave up on (see frontCall.ServerFinished), until the returned
+// call a front gave up on (see cutMark.ServerFinished), until the returned
 // function restores it.
 func SetServerFinished(f func(server string)) (restore func()) {
 	old := serverFinished.Swap(&f)
