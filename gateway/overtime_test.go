@@ -333,6 +333,18 @@ func TestGateway_AbandonedSubscriptionsForgotten(t *testing.T) {
 	waitTools(t, keep, has("b__echo"))
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
+	// The backend's templates are listed apart from its tools: a subscribe before
+	// the gateway has them finds no resource.
+	for {
+		res, err := keep.ListResourceTemplates(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.ResourceTemplates) > 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	uri := 0
 	abandon := func() { // a session subscribes to 1,000 URIs of its own and is gone
 		sp, cp := net.Pipe()
