@@ -20,8 +20,9 @@ import (
 // and nothing is written then.) The Handler notes each cancel from the POST that
 // carries it, before the SDK reads it; the POST that carries the request drops
 // the answer as it is written (deadlineWriter), and ends without it. A cancel is
-// kept for answerlessTTL, at most maxAnswerless of them; past that bound the
-// answer is written, as before.
+// kept for answerlessTTL, at most maxAnswerless of them and maxAnswerlessPerSession
+// of a session's, and only for a session the gateway has; past that the answer is
+// written, as before.
 type answerless struct {
 	n  atomic.Int64 // how many are kept: the writers' fast path
 	mu sync.RWMutex
@@ -31,12 +32,20 @@ type answerless struct {
 const (
 	answerlessTTL = time.Minute
 	maxAnswerless = 4096
+	// maxAnswerlessPerSession bounds one session's: a client flooding cancels
+	// that name no request fills its own room, not the others'.
+	maxAnswerlessPerSession = 256
 )
+
+// mayCancel reports whether body may carry a cancel (a quick look, for every POST).
+func mayCancel(body []byte) bool {
+	return bytes.Contains(body, []byte(`"notifications/cancelled"`))
+}
 
 // noteCancel notes the cancel that the body of a POST of session carries, if it is
 // one.
 func (a *answerless) noteCancel(session string, body []byte) {
-	if session == "" || !bytes.Contains(body, []byte(`"notifications/cancelled"`)) {
+	if session == "" || !mayCancel(body) {
 		return
 	}
 	var msg struct {
@@ -70,6 +79,9 @@ func (a *answerless) noteCancel(session string, body []byte) {
 		a.by[session] = ids
 	}
 	if _, ok := ids[id]; !ok {
+		if len(ids) >= maxAnswerlessPerSession {
+			return
+		}
 		a.n.Add(1)
 	}
 	ids[id] = now

@@ -518,8 +518,39 @@ func TestGateway_CancelNotificationOverHTTP(t *testing.T) {
 		resp := postTo(a, fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, 100000+i))
 		resp.Body.Close()
 	}
-	if n := g.AnswerlessKept(); n > gateway.MaxAnswerless {
-		t.Errorf("the gateway keeps %d cancels, more than %d", n, gateway.MaxAnswerless)
+	// (b's cancel naming a's request above is kept too, for b.)
+	if n := g.AnswerlessKept(); n > gateway.MaxAnswerlessPerSession+1 {
+		t.Errorf("the gateway keeps %d cancels, more than %d of one session and b's one", n, gateway.MaxAnswerlessPerSession)
+	}
+	// Cancels for a session the gateway does not have are not kept.
+	before := g.AnswerlessKept()
+	for i := range 50 {
+		resp := postTo("no-such-session", fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, i))
+		resp.Body.Close()
+	}
+	if n := g.AnswerlessKept(); n != before {
+		t.Errorf("cancels for an unknown session: the gateway keeps %d, had %d", n, before)
+	}
+	// a's flood took none of b's room: b's cancelled call is not answered either.
+	ended = backendCount(t, watcher, "s25", "ended held")
+	started = backendCount(t, watcher, "s25", "started held")
+	go func() {
+		resp := postTo(b, `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"s25__hold","arguments":{"ms":600000}}}`)
+		defer resp.Body.Close()
+		got, _ := io.ReadAll(resp.Body)
+		body <- resp.Status + " " + string(got)
+	}()
+	waitCount(t, watcher, "s25", "started held", started, waitFor)
+	resp = postTo(b, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":7}}`)
+	resp.Body.Close()
+	waitCount(t, watcher, "s25", "ended held", ended, cancelBound)
+	select {
+	case got := <-body:
+		if strings.Contains(got, `"id":7`) {
+			t.Errorf("after another session's flood of cancels, a cancelled request was answered: %.300s", got)
+		}
+	case <-time.After(cancelBound):
+		t.Fatal("the cancelled call's POST was held open")
 	}
 	resp = postTo(a, `{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"s25__echo","arguments":{"text":"still"}}}`)
 	got, _ := io.ReadAll(resp.Body)

@@ -99,7 +99,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		defer lim.releaseBody(charge)
-		if b, ok := r.Body.(*heldBody); ok && session != "" {
+		if b, ok := r.Body.(*heldBody); ok && session != "" && mayCancel(b.data) && g.hasSession(session) {
 			g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
 		}
 		if transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")) && r.Header.Get("Mcp-Session-Id") == "" {
