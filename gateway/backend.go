@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
-	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -196,17 +195,12 @@ var serverFinished atomic.Pointer[func(server string)]
 var callEnded atomic.Pointer[func(server string, cut bool)]
 
 // start publishes a front call, with its parking (nil if it takes no input
-// requests): the backend's requests read it from then on (see askFront).
-func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, p *parking) *frontCall {
+// requests), whether its request is on 2026-07-28 or later (newer) and the rank of
+// the log level it asks (requestLevel): the backend's requests read it from then on
+// (see askFront).
+func (cs *calls) start(ctx context.Context, ss *mcp.ServerSession, req mcp.Request, server string, p *parking, newer bool, level int) *frontCall {
 	fc := &frontCall{ss: ss, ctx: ctx, req: req, server: server, parking: p, to: streamOf(ctx, ss, req),
-		mark: &cutMark{calls: cs, server: server, ss: ss}}
-	if r, ok := req.(interface{ ProtocolVersion() string }); ok {
-		fc.newer = transport.NewProtocol(r.ProtocolVersion())
-	}
-	fc.level = len(levelOrder)
-	if fc.newer {
-		fc.level = requestLevel(req)
-	}
+		mark: &cutMark{calls: cs, server: server, ss: ss}, newer: newer, level: level}
 	fc.out = &outbox{}
 	cs.mu.Lock()
 	cs.seq++

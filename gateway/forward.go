@@ -166,14 +166,16 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 		}
 		return fail(g.unavailable(server, err))
 	}
+	level := len(levelOrder) // the log level the request asks for, by rank (none before 2026-07-28)
 	if newer {
-		g.bridgeLevel(ctx, server, c, req)
+		level = requestLevel(req)
+		g.bridgeLevel(ctx, server, c, level)
 	}
 	var p *parking
 	if newer && r.inputRequired != nil {
 		p = newParking(r.what())
 	}
-	fc := g.calls.start(ctx, ss, req, server, p)
+	fc := g.calls.start(ctx, ss, req, server, p, newer, level)
 	ctx = context.WithValue(context.WithValue(ctx, frontCallKey{}, fc), transport.FinishedKey{}, fc.mark)
 	if p != nil {
 		return roundTrip(g, ctx, fc, frontStream{}, p.what, "", nil, func(bctx context.Context) (R, error) {

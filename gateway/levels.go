@@ -287,14 +287,14 @@ func (b *levelBridge) asked(now int64) int {
 }
 
 // bridgeLevel makes a backend before 2026-07-28 send the log messages that a
-// 2026-07-28 front request asks for with its _meta, before the request
-// goes to it: the backend is set to the level (with the others asked lately, see
-// levelFor) if it has none as verbose. The request waits for that up to raiseWait
-// from when the backend was asked (or its own end), and is sent then whatever came of it; a backend that refused
-// or did not answer is not asked again for raiseRetry. A request whose level the
-// backend has already costs a look at a map and two atomic loads.
-func (g *Gateway) bridgeLevel(ctx context.Context, server string, c *mcpfsm.Conn, req mcp.Request) {
-	r := requestLevel(req)
+// 2026-07-28 front request asks for with its _meta (r, the level's rank:
+// requestLevel), before the request goes to it: the backend is set to the level
+// (with the others asked lately, see levelFor) if it has none as verbose. The
+// request waits for that up to raiseWait from when the backend was asked (or its
+// own end), and is sent then whatever came of it; a backend that refused or did not
+// answer is not asked again for raiseRetry. A request whose level the backend has
+// already costs a look at a map and two atomic loads.
+func (g *Gateway) bridgeLevel(ctx context.Context, server string, c *mcpfsm.Conn, r int) {
 	if r == len(levelOrder) {
 		return
 	}
