@@ -23,6 +23,27 @@ type finishedCount struct{ n atomic.Int32 }
 
 func (f *finishedCount) ServerFinished() { f.n.Add(1) }
 
+// lateSession returns a session whose end is its own (nothing reports it) on a
+// connection of messages handed to read, which reads each through the session's
+// endConn.
+func lateSession(t *testing.T) (*Session, *endConn, func(jsonrpc.Message)) {
+	s := &Session{watched: make(chan struct{})}
+	s.closing.Store(true) // the end is ours: nothing reports it
+	fc := &fakeConn{in: make(chan jsonrpc.Message, 8)}
+	ec := &endConn{Connection: fc, s: s}
+	s.lt = &lifeTransport{end: ec}
+	return s, ec, func(msg jsonrpc.Message) {
+		t.Helper()
+		fc.in <- msg
+		if _, err := ec.Read(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// rpcID is the JSON-RPC ID n.
+func rpcID(n int64) jsonrpc.ID { v, _ := jsonrpc.MakeID(float64(n)); return v }
+
 // TestLateAnswer: a request whose caller gave up (its context ended, carrying a
 // Finished) is told finished once, when the server's answer to it is read, but
 // only once every request of the server's read before that answer has been
@@ -32,19 +53,7 @@ func (f *finishedCount) ServerFinished() { f.n.Add(1) }
 // connection is closed by the SDK (no handler runs), but not by Session.down's own
 // close.
 func TestLateAnswer(t *testing.T) {
-	s := &Session{watched: make(chan struct{})}
-	s.closing.Store(true) // the end is ours: nothing reports it
-	fc := &fakeConn{in: make(chan jsonrpc.Message, 8)}
-	ec := &endConn{Connection: fc, s: s}
-	s.lt = &lifeTransport{end: ec}
-	id := func(n int64) jsonrpc.ID { v, _ := jsonrpc.MakeID(float64(n)); return v }
-	read := func(msg jsonrpc.Message) {
-		t.Helper()
-		fc.in <- msg
-		if _, err := ec.Read(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	s, ec, read := lateSession(t)
 	// send writes request n under a context that the caller then gives up on, and
 	// returns the Finished told about it.
 	send := func(n int64, answerFirst bool) *finishedCount {
@@ -53,13 +62,13 @@ func TestLateAnswer(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), FinishedKey{}, Finished(f)))
 		sctx, rec := withStatus(ctx)
 		if n > 0 {
-			if err := ec.Write(sctx, &jsonrpc.Request{ID: id(n), Method: "tools/call"}); err != nil {
+			if err := ec.Write(sctx, &jsonrpc.Request{ID: rpcID(n), Method: "tools/call"}); err != nil {
 				t.Fatal(err)
 			}
 		}
 		cancel()
 		if answerFirst {
-			read(&jsonrpc.Response{ID: id(n)})
+			read(&jsonrpc.Response{ID: rpcID(n)})
 		}
 		s.doneAfter(ctx, rec)
 		return f
@@ -68,12 +77,12 @@ func TestLateAnswer(t *testing.T) {
 	// Answered while a request of the server's, read before the answer, is
 	// being handled: told once that one is answered.
 	f := send(1, false)
-	read(&jsonrpc.Request{ID: id(100), Method: "sampling/createMessage"})
-	read(&jsonrpc.Response{ID: id(1)})
+	read(&jsonrpc.Request{ID: rpcID(100), Method: "sampling/createMessage"})
+	read(&jsonrpc.Response{ID: rpcID(1)})
 	if f.n.Load() != 0 {
 		t.Fatal("told while a request of the server's read before the answer was unanswered")
 	}
-	if err := ec.Write(context.Background(), &jsonrpc.Response{ID: id(100)}); err != nil {
+	if err := ec.Write(context.Background(), &jsonrpc.Response{ID: rpcID(100)}); err != nil {
 		t.Fatal(err)
 	}
 	if f.n.Load() != 1 {
@@ -90,17 +99,17 @@ func TestLateAnswer(t *testing.T) {
 	}
 	// No answer: not told; the answer of another request says nothing of it.
 	f = send(3, false)
-	read(&jsonrpc.Response{ID: id(4)})
+	read(&jsonrpc.Response{ID: rpcID(4)})
 	if f.n.Load() != 0 {
 		t.Fatal("told with no answer to its request")
 	}
 	// A request the caller did not give up on is forgotten as it returns.
 	sctx, rec := withStatus(context.Background())
-	if err := ec.Write(sctx, &jsonrpc.Request{ID: id(5), Method: "tools/call"}); err != nil {
+	if err := ec.Write(sctx, &jsonrpc.Request{ID: rpcID(5), Method: "tools/call"}); err != nil {
 		t.Fatal(err)
 	}
 	s.doneAfter(context.Background(), rec)
-	if _, ok := s.awaiting.Load(id(5)); ok {
+	if _, ok := s.awaiting.Load(rpcID(5)); ok {
 		t.Error("a request answered or not given up on is still awaited")
 	}
 
@@ -128,30 +137,18 @@ func TestLateAnswer(t *testing.T) {
 // watches are (maxLate), the oldest dropped (not told: the caller's bound then
 // holds, the gateway's cutLinger).
 func TestLateAnswersWaitingBounded(t *testing.T) {
-	s := &Session{watched: make(chan struct{})}
-	s.closing.Store(true)
-	fc := &fakeConn{in: make(chan jsonrpc.Message, 8)}
-	ec := &endConn{Connection: fc, s: s}
-	s.lt = &lifeTransport{end: ec}
-	id := func(n int64) jsonrpc.ID { v, _ := jsonrpc.MakeID(float64(n)); return v }
-	read := func(msg jsonrpc.Message) {
-		t.Helper()
-		fc.in <- msg
-		if _, err := ec.Read(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read(&jsonrpc.Request{ID: id(1 << 40), Method: "sampling/createMessage"}) // never answered
+	s, ec, read := lateSession(t)
+	read(&jsonrpc.Request{ID: rpcID(1 << 40), Method: "sampling/createMessage"}) // never answered
 	for n := int64(1); n <= 3*maxLate; n++ {
 		f := &finishedCount{}
 		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), FinishedKey{}, Finished(f)))
 		sctx, rec := withStatus(ctx)
-		if err := ec.Write(sctx, &jsonrpc.Request{ID: id(n), Method: "tools/call"}); err != nil {
+		if err := ec.Write(sctx, &jsonrpc.Request{ID: rpcID(n), Method: "tools/call"}); err != nil {
 			t.Fatal(err)
 		}
 		cancel()
 		s.doneAfter(ctx, rec)
-		read(&jsonrpc.Response{ID: id(n)})
+		read(&jsonrpc.Response{ID: rpcID(n)})
 	}
 	s.late.mu.Lock()
 	n := len(s.late.ready)
