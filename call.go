@@ -230,7 +230,10 @@ func (c *Conn) noSession(r request, st states.State, err error, first *CallError
 // WithReport.
 type CallReport struct {
 	// Attempts is how many times the request was sent: 2 if it was retried on a new
-	// session.
+	// session; 0 if it found no session to run on (it failed fast, or its context
+	// ended while it waited). A request whose session broke under it and that found
+	// no session to be sent again on reports 1: its error wraps ErrUnavailable too
+	// (the retry would have failed fast), but it was sent.
 	Attempts int
 	// First is the error of the first attempt when the request was retried (whatever
 	// became of the retry).

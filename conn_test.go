@@ -34,8 +34,9 @@ func TestCallNotRetriedReportsFirstFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
+	var rep CallReport
 	go func() {
-		_, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"ms": 3000}}) // annotated idempotent
+		_, err := c.CallTool(WithReport(ctx, &rep), &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{"ms": 3000}}) // annotated idempotent
 		done <- err
 	}()
 	c.waitServerCalls("slow", 1, 10*time.Second) // the call is in flight
@@ -43,6 +44,11 @@ func TestCallNotRetriedReportsFirstFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := <-done
+	// It was sent once (what tells it from a request that failed fast, which was
+	// never sent: the demo once counted such a call as failed fast).
+	if rep.Attempts != 1 || rep.First != nil {
+		t.Errorf("report = %+v, want 1 attempt and no first error (there was no second)", rep)
+	}
 	var ce *CallError
 	if !errors.As(err, &ce) {
 		t.Fatalf("err = %v, want a *CallError", err)

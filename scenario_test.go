@@ -187,13 +187,17 @@ func TestScenario_BreakerHalfOpenRecovers(t *testing.T) {
 
 	// Calls fail fast, well before their context ends.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
+	var rep CallReport
+	_, err := c.CallTool(WithReport(ctx, &rep), &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": "x"}})
 	waited := ctx.Err() != nil
 	cancel()
 	var ce *CallError
 	if !errors.Is(err, ErrUnavailable) || !errors.As(err, &ce) || ce.State != states.BreakerOpen || waited ||
 		!errors.Is(err, syscall.ECONNREFUSED) || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("call while open = %v, want ErrUnavailable at once, with the last failure (connection refused)", err)
+	}
+	if rep.Attempts != 0 {
+		t.Errorf("a call that failed fast reports %d attempts, want 0: it was never sent", rep.Attempts)
 	}
 
 	// Two failed trials: each re-opens the breaker with a longer cooldown.

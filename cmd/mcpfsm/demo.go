@@ -213,7 +213,8 @@ func (d *demo) call(ctx context.Context, conn *mcpfsm.Conn, tool string, args an
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	start := time.Now()
-	res, err := conn.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	var rep mcpfsm.CallReport
+	res, err := conn.CallTool(mcpfsm.WithReport(ctx, &rep), &mcp.CallToolParams{Name: tool, Arguments: args})
 	took := time.Since(start).Round(time.Millisecond)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -221,13 +222,22 @@ func (d *demo) call(ctx context.Context, conn *mcpfsm.Conn, tool string, args an
 	case err == nil:
 		d.okCalls++
 		fmt.Fprintf(d.out, "   call %s → %s   (%s)\n", tool, resultText(res), took)
-	case errors.Is(err, mcpfsm.ErrUnavailable):
+	case failedFast(err, rep):
 		d.fastFail++
 		fmt.Fprintf(d.out, "   call %s failed fast in %s: %s\n", tool, took, printable(err.Error(), 120))
 	default:
 		d.badCalls++
 		fmt.Fprintf(d.out, "   call %s failed after %s: %s\n", tool, took, printable(err.Error(), 120))
 	}
+}
+
+// failedFast reports whether a call failed fast: it was never sent, because its
+// connection was in a state whose calls fail fast (the breaker open). A call whose
+// session broke under it and whose retry found the breaker open wraps
+// ErrUnavailable too, but it was sent, and counts as failed (it once counted as
+// failed fast, after 531 ms).
+func failedFast(err error, rep mcpfsm.CallReport) bool {
+	return errors.Is(err, mcpfsm.ErrUnavailable) && rep.Attempts == 0
 }
 
 // healthy waits until a probe passes, which clears the failure count.

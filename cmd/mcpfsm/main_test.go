@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"go.uber.org/goleak"
 )
@@ -210,5 +213,28 @@ func TestDemo(t *testing.T) {
 	}
 	if out, _, code := runCLI(t, "demo", "--help"); code != 0 || !strings.Contains(out, "fault tour") {
 		t.Errorf("demo --help: exit %d\n%s", code, out)
+	}
+}
+
+// TestDemoFailedFast: the demo counts as failed fast only a call that was never sent.
+// A call whose session broke under it, and whose retry found the breaker open, wraps
+// ErrUnavailable as well; it was sent, and is a failure (it once counted as failed
+// fast, after 531 ms). TestCallNotRetriedReportsFirstFailure and the breaker scenario
+// in the root package hold the attempts the library reports for each.
+func TestDemoFailedFast(t *testing.T) {
+	unavailable := fmt.Errorf("the session broke (lost): EOF (not retried: %w)", mcpfsm.ErrUnavailable)
+	for _, tc := range []struct {
+		err      error
+		attempts int
+		want     bool
+	}{
+		{unavailable, 0, true},
+		{unavailable, 1, false},
+		{errors.New("EOF"), 0, false},
+		{errors.New("EOF"), 1, false},
+	} {
+		if got := failedFast(tc.err, mcpfsm.CallReport{Attempts: tc.attempts}); got != tc.want {
+			t.Errorf("failedFast(%v, %d attempts) = %v, want %v", tc.err, tc.attempts, got, tc.want)
+		}
 	}
 }
