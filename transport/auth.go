@@ -34,7 +34,8 @@ import (
 // The OAuth client (the Grant fields) runs one authorization or refresh at a
 // time, and keeps its tokens for every session of a connection: a Conn builds
 // it once per config and shares it (Dial alone builds one per session, which
-// the session's Close closes; use NewOAuth and Handler to share one yourself,
+// the session's Close closes, or a failed Dial within its context; use
+// NewOAuth and Handler to share one yourself,
 // and OAuth.Close once its sessions are closed). With a Store the tokens
 // outlive the process.
 type Auth struct {
