@@ -34,7 +34,8 @@ import (
 // The OAuth client (the Grant fields) runs one authorization or refresh at a
 // time, and keeps its tokens for every session of a connection: a Conn builds
 // it once per config and shares it (Dial alone builds one per session, which
-// the session's Close closes; use NewOAuth and Handler to share one yourself,
+// the session's Close closes, or a failed Dial within its context; use
+// NewOAuth and Handler to share one yourself,
 // and OAuth.Close once its sessions are closed). With a Store the tokens
 // outlive the process.
 type Auth struct {
@@ -269,14 +270,26 @@ func capText(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// loginRequired is ErrLoginRequired with what to run.
-type loginRequired struct{ hint string }
+// loginRequired is ErrLoginRequired with what to run; scopes, for a step-up,
+// are what the login must ask for (the server's challenge, with what was
+// granted).
+type loginRequired struct {
+	hint   string
+	scopes []string
+}
 
 func (e *loginRequired) Error() string {
-	if e.hint != "" {
-		return "login required: run " + e.hint
+	msg := "login required"
+	if len(e.scopes) > 0 {
+		msg = fmt.Sprintf("login required for more scope: the server asks for %q, more than was granted", strings.Join(e.scopes, " "))
 	}
-	return "login required, and no user to ask here (no Auth.Fetcher)"
+	if e.hint != "" {
+		if len(e.scopes) > 0 {
+			return msg + ": run " + e.hint + ", asking for that scope"
+		}
+		return msg + ": run " + e.hint
+	}
+	return msg + ", and no user to ask here (no Auth.Fetcher)"
 }
 
 func (e *loginRequired) Is(target error) bool { return target == ErrLoginRequired }
@@ -291,8 +304,9 @@ type authorizer interface {
 	// authorize gets better credentials than generation gen, which the server
 	// refused with resp; it must close resp.Body. nil: send the request again.
 	authorize(ctx context.Context, req *http.Request, resp *http.Response, gen uint64) error
-	// worked says that a request with generation gen's token was accepted.
-	worked(gen uint64)
+	// worked says that a request with generation gen's token was accepted; it
+	// returns by ctx's end (the request's).
+	worked(ctx context.Context, gen uint64)
 }
 
 // authorizerFor returns the authorizer of cfg's HTTP requests, or nil; and
@@ -358,7 +372,7 @@ func (a *tokenAuth) authorize(ctx context.Context, _ *http.Request, resp *http.R
 	return errors.New("the configured bearer token was refused, and its source has no other")
 }
 
-func (a *tokenAuth) worked(uint64) {}
+func (a *tokenAuth) worked(context.Context, uint64) {}
 
 // handlerAuth is Auth.Handler: a go-sdk OAuthHandler, used as the go-sdk's
 // streamable transport uses it.
@@ -384,7 +398,7 @@ func (a *handlerAuth) authorize(ctx context.Context, req *http.Request, resp *ht
 	return a.h.Authorize(ctx, req, resp)
 }
 
-func (a *handlerAuth) worked(uint64) {}
+func (a *handlerAuth) worked(context.Context, uint64) {}
 
 // errForbidden is why a 403 that does not ask for more scope is final.
 var errForbidden = errors.New("the server forbids this request with these credentials (not a matter of scope)")

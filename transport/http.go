@@ -149,7 +149,7 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 	resp, err := rt.send(req, tok)
 	if err != nil || !refusesCredentials(resp.StatusCode) {
 		if err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-			rt.auth.worked(gen)
+			rt.auth.worked(actx, gen)
 		}
 		return resp, err
 	}
@@ -174,7 +174,7 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 		resp, err = rt.send(again, tok)
 		if err != nil || !refusesCredentials(resp.StatusCode) {
 			if err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-				rt.auth.worked(gen)
+				rt.auth.worked(actx, gen)
 			}
 			return resp, err
 		}

@@ -58,6 +58,8 @@ type OAuth struct {
 	gen        uint64     // bumped each time creds change
 	loaded     bool       // the store was read since the last Reset (or there is none)
 	reading    *storeRead // the read of the store under way, if any
+	reads      uint64     // counts the reads of the store begun (storeRead.seq)
+	stuck      bool       // a call of the store was abandoned and has not returned (see storeCall)
 	resets     uint64     // counts the Resets (and reloads): a read begun before the last is not taken for the store's content
 	pending    bool       // creds came from a new authorization and are not saved yet
 	badRefresh uint64     // gen+1 of the credentials whose refresh failed; 0: none
@@ -140,7 +142,7 @@ func (o *OAuth) codeConfig() *auth.AuthorizationCodeHandlerConfig {
 			o.adopt(&Credentials{
 				Resource: o.resource, TokenURL: cfg.Endpoint.TokenURL, AuthStyle: int(cfg.Endpoint.AuthStyle),
 				ClientID: cfg.ClientID, ClientSecret: cfg.ClientSecret, Scopes: grantedScopes(tok, cfg.Scopes), Token: received(tok),
-			}, true)
+			})
 			return oauth2.StaticTokenSource(tok), nil
 		},
 	}
@@ -240,7 +242,7 @@ func (o *OAuth) SetCredentials(c *Credentials) error {
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	_ = o.load(ctx)
 	cancel()
-	o.adopt(&cp, true)
+	o.adopt(&cp)
 	return nil
 }
 
@@ -251,14 +253,26 @@ func (o *OAuth) SetCredentials(c *Credentials) error {
 // waited for until ctx ends, and abandoned then: its requests are cancelled, and the token
 // they may have been granted is lost (with refresh tokens rotated, the next
 // process needs a login). It returns nil, or an *Error (OpClose) wrapping the
-// cause of ctx if it abandoned a renewal. A read of the token store under way
-// is abandoned. Close may be called more than once; the client's tokens stay
-// readable (Status), but it renews nothing.
+// cause of ctx if it abandoned a renewal or a save. A read of the token store
+// under way is abandoned. What was abandoned is given unwindGrace to return
+// (its requests cancelled, the store's calls given the end of their context):
+// Close returns by ctx's end and unwindGrace at most, and none of the
+// client's goroutines is left then, but for a call of a store that ignores its
+// context (see TokenStore), which is the store's own. Close may be called more
+// than once; the client's tokens stay readable (Status), but it renews nothing.
 func (o *OAuth) Close(ctx context.Context) error {
 	o.mu.Lock()
 	o.closed = true
 	o.mu.Unlock()
-	defer o.end(errOAuthClosed)
+	err := o.landed(ctx)
+	o.end(errOAuthClosed)
+	o.unwind()
+	return err
+}
+
+// landed waits, until ctx ends, for the renewal and the saves under way (see
+// Close).
+func (o *OAuth) landed(ctx context.Context) error {
 	for {
 		o.mu.Lock()
 		f, saved := o.renewing, o.saved
@@ -288,13 +302,41 @@ func (o *OAuth) Close(ctx context.Context) error {
 	}
 }
 
-// shut stops the client from starting anything (as Close does) without
-// waiting for what is under way: a renewal then ends by Auth.Timeout, its
-// token saved. For a client whose Dial failed, which nothing will close.
-func (o *OAuth) shut() {
-	o.mu.Lock()
-	o.closed = true
-	o.mu.Unlock()
+// unwindGrace bounds how long Close waits, once the client's life has ended,
+// for what it ended (a renewal, a read or a save of the store) to return: each
+// does within storeGrace (see storeCall); a request to the authorization
+// server at once.
+const unwindGrace = 2 * storeGrace
+
+// unwind waits, at most unwindGrace, for the renewal, the read and the saves
+// of the store under way to return, the client's life having ended. (A Dial
+// that failed once left its renewal running for up to Auth.Timeout, and a
+// store's call that hung kept a goroutine of the client's for good.)
+func (o *OAuth) unwind() {
+	t := time.NewTimer(unwindGrace)
+	defer t.Stop()
+	for {
+		o.mu.Lock()
+		var ch chan struct{}
+		switch {
+		case o.renewing != nil:
+			ch = o.renewing.done
+		case o.reading != nil:
+			ch = o.reading.done
+		case o.saved != nil:
+			ch = o.saved
+		}
+		o.mu.Unlock()
+		if ch == nil {
+			return
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			o.log.Error("mcpfsm: the OAuth client's work did not end with it", "server", o.server, "within", unwindGrace)
+			return
+		}
+	}
 }
 
 // errOAuthClosed is why a closed OAuth client renews or authorizes nothing.
@@ -367,6 +409,7 @@ type storeRead struct {
 	done   chan struct{}
 	gen    uint64 // o.gen as it began
 	resets uint64 // o.resets as it began
+	seq    uint64 // o.reads once it began: a later read has a greater one
 	c      *Credentials
 	err    error // c and err are set once done is closed
 }
@@ -397,7 +440,8 @@ func (o *OAuth) load(ctx context.Context) error {
 // is none. o.mu is held.
 func (o *OAuth) readLocked() *storeRead {
 	if o.reading == nil {
-		r := &storeRead{done: make(chan struct{}), gen: o.gen, resets: o.resets}
+		o.reads++
+		r := &storeRead{done: make(chan struct{}), gen: o.gen, resets: o.resets, seq: o.reads}
 		o.reading = r
 		go o.read(r)
 	}
@@ -408,9 +452,7 @@ func (o *OAuth) readLocked() *storeRead {
 // holds becomes the current credentials, unless they changed while it was
 // read (they are newer), whether or not anyone still waits for it.
 func (o *OAuth) read(r *storeRead) {
-	ctx, cancel := o.within(context.Background(), storeTimeout)
-	c, err := o.cfg.Store.Load(ctx, o.key)
-	cancel()
+	c, err := storeCall(o, func(ctx context.Context) (*Credentials, error) { return o.cfg.Store.Load(ctx, o.key) })
 	o.mu.Lock()
 	r.c, r.err = c, err
 	o.reading = nil
@@ -429,7 +471,9 @@ func (o *OAuth) adoptStoredLocked(r *storeRead) {
 	c := r.c
 	switch {
 	case r.err != nil:
-		o.log.Warn("mcpfsm: reading the token store", "server", o.server, "error", r.err)
+		if !errors.Is(r.err, errStoreSilent) { // said once, as it was abandoned
+			o.log.Warn("mcpfsm: reading the token store", "server", o.server, "error", r.err)
+		}
 		return
 	case c == nil || c.Token == nil:
 		return
@@ -470,17 +514,18 @@ func (o *OAuth) reload(ctx context.Context) (bool, error) {
 	return o.gen != gen, nil
 }
 
-// adopt makes c the current credentials; saved at once unless pending (a new
-// authorization: saved once it works). An answer without a refresh token keeps
-// the one held for the same client.
-func (o *OAuth) adopt(c *Credentials, pending bool) {
-	o.adoptOver(c, pending, nil)
+// adopt makes c, credentials of a new authorization (or handed over), the
+// current ones, pending: saved once they work (see worked). An answer without
+// a refresh token keeps the one held for the same client.
+func (o *OAuth) adopt(c *Credentials) {
+	o.adoptOver(context.Background(), c, true, nil)
 }
 
 // adoptOver is adopt, but if over is not nil only while the current
 // credentials are still generation *over (the ones c renews); it reports
-// whether c was adopted.
-func (o *OAuth) adoptOver(c *Credentials, pending bool, over *uint64) bool {
+// whether c was adopted. Unless pending, c is saved at once (waited for until
+// ctx ends: see save).
+func (o *OAuth) adoptOver(ctx context.Context, c *Credentials, pending bool, over *uint64) bool {
 	o.mu.Lock()
 	if over != nil && o.gen != *over {
 		o.mu.Unlock()
@@ -497,7 +542,7 @@ func (o *OAuth) adoptOver(c *Credentials, pending bool, over *uint64) bool {
 	o.lastErr = nil
 	o.mu.Unlock()
 	if !pending {
-		o.save(c)
+		o.save(ctx, c)
 	}
 	return true
 }
@@ -510,41 +555,127 @@ func sameClient(a, b *Credentials) bool {
 // storeTimeout bounds a read or a save of the token store.
 const storeTimeout = 5 * time.Second
 
-// save writes c to the store, if there is one. A failure is logged: the
-// credentials work in memory all the same.
-func (o *OAuth) save(c *Credentials) {
+// storeGrace is how long a call of the token store is waited for once its
+// context has ended: a store that heeds its context has returned by then.
+const storeGrace = 100 * time.Millisecond
+
+// errStoreSilent is wrapped by the error of a call of the token store that
+// ignored the end of its context, and of the calls not made while it has not
+// returned (see storeCall).
+var errStoreSilent = errors.New("the token store ignores the end of its context")
+
+// storeCall calls the token store (fn: a Load or a Save) on a goroutine of its
+// own, under a context that ends within storeTimeout or when the client's life
+// ends (Close), and waits for it until then and storeGrace more. A call that
+// has not returned by then ignores its context: it is abandoned (its goroutine
+// is the store's, for as long as it does not return), said once in the log,
+// and the store is not called again until it returns (storeCall fails at once
+// meanwhile), so that a store that hangs holds one goroutine, not one per
+// request. The caller is a goroutine of the client's (a read, a save, a
+// renewal), never a request's, which waits for it until its own deadline only.
+// (A store that hung once kept the client's goroutine for good: a read held
+// every later read, a save the renewal that made it, and Close's wait.)
+func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) {
+	type answer struct {
+		v   T
+		err error
+	}
+	var zero T
+	o.mu.Lock()
+	if o.stuck {
+		o.mu.Unlock()
+		return zero, fmt.Errorf("token store: not called: an earlier call has not returned, and %w", errStoreSilent)
+	}
+	o.mu.Unlock()
+	ctx, cancel := o.within(context.Background(), storeTimeout)
+	defer cancel()
+	done := make(chan answer, 1)
+	abandoned := false // under o.mu
+	go func() {
+		v, err := fn(ctx)
+		done <- answer{v, err}
+		o.mu.Lock()
+		if abandoned {
+			o.stuck = false
+		}
+		o.mu.Unlock()
+	}()
+	select {
+	case a := <-done:
+		return a.v, a.err
+	case <-ctx.Done():
+	}
+	t := time.NewTimer(storeGrace)
+	defer t.Stop()
+	select {
+	case a := <-done:
+		return a.v, a.err
+	case <-t.C:
+	}
+	o.mu.Lock()
+	select {
+	case a := <-done: // it returned just now
+		o.mu.Unlock()
+		return a.v, a.err
+	default:
+	}
+	abandoned, o.stuck = true, true
+	o.mu.Unlock()
+	err := fmt.Errorf("token store: no answer %v after the end of its context (%v): abandoned: %w", storeGrace, context.Cause(ctx), errStoreSilent)
+	o.log.Warn("mcpfsm: the token store did not return: its call is abandoned, and the store is not called again until it returns", "server", o.server, "error", err)
+	return zero, err
+}
+
+// save writes c to the store, if there is one, waiting for it until ctx ends:
+// the save goes on after that (within storeTimeout), and Close waits for it. A
+// failure is logged: the credentials work in memory all the same. (The save of
+// a login's credentials once ran in line with the request the server accepted
+// them on: a slow store held that request past its deadline.)
+func (o *OAuth) save(ctx context.Context, c *Credentials) {
 	if o.cfg.Store == nil || o.cfg.Grant == GrantClientCredentials {
 		return // client credentials are had again from the config's secret
 	}
 	cp := *c
 	cp.Server = o.server
 	cp.Saved = time.Now()
-	// Bounded: it runs in line with the request whose token it saves (or
-	// the renewal that Close waits for). Close waits for it.
 	o.mu.Lock()
+	if o.life.Err() != nil {
+		o.mu.Unlock()
+		o.log.Warn("mcpfsm: the OAuth client is closed: credentials not saved", "server", o.server)
+		return
+	}
 	o.saving++
 	if o.saved == nil {
 		o.saved = make(chan struct{})
 	}
 	o.mu.Unlock()
-	defer func() {
-		o.mu.Lock()
-		if o.saving--; o.saving == 0 {
-			close(o.saved)
-			o.saved = nil
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer func() {
+			o.mu.Lock()
+			if o.saving--; o.saving == 0 {
+				close(o.saved)
+				o.saved = nil
+			}
+			o.mu.Unlock()
+		}()
+		_, err := storeCall(o, func(ctx context.Context) (struct{}, error) { return struct{}{}, o.cfg.Store.Save(ctx, o.key, &cp) })
+		if err != nil && !errors.Is(err, errStoreSilent) {
+			o.log.Warn("mcpfsm: saving credentials to the token store", "server", o.server, "error", err)
 		}
-		o.mu.Unlock()
 	}()
-	ctx, cancel := o.within(context.Background(), storeTimeout)
-	defer cancel()
-	if err := o.cfg.Store.Save(ctx, o.key, &cp); err != nil {
-		o.log.Warn("mcpfsm: saving credentials to the token store", "server", o.server, "error", err)
+	select {
+	case <-done:
+	case <-ctx.Done():
 	}
 }
 
 // worked implements authorizer: credentials from a new authorization are saved
-// once the server accepts them.
-func (o *OAuth) worked(gen uint64) {
+// once the server accepts them. The request whose answer accepted them waits
+// for the save for three quarters of the time it has left (authContext), not
+// past that: its answer is there, and a slow store must not fail it.
+func (o *OAuth) worked(ctx context.Context, gen uint64) {
 	o.mu.Lock()
 	if !o.pending || o.gen != gen {
 		o.mu.Unlock()
@@ -554,7 +685,9 @@ func (o *OAuth) worked(gen uint64) {
 	c := o.creds
 	o.mu.Unlock()
 	o.log.Info("mcpfsm: new credentials accepted by the server: saved", "server", o.server)
-	o.save(c)
+	ctx, cancel := authContext(ctx)
+	defer cancel()
+	o.save(ctx, c)
 }
 
 // expiryDelta is how long before its expiry a token is refreshed, at most: a
@@ -602,7 +735,7 @@ func (o *OAuth) bearer(ctx context.Context) (string, uint64) {
 	}
 	defer o.release()
 	seen := gen
-	o.newerStored(ctx) // another process's refresh: its token, or its refresh token
+	o.newerStored(ctx, nil) // another process's refresh: its token, or its refresh token
 	o.mu.Lock()
 	c, gen = o.creds, o.gen
 	bad := o.badRefresh == gen+1
@@ -687,21 +820,39 @@ func (o *OAuth) renewFor(ctx context.Context, c *Credentials, gen uint64) error 
 // before a refresh: a refresh token that another process has had rotated is
 // not used (an authorization server may take its reuse for a theft, and revoke
 // every token of the grant).
-func (o *OAuth) newerStored(ctx context.Context) bool {
+//
+// With refused, the current credentials whose refresh token the token endpoint
+// has just refused, it is called after the refresh: the store is read by a read
+// begun then (not one under way, begun maybe before another process saved),
+// and what it holds for the same client is adopted if its refresh token is
+// another, and its token expires no earlier. Two processes sharing the store
+// whose tokens expired together both refreshed; where refresh tokens are
+// rotated, the second was refused, and its connection failed as needing a
+// login, the first's fresh credentials in the store.
+func (o *OAuth) newerStored(ctx context.Context, refused *Credentials) bool {
 	if o.cfg.Store == nil || o.cfg.Grant == GrantClientCredentials {
 		return false
 	}
 	o.mu.Lock()
-	if o.closed {
-		o.mu.Unlock()
-		return false
+	after := uint64(0)
+	if refused != nil {
+		after = o.reads
 	}
-	r := o.readLocked() // the read under way, or a new one: see storeRead
 	o.mu.Unlock()
-	select {
-	case <-r.done:
-	case <-ctx.Done():
-		return false
+	var r *storeRead
+	for r == nil || r.seq <= after {
+		o.mu.Lock()
+		if o.closed {
+			o.mu.Unlock()
+			return false
+		}
+		r = o.readLocked() // the read under way, or a new one: see storeRead
+		o.mu.Unlock()
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return false
+		}
 	}
 	sc, err := r.c, r.err
 	if err != nil || sc == nil || sc.Token == nil || sc.Token.AccessToken == "" || (sc.Resource != "" && sc.Resource != o.resource) {
@@ -710,7 +861,15 @@ func (o *OAuth) newerStored(ctx context.Context) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	c := o.creds
-	if o.pending || c == nil || c.Token == nil || c.Token.Expiry.IsZero() || !sc.Token.Expiry.After(c.Token.Expiry) {
+	switch {
+	case o.pending || c == nil || c.Token == nil:
+		return false
+	case refused != nil:
+		if c != refused || sc.Token.RefreshToken == "" || sc.Token.RefreshToken == refused.Token.RefreshToken || !sameClient(sc, refused) ||
+			(!sc.Token.Expiry.IsZero() && sc.Token.Expiry.Before(refused.Token.Expiry)) {
+			return false
+		}
+	case c.Token.Expiry.IsZero() || !sc.Token.Expiry.After(c.Token.Expiry):
 		return false
 	}
 	o.creds = sc
@@ -741,6 +900,10 @@ func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 		}
 	}
 	if err != nil {
+		if o.cfg.Grant == GrantAuthorizationCode && refusedGrant(err) && o.newerStored(ctx, c) {
+			o.log.Info("mcpfsm: the refresh token was refused, and the token store holds newer credentials (another process refreshed them): adopted", "server", o.server)
+			return nil
+		}
 		o.mu.Lock()
 		if o.gen == gen && refusedGrant(err) {
 			o.badRefresh, o.refreshErr = gen+1, err
@@ -753,7 +916,7 @@ func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 	n := *c
 	n.Token = received(tok)
 	n.Scopes = grantedScopes(tok, c.Scopes)
-	if !o.adoptOver(&n, o.cfg.Grant == GrantClientCredentials, &gen) {
+	if !o.adoptOver(ctx, &n, o.cfg.Grant == GrantClientCredentials, &gen) {
 		// Credentials handed over (SetCredentials), or found in the store,
 		// while the renewal was under way are newer: they stay. (A renewal
 		// outlives the request that started it: it once replaced them.)
@@ -903,6 +1066,13 @@ func (o *OAuth) authorizeLocked(ctx context.Context, req *http.Request, resp *ht
 		// Step-up: the larger scope is asked for once; a server that asks again
 		// for what it was granted is not obliged in a loop.
 		want := union(held, ch.Scope, o.cfg.Scopes)
+		if o.cfg.Grant == GrantAuthorizationCode && o.inner == nil {
+			// Only a user can grant it, and there is none here: a login asking for
+			// it is what is needed, each time. (It was counted as asked: the next
+			// request said "asked for once: not asking again", no longer a
+			// login required, though nothing had been asked.)
+			return &loginRequired{hint: o.cfg.LoginHint, scopes: want}
+		}
 		key := strings.Join(slices.Sorted(slices.Values(want)), " ")
 		o.mu.Lock()
 		again := o.asked[key]
@@ -1044,7 +1214,7 @@ func (o *OAuth) obtainClientCredentials(ctx context.Context, ch Challenge, scope
 	if err != nil {
 		return &tokenError{"client credentials", authFlowError(err, ctx)}
 	}
-	o.adopt(&Credentials{Resource: o.resource, TokenURL: tokenURL, AuthStyle: int(style), ClientID: o.cfg.ClientID, Scopes: grantedScopes(tok, scopes), Token: received(tok)}, true)
+	o.adopt(&Credentials{Resource: o.resource, TokenURL: tokenURL, AuthStyle: int(style), ClientID: o.cfg.ClientID, Scopes: grantedScopes(tok, scopes), Token: received(tok)})
 	return nil
 }
 

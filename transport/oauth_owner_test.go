@@ -463,7 +463,7 @@ func TestOAuthCloseWaitsForItsSave(t *testing.T) {
 		}
 		_, gen := o.bearer(context.Background())
 		accepted := make(chan struct{})
-		go func() { defer close(accepted); o.worked(gen) }() // the server accepted them: saving
+		go func() { defer close(accepted); o.worked(context.Background(), gen) }() // the server accepted them: saving
 		synctest.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

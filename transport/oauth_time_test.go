@@ -241,7 +241,7 @@ func TestRenewalDoesNotReplaceNewerCredentials(t *testing.T) {
 	}
 	time.Sleep(1500 * time.Millisecond) // the refresh has landed
 	tok, gen := o.bearer(callCtx(t))
-	o.worked(gen) // the server took it: saved
+	o.worked(context.Background(), gen) // the server took it: saved
 	stored, _ := store.Load(context.Background(), "authed")
 	got := []bool{tok == newer, stored != nil && stored.Token.AccessToken == newer}
 	if diff := cmp.Diff([]bool{true, true}, got); diff != "" {

@@ -490,7 +490,7 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 			}
 		}
 		s.kill(errDialFailed)
-		s.abandon(cs)
+		s.abandon(ctx, cs)
 		err = s.wrap(OpDial, "", err, status)
 		s.logAt(slog.LevelDebug, "dial failed", "error", err) // the machine reports it, classified
 		return nil, err
@@ -659,8 +659,12 @@ func jsonSize(v any) int {
 type probeKey struct{}
 
 // abandon closes what a failed Dial opened. The session's life has ended, so
-// nothing here waits for a server's good will.
-func (s *Session) abandon(cs *mcp.ClientSession) {
+// nothing here waits for a server's good will. The OAuth client Dial built is
+// closed within ctx, the Dial's: a refresh it began that goes on after the
+// request that needed it gave up (see OAuth.renewFor) is waited for until then,
+// its token saved, and abandoned after. (It was once left to run on, nobody's,
+// until Auth.Timeout.)
+func (s *Session) abandon(ctx context.Context, cs *mcp.ClientSession) {
 	if cs != nil {
 		_ = cs.Close()
 	}
@@ -680,7 +684,7 @@ func (s *Session) abandon(cs *mcp.ClientSession) {
 		s.own.CloseIdleConnections()
 	}
 	if s.oauth != nil {
-		s.oauth.shut() // a renewal under way goes on to save its token, within Auth.Timeout
+		_ = s.oauth.Close(ctx) // an abandoned renewal is logged
 	}
 }
 

@@ -21,9 +21,13 @@ import (
 // entry per key (a server's name). Implementations must be safe for concurrent
 // use. Load returns nil, nil when it holds nothing for key. Load and Save are
 // given a context that ends within 5 s (and at the OAuth client's Close):
-// heed it. An OAuth client reads its store one Load at a time, which each
-// request waits for until its own deadline only; a Load that ignores its
-// context keeps that read's goroutine for as long as it does not return.
+// heed it. An OAuth client calls its store from goroutines of its own (one
+// Load at a time), which a request waits for until its own deadline only. A
+// call still running 100 ms after its context ended is abandoned: said once in
+// the log, and the store is not called again until that call returns (its
+// reads and saves fail meanwhile; the credentials held in memory serve), so
+// that a store that hangs holds one goroutine, its own, and no request and no
+// Close.
 type TokenStore interface {
 	Load(ctx context.Context, key string) (*Credentials, error)
 	Save(ctx context.Context, key string, c *Credentials) error
