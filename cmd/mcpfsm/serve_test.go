@@ -538,6 +538,35 @@ func TestServeStdioSurvivesGarbage(t *testing.T) {
 	}
 }
 
+// TestServeStdioCallTooLong: a host's call whose line is longer than a message may
+// be (16 MiB: an LLM pasting a large file into a tool's arguments) fails, and the
+// host's session goes on. The refusal named no request (id null) where the ID came
+// after the line's first 256 bytes, as it always does past a large argument: the
+// go-sdk's client ended its session at it (its later calls failed "client is
+// closing"), and the TypeScript SDK's waited for the call's answer until its
+// timeout.
+func TestServeStdioCallTooLong(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+	var stderr bytes.Buffer
+	cmd := exec.Command(mcpfsmBin(t), "serve", cfg)
+	cmd.Stderr = &stderr
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "example__echo", Arguments: map[string]any{"text": strings.Repeat("x", mcp.DefaultMaxLineLength)}})
+	if err == nil || !strings.Contains(err.Error(), "the line exceeds the maximum length") {
+		t.Errorf("the call too long: %v, want the line's length named", err)
+	}
+	if got, err := echo(ctx, cs, "example__echo", "after"); err != nil || got != "after" {
+		t.Errorf("the call after it: %q, %v\nstderr:\n%s", got, err, stderr.String())
+	}
+}
+
 // TestServeStdioAnswersAtStdinsEnd: a host that writes its requests and closes the
 // gateway's stdin (a shell pipeline, a script; MCP's stdio shutdown begins so) gets
 // the answers to the requests in flight, then the gateway exits: at stdin's end the
