@@ -46,7 +46,8 @@
 // call reaches the front under the front's token, before the call's result, which
 // the go-sdk alone would let overtake them: see transport/order.go),
 // cancellation (a front request cancelled, its client gone, its session deleted, or
-// the gateway closed, cancels the backend's call, see inflight.go; a request its
+// the gateway closed, cancels the backend's call, see inflight.go; a request the
+// gateway's Close cancelled is answered with a JSON-RPC error saying so; a request its
 // client cancelled gets no answer, see answerless.go; a backend that cancels its
 // sampling request cancels the front's),
 // list changes (the front sessions are told when a backend's lists change, reconnects

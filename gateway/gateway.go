@@ -294,7 +294,9 @@ func (g *Gateway) Reload(ctx context.Context, cfg *mcpfsm.Config) (mcpfsm.Reload
 	return res, err
 }
 
-// Close cancels the front's requests in flight, closes the front's sessions (waiting
+// Close cancels the front's requests in flight (each answered with an error saying
+// the gateway is shutting down; a stateful HTTP session's POSTs are given up to
+// postsGrace to write the answers), closes the front's sessions (waiting
 // for them at most half of what is left of ctx), then the backends, and stops the
 // gateway's background work, all bounded by ctx. Shut down
 // whatever serves Handler first (an HTTP server's Shutdown leaves the sessions it
@@ -310,6 +312,16 @@ func (g *Gateway) Close(ctx context.Context) error {
 	// The SDK's ServerSession.Close waits for the session's requests in flight,
 	// which wait for their backends: they are cancelled first.
 	g.inflight.close()
+	// The stateful sessions' POSTs carrying them answer them (the go-sdk ends a
+	// POST's stream when its session closes: the client got "request terminated
+	// without response" instead of its answer), for at most postsGrace.
+	grace := time.NewTimer(postsGrace)
+	select {
+	case <-g.inflight.postsEnded():
+	case <-grace.C:
+	case <-ctx.Done():
+	}
+	grace.Stop()
 	front := make(chan struct{})
 	var closing sync.WaitGroup
 	for ss := range g.server.Sessions() {
@@ -355,6 +367,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 	}
 	return err
 }
+
+// postsGrace is how long Close waits for the stateful sessions' POSTs to write the
+// answers to their requests it cancelled, before it closes the sessions.
+const postsGrace = time.Second
 
 // spawn runs f on a goroutine of the gateway's, unless the gateway is closed.
 func (g *Gateway) spawn(f func()) bool {
@@ -696,6 +712,12 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		res, err := next(ctx, method, req)
 		if err != nil {
+			if errors.Is(err, context.Canceled) && g.closed.Load() {
+				// Cancelled by Close: said so, where the go-sdk's server
+				// answered "context canceled" with code 0, which a host
+				// shows as if its user had cancelled the request.
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "mcpfsm gateway: shutting down: the request was cancelled"}
+			}
 			return res, err
 		}
 		switch r := res.(type) {

@@ -143,6 +143,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		// it carried, which know the POST by this header, are cancelled.
 		id := strconv.FormatUint(g.inflight.posts.Add(1), 10)
 		r.Header.Set(postHeader, id)
+		defer g.inflight.postServed()()
 		stateful.ServeHTTP(w, r)
 		g.inflight.postDone(id, r.Context().Err() != nil)
 	})

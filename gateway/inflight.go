@@ -28,6 +28,10 @@ type inflight struct {
 	closed  bool                       // the gateway closed: requests are cancelled as they start
 	// sessions counts each front session's requests in flight (see maxSessionRequests)
 	sessions map[*mcp.ServerSession]int
+	// openPosts counts the stateful sessions' POSTs being served, and noPosts,
+	// if set, is closed when none is (see postsEnded).
+	openPosts int
+	noPosts   chan struct{}
 }
 
 // maxSessionRequests is the most requests one front session has in flight at once:
@@ -88,6 +92,37 @@ func (f *inflight) track(ctx context.Context, ss *mcp.ServerSession, req mcp.Req
 		}
 		f.mu.Unlock()
 	}, true
+}
+
+// postServed counts a stateful session's POST as served until the function it
+// returns is called.
+func (f *inflight) postServed() (end func()) {
+	f.mu.Lock()
+	f.openPosts++
+	f.mu.Unlock()
+	return func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.openPosts--; f.openPosts == 0 && f.noPosts != nil {
+			close(f.noPosts)
+			f.noPosts = nil
+		}
+	}
+}
+
+// postsEnded returns a channel closed once no stateful session's POST is served.
+func (f *inflight) postsEnded() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.openPosts == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if f.noPosts == nil {
+		f.noPosts = make(chan struct{})
+	}
+	return f.noPosts
 }
 
 // postDone ends a POST: if its client went away, its requests are cancelled; one that

@@ -102,7 +102,7 @@ type lineConn struct {
 type lineOrErr struct {
 	raw     []byte
 	err     error
-	tooLong bool // a front's line longer than maxLineLength, skipped (raw holds its start)
+	tooLong bool // a front's line longer than maxLineLength, skipped (raw holds only its ID: see readLine)
 }
 
 func newLineConn(r io.ReadCloser, w io.WriteCloser) *lineConn {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -25,7 +26,8 @@ import (
 // that is not JSON and -32600 (invalid request) for JSON that is not a message
 // or for a line longer than the go-sdk's limit (mcp.DefaultMaxLineLength, of
 // which no more is held in memory); its id is the line's, where one can be
-// read, and null otherwise. Blank lines are skipped, and a UTF-8 byte order
+// read (of a line too long, the top-level "id" wherever it is written), and
+// null otherwise. Blank lines are skipped, and a UTF-8 byte order
 // mark that starts the stream. Batches are accepted as
 // the go-sdk accepts them before a session's protocol is negotiated. While 4,096
 // requests read wait for their answers to be written (a client that reads none),
@@ -67,8 +69,8 @@ type openWriter struct{ io.Writer }
 func (openWriter) Close() error { return nil }
 
 // readLines reads a front's messages, one per line; a line longer than
-// maxLineLength is read to its end, keeping only its start, and handed on as
-// too long. It ends as readLoop does.
+// maxLineLength is read to its end, keeping only its ID (see readLine), and
+// handed on as too long. It ends as readLoop does.
 func (c *lineConn) readLines(incoming chan<- lineOrErr) {
 	br := bufio.NewReaderSize(c.r, 64<<10)
 	for first := true; ; first = false {
@@ -126,26 +128,157 @@ func (c *lineConn) idInUse(v any) bool {
 var utf8BOM = []byte("\xef\xbb\xbf")
 
 // readLine reads one line (without its end) of at most maxLineLength bytes; of a
-// longer line it reads the rest and returns the start, saying it was too long.
+// longer line it reads the rest, saying it was too long, and returns only its ID:
+// {"id":ID}, the top-level member "id" of the object the line holds, wherever it
+// is written (a client may write it last, as the TypeScript SDK does), or nothing
+// if there is none to be found. Without its ID the refusal's answer names no
+// request (id null): the TypeScript SDK's client waited for the request's answer
+// until its timeout, and the go-sdk's ended its session.
 func readLine(br *bufio.Reader) (line []byte, tooLong bool, err error) {
+	var ids idScanner
 	for {
 		chunk, err := br.ReadSlice('\n')
 		switch {
 		case tooLong:
+			ids.feed(chunk)
 		case len(line)+len(chunk) > maxLineLength+1: // +1: the newline
 			tooLong = true
-			line = append(line, chunk[:min(len(chunk), 256)]...)
-			line = append([]byte(nil), line[:256]...) // not the line's whole start
+			ids.feed(line)
+			ids.feed(chunk)
+			line = nil
 		default:
 			line = append(line, chunk...)
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			continue
 		}
-		if !tooLong {
+		if tooLong {
+			if ids.id != nil {
+				line = append(append([]byte(`{"id":`), ids.id...), '}')
+			}
+		} else {
 			line = bytes.TrimSuffix(line, []byte("\n"))
 		}
 		return line, tooLong, err
+	}
+}
+
+// maxIDBytes bounds the ID an idScanner keeps: a longer one is not looked for.
+const maxIDBytes = 256
+
+// An idScanner finds the top-level member "id" of a JSON object read in pieces,
+// keeping no more of it than the ID's own text (at most maxIDBytes): id is the
+// last such member's value, as JSON decoding takes it, if it is a string or a
+// number (or true, false, null: the answer's probe refuses them). It reads
+// whatever it is given without failing; for text that is not an object (a batch,
+// say) it finds nothing.
+type idScanner struct {
+	depth      int  // of objects and arrays, outside strings
+	inString   bool // in a string
+	escaped    bool // in a string, after a backslash
+	expectKey  bool // at depth 1: the next string is a member's name
+	inKey      bool // reading a member's name at depth 1
+	key        []byte
+	keyIsID    bool // the member name last read at depth 1 is "id"
+	valueIsID  bool // at depth 1, after "id": the next value is the ID
+	inID       bool // reading the ID
+	candidate  []byte
+	id         []byte // the ID found
+	overlength bool   // the ID being read is longer than maxIDBytes
+}
+
+func (s *idScanner) feed(p []byte) {
+	for _, b := range p {
+		s.step(b)
+	}
+}
+
+func (s *idScanner) step(b byte) {
+	if s.inString {
+		closing := !s.escaped && b == '"'
+		s.escaped = !s.escaped && b == '\\'
+		if s.inKey {
+			if closing {
+				s.inKey = false
+				s.keyIsID = strings.EqualFold(string(s.key), "id") // as encoding/json matches names
+			} else if len(s.key) <= len("id") {
+				s.key = append(s.key, b)
+			}
+		}
+		if s.inID {
+			s.keep(b)
+			if closing {
+				s.endID()
+			}
+		}
+		if closing {
+			s.inString = false
+		}
+		return
+	}
+	if s.inID { // a number (or a literal): it ends where a separator begins
+		switch b {
+		case ' ', '\t', '\r', '\n', ',', '}', ']':
+			s.endID()
+		default:
+			s.keep(b)
+			return
+		}
+	}
+	switch b {
+	case ' ', '\t', '\r', '\n':
+	case '"':
+		s.inString = true
+		switch {
+		case s.depth == 1 && s.expectKey:
+			s.inKey, s.key, s.expectKey = true, s.key[:0], false
+		case s.depth == 1 && s.valueIsID:
+			s.valueIsID = false
+			s.startID(b)
+		}
+	case '{', '[':
+		if s.depth == 1 && s.valueIsID {
+			s.valueIsID, s.id = false, nil // an object or an array: no ID
+		}
+		if s.depth == 0 && b == '{' {
+			s.expectKey = true
+		}
+		s.depth++
+	case '}', ']':
+		s.depth--
+	case ',':
+		if s.depth == 1 {
+			s.expectKey = true
+		}
+	case ':':
+		if s.depth == 1 {
+			s.valueIsID, s.keyIsID = s.keyIsID, false
+		}
+	default:
+		if s.depth == 1 && s.valueIsID {
+			s.valueIsID = false
+			s.startID(b)
+		}
+	}
+}
+
+func (s *idScanner) startID(b byte) {
+	s.inID, s.overlength, s.candidate = true, false, append(s.candidate[:0], b)
+}
+
+func (s *idScanner) keep(b byte) {
+	if len(s.candidate) < maxIDBytes {
+		s.candidate = append(s.candidate, b)
+	} else {
+		s.overlength = true
+	}
+}
+
+func (s *idScanner) endID() {
+	s.inID = false
+	s.id = nil
+	if !s.overlength {
+		s.id = append([]byte(nil), s.candidate...)
 	}
 }
 

@@ -69,7 +69,12 @@ func TestServerStdioSkipsBadLines(t *testing.T) {
 		{"an ID of the wrong type", `{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}`, nil, -32600},
 		{"an empty batch", `[]`, nil, -32600},
 		{"JSON that is not an object", `42`, nil, -32600},
-		{"too long", `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"` + strings.Repeat("x", mcp.DefaultMaxLineLength) + `"}}`, nil, -32600},
+		{"too long", `{"jsonrpc":"2.0","id":9,"method":"ping","params":{"pad":"` + strings.Repeat("x", mcp.DefaultMaxLineLength) + `"}}`, float64(9), -32600},
+		// The TypeScript SDK writes the ID last: answered under it all the same
+		// (it waited for its answer until its timeout, and the go-sdk's client
+		// ended its session at the answer of id null).
+		{"too long, its ID last", `{"method":"tools/call","params":{"name":"echo","arguments":{"id":1,"text":"` + strings.Repeat("x", mcp.DefaultMaxLineLength) + `"}},"jsonrpc":"2.0","id":"late"}`, "late", -32600},
+		{"too long, an ID that is an object", `{"jsonrpc":"2.0","method":"ping","params":{"pad":"` + strings.Repeat("x", mcp.DefaultMaxLineLength) + `"},"id":{"id":3}}`, nil, -32600},
 	} {
 		send(tc.line)
 		a := next()
@@ -77,7 +82,7 @@ func TestServerStdioSkipsBadLines(t *testing.T) {
 			t.Errorf("%s: answered id and code %v, want %v", tc.name, got, []any{tc.wantID, tc.wantCode})
 		}
 		// The host's line, not a server's message (as the error once said).
-		if tc.name == "too long" && (a.Error == nil || !strings.Contains(a.Error.Message, "the line exceeds")) {
+		if strings.HasPrefix(tc.name, "too long") && (a.Error == nil || !strings.Contains(a.Error.Message, "the line exceeds")) {
 			t.Errorf("too long: answered %+v, want the line's length named", a.Error)
 		}
 	}
@@ -113,27 +118,59 @@ func TestServerStdioSkipsBadLines(t *testing.T) {
 }
 
 // TestReadLine: lines are read whole up to the limit, a longer line is read to
-// its end and reported with only its start kept, and the last line needs no
-// newline.
+// its end and reported with only its ID kept (none for one that has none), and
+// the last line needs no newline.
 func TestReadLine(t *testing.T) {
 	long := strings.Repeat("y", mcp.DefaultMaxLineLength+10)
-	br := bufio.NewReaderSize(strings.NewReader("one\n"+long+"\ntwo\nlast"), 64<<10)
+	longWithID := `{"params":{"pad":"` + long + `"},"id":12}`
+	br := bufio.NewReaderSize(strings.NewReader("one\n"+long+"\ntwo\n"+longWithID+"\nlast"), 64<<10)
 	type got struct {
-		Len     int
+		Line    string
 		TooLong bool
 		Err     error
 	}
 	var all []got
 	for {
 		line, tooLong, err := readLine(br)
-		all = append(all, got{len(line), tooLong, err})
+		all = append(all, got{string(line), tooLong, err})
 		if err != nil {
 			break
 		}
 	}
-	want := []got{{3, false, nil}, {256, true, nil}, {3, false, nil}, {4, false, io.EOF}}
+	want := []got{{"one", false, nil}, {"", true, nil}, {"two", false, nil}, {`{"id":12}`, true, nil}, {"last", false, io.EOF}}
 	if diff := cmp.Diff(want, all, cmp.Comparer(func(a, b error) bool { return a == b })); diff != "" {
 		t.Errorf("readLine (-want +got):\n%s", diff)
+	}
+}
+
+// TestIDScanner: the top-level "id" of an object read in pieces, wherever it is
+// written, whatever the pieces (the whole text at once, or a byte at a time), and
+// not an "id" inside a string, a nested object or an array.
+func TestIDScanner(t *testing.T) {
+	for _, tc := range []struct{ text, want string }{
+		{`{"jsonrpc":"2.0","id":7,"method":"ping"}`, `7`},
+		{`{"method":"x","params":{"id":1,"a":[{"id":2}]},"jsonrpc":"2.0","id":"abc"}`, `"abc"`},
+		{` { "id" : -1.5e3 , "x":1}`, `-1.5e3`},
+		{`{"id":"a \"quoted\" \\ id"}`, `"a \"quoted\" \\ id"`},
+		{`{"pad":"\"id\":5","text":"\\","id":6}`, `6`},
+		{`{"ID":8}`, `8`}, // as encoding/json matches a member's name
+		{`{"idx":1,"xid":2}`, ``},
+		{`{"id":1,"id":2}`, `2`}, // the last, as encoding/json takes it
+		{`{"id":{"id":1}}`, ``},
+		{`{"id":[1]}`, ``},
+		{`[{"id":1}]`, ``}, // a batch: no one ID
+		{`{"params":{"pad":"xxxx`, ``},
+		{`{"id":"` + strings.Repeat("z", maxIDBytes) + `"}`, ``}, // too long to keep
+		{"\xef\xbb\xbf{\"id\":3}", `3`},
+	} {
+		var whole, bytewise idScanner
+		whole.feed([]byte(tc.text))
+		for i := range len(tc.text) {
+			bytewise.feed([]byte(tc.text[i : i+1]))
+		}
+		if string(whole.id) != tc.want || string(bytewise.id) != tc.want {
+			t.Errorf("%s: found %q (a byte at a time %q), want %q", tc.text, whole.id, bytewise.id, tc.want)
+		}
 	}
 }
 

@@ -144,17 +144,38 @@ func TestServeWatch(t *testing.T) {
 // TestServeStopsWithACallInFlight: Ctrl-C while a front call waits on its backend ends
 // the gateway within the HTTP server's grace and the close's bound: the call in flight
 // is cancelled (the SDK's close of a front session waits for its requests, which once
-// kept the gateway running for as long as the backend took: here ten minutes).
+// kept the gateway running for as long as the backend took: here ten minutes), and
+// its client told why, on either protocol: the answer was the go-sdk's "context
+// canceled" (code 0), as if the client had cancelled it.
 func TestServeStopsWithACallInFlight(t *testing.T) {
 	b, url := startServeHTTP(t, serveConfig(t, t.TempDir(), "a"))
-	cs := connectHTTP(t, url, "2025-11-25")
-	waitTool(t, cs, "a__hold")
-	done := make(chan error, 1)
-	go func() {
-		_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__hold", Arguments: map[string]any{"ms": 600000}})
-		done <- err
-	}()
-	time.Sleep(500 * time.Millisecond) // the call reaches the backend
+	versions := []string{"2025-11-25", "2026-07-28"}
+	type ended struct {
+		version string
+		err     error
+	}
+	done := make(chan ended, len(versions))
+	for _, v := range versions {
+		// The client's retries of its standalone stream left at their default:
+		// without them, the stream's end as the gateway closes its sessions
+		// may end the client's session before it reads the call's answer.
+		c := mcp.NewClient(&mcp.Implementation{Name: "serve-test", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+		tr := &http.Transport{}
+		t.Cleanup(tr.CloseIdleConnections)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: tr}}, &mcp.ClientSessionOptions{ProtocolVersion: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		waitTool(t, cs, "a__hold")
+		go func() {
+			_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "a__hold", Arguments: map[string]any{"ms": 600000}})
+			done <- ended{v, err}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond) // the calls reach the backend
 	start := time.Now()
 	if code := b.stop(t); code != 0 {
 		t.Errorf("exit code %d; stderr:\n%s", code, b.stderr.String())
@@ -162,10 +183,15 @@ func TestServeStopsWithACallInFlight(t *testing.T) {
 	if d := time.Since(start); d > 25*time.Second {
 		t.Errorf("stopped %v after Ctrl-C, want within the 5s grace and the 15s close", d)
 	}
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		t.Error("the call in flight did not end with the gateway")
+	for range versions {
+		select {
+		case e := <-done:
+			if e.err == nil || !strings.Contains(e.err.Error(), "mcpfsm gateway: shutting down") {
+				t.Errorf("%s: the call in flight ended with %v, want the gateway's shutdown named", e.version, e.err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the call in flight did not end with the gateway")
+		}
 	}
 }
 
@@ -535,6 +561,35 @@ func TestServeStdioSurvivesGarbage(t *testing.T) {
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
 		t.Errorf("the gateway ended with %v at the end of stdin\nstderr:\n%s", err, stderr.String())
+	}
+}
+
+// TestServeStdioCallTooLong: a host's call whose line is longer than a message may
+// be (16 MiB: an LLM pasting a large file into a tool's arguments) fails, and the
+// host's session goes on. The refusal named no request (id null) where the ID came
+// after the line's first 256 bytes, as it always does past a large argument: the
+// go-sdk's client ended its session at it (its later calls failed "client is
+// closing"), and the TypeScript SDK's waited for the call's answer until its
+// timeout.
+func TestServeStdioCallTooLong(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+	var stderr bytes.Buffer
+	cmd := exec.Command(mcpfsmBin(t), "serve", cfg)
+	cmd.Stderr = &stderr
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "example__echo", Arguments: map[string]any{"text": strings.Repeat("x", mcp.DefaultMaxLineLength)}})
+	if err == nil || !strings.Contains(err.Error(), "the line exceeds the maximum length") {
+		t.Errorf("the call too long: %v, want the line's length named", err)
+	}
+	if got, err := echo(ctx, cs, "example__echo", "after"); err != nil || got != "after" {
+		t.Errorf("the call after it: %q, %v\nstderr:\n%s", got, err, stderr.String())
 	}
 }
 
