@@ -228,9 +228,12 @@ func (g *Gateway) failed(server string, err error) string {
 	if errors.Is(err, mcpfsm.ErrUnavailable) || errors.Is(err, mcpfsm.ErrNotReady) {
 		return g.unavailable(server, err)
 	}
-	msg := fmt.Sprintf("mcpfsm gateway: server %q: %s", server, machine.ErrorText(err))
+	// The connection's error names its server first, as this text does: said once
+	// (it was said twice, "mcpfsm gateway: server "x": mcpfsm: server "x": ...").
+	detail := strings.TrimPrefix(machine.ErrorText(err), fmt.Sprintf("mcpfsm: server %q: ", server))
+	msg := fmt.Sprintf("mcpfsm gateway: server %q: %s", server, detail)
 	if errors.Is(err, mcpfsm.ErrMayHaveRun) {
-		msg += " (the server may have run the call: it was not sent again)"
+		msg += " (it was not sent again)" // the error says it may have run
 	}
 	return msg
 }

@@ -760,7 +760,7 @@ func (g *Gateway) instructions() string {
 	var b strings.Builder
 	rs := *g.rules.Load()
 	sep := *g.sep.Load()
-	fmt.Fprintf(&b, "This server is an mcpfsm gateway in front of %d MCP servers, each kept connected and healed on its own. ", len(rs))
+	fmt.Fprintf(&b, "This server is an mcpfsm gateway in front of %s, each kept connected and healed on its own. ", count(len(rs), "MCP server"))
 	b.WriteString("A name shows its server's prefix. A server that is down keeps its tools listed; calling one returns an error result that says why (state and last failure).\n")
 	for _, r := range rs {
 		fmt.Fprintf(&b, "\n## %s", r.server)
@@ -830,4 +830,12 @@ func (g *Gateway) unavailable(server string, err error) string {
 		fmt.Fprintf(&b, "; %s", machine.ErrorText(err))
 	}
 	return b.String()
+}
+
+// count says n things: "1 MCP server", "2 MCP servers".
+func count(n int, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
 }

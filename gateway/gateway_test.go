@@ -81,6 +81,9 @@ func TestGateway_BackendCrashInvisible(t *testing.T) {
 			if !strings.Contains(msg, `server "files"`) || !(strings.Contains(msg, "last failure") || strings.Contains(msg, "may have run")) {
 				t.Errorf("the gap's error does not name the server and the cause: %s", msg)
 			}
+			if strings.Contains(msg, `mcpfsm: server "files"`) || strings.Count(msg, "may have run") > 1 {
+				t.Errorf("the gap's error says the server or that it may have run twice: %s", msg)
+			}
 			if gap > 0 {
 				// The first call of the gap may be the one in flight at the kill,
 				// which waits for the crash to be seen: it is not a fast failure's.
@@ -128,7 +131,8 @@ func TestGateway_OneBadBackend(t *testing.T) {
 	// A new front session learns what is behind the gateway.
 	later := front(t, g, nil, "")
 	instr := later.InitializeResult().Instructions
-	if !strings.Contains(instr, "## bad") || !strings.Contains(instr, "Not connected") || !strings.Contains(instr, "Server a test") {
+	if !strings.Contains(instr, "## bad") || !strings.Contains(instr, "Not connected") || !strings.Contains(instr, "Server a test") ||
+		!strings.Contains(instr, "in front of 3 MCP servers,") {
 		t.Errorf("instructions do not say what is behind the gateway:\n%s", instr)
 	}
 	if title := later.InitializeResult().ServerInfo.Title; !strings.Contains(title, "a, bad, c") {
@@ -936,6 +940,9 @@ func TestGateway_BackendInstructionsCapped(t *testing.T) {
 		}
 	}
 	instr := front(t, g, nil, "2025-11-25").InitializeResult().Instructions
+	if !strings.Contains(instr, "in front of 2 MCP servers,") {
+		t.Errorf("the instructions do not count the servers:\n%.300s", instr)
+	}
 	if !strings.Contains(instr, "## b") || !strings.Contains(instr, "Use me. xxx") {
 		t.Errorf("the instructions lack the backends':\n%.300s", instr)
 	}

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm/simulate"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // layout copies the example config into a temp dir shaped like the repository, with
@@ -394,5 +398,44 @@ func TestSimulateHelpSample(t *testing.T) {
 	}
 	if want := int(sc.Duration/(10*time.Minute)) - 1; downs < want {
 		t.Errorf("the sample's server goes down %d times in %s, want at least %d:\n%s", downs, sc.Duration, want, sample.String())
+	}
+}
+
+// TestServeExampleConfig serves the README's example config as a host would, over
+// stdio: both servers' tools are shown under their prefixes, the resources they both
+// list once, and the gateway logs no collision (it logged three, the first thing a
+// user of the README's `mcpfsm serve examples/servers.yaml` saw).
+func TestServeExampleConfig(t *testing.T) {
+	dir := layout(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer // read once Close has waited for the process
+	cmd := exec.Command(filepath.Join(dir, "bin", "mcpfsm"), "serve", "examples/servers.yaml")
+	cmd.Dir = dir
+	cmd.Stderr = &stderr
+	client := mcp.NewClient(&mcp.Implementation{Name: "host", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitTool(t, cs, "example__echo")
+	waitTool(t, cs, "flaky__echo")
+	res, err := cs.ListResources(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var uris []string
+	for _, r := range res.Resources {
+		uris = append(uris, r.URI)
+	}
+	slices.Sort(uris)
+	if want := []string{"test://static/a", "test://static/b"}; !slices.Equal(uris, want) {
+		t.Errorf("resources %v, want %v (each once)", uris, want)
+	}
+	if err := cs.Close(); err != nil {
+		t.Logf("close: %v", err)
+	}
+	if strings.Contains(stderr.String(), "collides") {
+		t.Errorf("the example config makes the gateway log a collision:\n%s", stderr.String())
 	}
 }

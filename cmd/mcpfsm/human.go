@@ -106,3 +106,11 @@ func (h withoutFailures) WithAttrs(attrs []slog.Attr) slog.Handler {
 func (h withoutFailures) WithGroup(name string) slog.Handler {
 	return withoutFailures{h.Handler.WithGroup(name)}
 }
+
+// servers says n servers: "1 server", "2 servers".
+func servers(n int) string {
+	if n == 1 {
+		return "1 server"
+	}
+	return fmt.Sprintf("%d servers", n)
+}

@@ -102,7 +102,7 @@ reader is gone (mcpfsm run ... | head), the run ends as on Ctrl-C.`, stderr)
 		fmt.Fprintln(stderr, "mcpfsm run:", errorText(err))
 		return 1
 	}
-	out.note(fmt.Sprintf("running %d servers from %s; Ctrl-C to stop, SIGHUP to reload", len(cfg.Servers), printable(path, maxLine)))
+	out.note(fmt.Sprintf("running %s from %s; Ctrl-C to stop, SIGHUP to reload", servers(len(cfg.Servers)), printable(path, maxLine)))
 	if web != nil {
 		web.Serve(m)
 		out.note("status page at " + web.URL())

@@ -584,6 +584,9 @@ func TestServeStdioCallTooLong(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
+	if instr := cs.InitializeResult().Instructions; !strings.Contains(instr, "in front of 1 MCP server,") {
+		t.Errorf("the instructions do not say one server:\n%.300s", instr)
+	}
 	_, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: "example__echo", Arguments: map[string]any{"text": strings.Repeat("x", mcp.DefaultMaxLineLength)}})
 	if err == nil || !strings.Contains(err.Error(), "the line exceeds the maximum length") {
 		t.Errorf("the call too long: %v, want the line's length named", err)
