@@ -64,19 +64,28 @@ func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx conte
 			}
 			o.sent(s, st)
 		}
-		rctx := ctx
+		// The request ends with the caller's context or with the session's life,
+		// which ends as the session is closed with the request still in flight: the
+		// request is then cancelled, and the server told, before the close (see
+		// cutCalls).
+		rctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(s.life, cancel)
 		if c.answers {
 			// The SDK answers a 2026-07-28 server's input requests (SEP-2322) with the
 			// client's handlers under the request's context: they find the session
 			// there, as they find it in the connection's context otherwise.
-			rctx = context.WithValue(ctx, sessionKey{}, s)
+			rctx = context.WithValue(rctx, sessionKey{}, s)
 		}
 		res, err := run(rctx, s)
 		// The notifications the server sent before its answer (progress, log
 		// messages) reach their handlers before the request returns.
 		if s.settler != nil {
-			s.settler.Settle(ctx)
+			s.settler.Settle(rctx)
 		}
+		// Cut by our close (not the caller), if the request failed of its end.
+		cut := err != nil && rctx.Err() != nil && ctx.Err() == nil && errors.Is(err, context.Canceled)
+		stop()
+		cancel()
 		ownClose := s.ownClose()
 		c.release(s)
 		if rep != nil {
@@ -89,6 +98,11 @@ func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx conte
 		if ctx.Err() != nil {
 			// The caller gave up; that says nothing about the connection.
 			return zero, &CallError{Server: c.name, Method: r.method, Name: r.name, State: st, Cause: states.CauseCanceled, Retried: failed != nil, Err: err}
+		}
+		if cut {
+			// Our close of the session cancelled it: what the SDK says of that (the
+			// context's end) is not what happened.
+			err = cutError(err)
 		}
 		rule := r.rule
 		if r.tool {
@@ -116,6 +130,19 @@ func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx conte
 		}
 		failed, first = s, ce
 	}
+}
+
+// cutError is the error of a request cut by the close of its session (see cutCalls),
+// whose own error err says only that its context ended: errCut, in the transport's
+// error (which says what the request was, and whether it was sent) if err is one.
+func cutError(err error) error {
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		return errCut
+	}
+	cp := *te
+	cp.Err = errCut
+	return &cp
 }
 
 // answeredOn notes that a request got an answer on s: traffic that spares the next

@@ -268,7 +268,9 @@ func (c *Conn) Spec() *machine.Spec { return c.spec }
 
 // Reconnect asks for a planned reconnect: a new session is opened while the current one
 // serves calls, calls move to it once it is up (its state restored), and the old one is
-// closed once the calls in flight on it have finished. It spends no retry budget. If the
+// closed once the calls in flight on it have finished (those still running at the end
+// of drain_timeout's share for them are cancelled, the server told, and fail as calls
+// the close cut: see Close). It spends no retry budget. If the
 // new session cannot be opened, the old one serves on and the failure counts. From a
 // state without a session (backing off, breaker open, parked, unauthorized) it tries at
 // once. A call or WaitReady made after Reconnect returns sees its effect: it does not
@@ -329,6 +331,13 @@ func (c *Conn) Reconfigure(ctx context.Context, cfg transport.Config, p *machine
 // by the teardown timeout: see machine.Machine.Close for the rules) and the machine's
 // owner has exited for good, or with ctx's error. Its OAuth client's token renewal
 // under way, if any, is waited for within the same bound, then abandoned.
+//
+// Calls still in flight on a session as it is closed (by Close, or any teardown) are
+// cancelled first, so that the server is told (notifications/cancelled; on protocol
+// 2026-07-28 over streamable HTTP, the call's request ended), then the session is
+// closed: their callers get a *CallError of cause artifact wrapping
+// mcp.ErrConnectionClosed (and ErrMayHaveRun for a tool call that is not idempotent,
+// which is not sent again).
 func (c *Conn) Close(ctx context.Context) error {
 	c.closeAsked.Store(true)
 	// A token renewal under way is waited for within teardown_timeout from now, as

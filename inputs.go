@@ -141,16 +141,13 @@ func (e *inputError) Unwrap() error { return e.err }
 
 // fulfil answers a round's input requests at once; the first failure fails the
 // call (a request with no answer is not sent back to the server), as the go-sdk's
-// client does. The handlers' context ends with the call's, and with the session
-// the call is on, as a request's of the server's does on earlier protocol versions:
-// the call then fails as one the session's end cut.
+// client does. The handlers' context ends with the call's, which ends with the
+// session the call is on (see callPath), as a request's of the server's does on
+// earlier protocol versions: the call then fails as one the session's close cut.
 func fulfil(ctx context.Context, c *mcp.Client, cs *mcp.ClientSession, asked mcp.InputRequestMap) (mcp.InputResponseMap, error) {
+	call := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	s := sessionFrom(ctx)
-	if s != nil && s.life != nil {
-		defer context.AfterFunc(s.life, cancel)()
-	}
 	h := inputMiddleware(c)(answerInput)
 	var (
 		mu      sync.Mutex
@@ -175,8 +172,10 @@ func fulfil(ctx context.Context, c *mcp.Client, cs *mcp.ClientSession, asked mcp
 	}
 	wg.Wait()
 	if first != nil {
-		if s != nil && s.life != nil && s.life.Err() != nil {
-			return nil, fmt.Errorf("multi round-trip: the session ended while the client answered the server: %w", mcp.ErrConnectionClosed)
+		if err := call.Err(); err != nil {
+			// The call ended (its caller gave up, or its session's close cut it),
+			// not the answering.
+			return nil, fmt.Errorf("multi round-trip: the call ended while the client answered the server: %w", err)
 		}
 		return nil, &inputError{first}
 	}

@@ -16,10 +16,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	tracenoop "go.opentelemetry.io/otel/trace/noop"
 )
 
 // points returns the int64 data points of a counter or gauge, and the histogram
@@ -261,31 +263,48 @@ func TestTelemetryFaultTour(t *testing.T) {
 
 // TestTelemetryOffAllocatesNothing: with no provider set (the global ones, unset), a
 // request through the call path allocates nothing for telemetry: as many allocations
-// as the same request on a connection whose providers are the no-op ones.
+// as the same request on a connection whose providers are the no-op ones. Both make
+// the params' copy (CallTool makes it with or without telemetry) and the request's
+// context, tied to its session's life (a cancelCtx and its cancel func, an AfterFunc
+// and its stop func: see callPath); nothing more.
 func TestTelemetryOffAllocatesNothing(t *testing.T) {
 	ctx := context.Background()
 	stub := stubClient{res: &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "hello"}}}}
-	c, err := Open(transport.Config{Name: "stub", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}},
-		Options{Logger: quietLogger(), dial: func(context.Context, transport.Config, transport.Options) (transport.Client, error) {
+	allocs := func(tweak func(*Options)) float64 {
+		opts := Options{Logger: quietLogger(), dial: func(context.Context, transport.Config, transport.Options) (transport.Client, error) {
 			return stub, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close(ctx)
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if c.tel.enabled(ctx) {
-		t.Fatal("telemetry is enabled with no provider set")
-	}
-	p := &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}
-	if n := testing.AllocsPerRun(1000, func() {
-		if _, err := c.CallTool(ctx, p); err != nil {
+		}}
+		if tweak != nil {
+			tweak(&opts)
+		}
+		c, err := Open(transport.Config{Name: "stub", InMemory: &transport.InMemory{Server: testserver.New(testserver.Options{})}}, opts)
+		if err != nil {
 			t.Fatal(err)
 		}
-	}); n > 1 { // the params' copy, which CallTool makes with or without telemetry
-		t.Errorf("a call allocates %v times, want 1 at most", n)
+		defer c.Close(ctx)
+		if err := c.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if c.tel.enabled(ctx) {
+			t.Fatal("telemetry is enabled with no provider set, or no-op ones")
+		}
+		p := &mcp.CallToolParams{Name: "echo", Arguments: benchArgs}
+		return testing.AllocsPerRun(1000, func() {
+			if _, err := c.CallTool(ctx, p); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	off := allocs(nil)
+	noops := allocs(func(o *Options) {
+		o.MeterProvider, o.TracerProvider = metricnoop.NewMeterProvider(), tracenoop.NewTracerProvider()
+	})
+	if off > noops {
+		t.Errorf("a call with no provider set allocates %v times, %v with no-op providers", off, noops)
+	}
+	const want = 1 + 4
+	if noops > want {
+		t.Errorf("a call allocates %v times, want %d at most", noops, want)
 	}
 }
 

@@ -39,6 +39,7 @@ type session struct {
 	deaf atomic.Pointer[error]
 
 	reported atomic.Bool  // a failure of this session has been reported to the machine
+	closing  atomic.Bool  // closeNow has begun: a call's error from now on is our own close's
 	inflight atomic.Int64 // calls in flight on it
 	draining atomic.Bool  // no new call may start on it
 	drained  chan struct{}
@@ -55,9 +56,12 @@ type session struct {
 	updates    sync.WaitGroup
 	endUpdates context.CancelFunc
 
-	// life ends when the session is closed (closeNow): the handlers answering a
-	// 2026-07-28 server's input requests during a call on it end with it (see
-	// fulfil), as a request's of the server's do on earlier versions.
+	// life ends as the session is closed (closeNow), before the close itself:
+	// every call on it runs under a context that ends with it (see callPath), so
+	// that the calls still in flight are cancelled, and their server told, rather
+	// than cut by the close (see cutCalls). The handlers answering a 2026-07-28
+	// server's input requests during a call end with the call (see fulfil), as a
+	// request's of the server's do on earlier versions.
 	life    context.Context
 	endLife context.CancelFunc
 }
@@ -113,7 +117,7 @@ func (c *Conn) tryAcquire() *session {
 // ownClose reports whether an error a call got on s now is an artifact of our own
 // close: s is being closed, and not because it failed (a failure was reported, by the
 // session's end, a probe or a call, before the teardown it set off).
-func (s *session) ownClose() bool { return s.s.Closing() && !s.reported.Load() }
+func (s *session) ownClose() bool { return s.closing.Load() && !s.reported.Load() }
 
 // report tells the machine that s is broken, with the cause the classifier gave err.
 // Only the first report of a session is posted; only a cause that counts is a report.
@@ -694,11 +698,8 @@ func (c *Conn) closeNow(ctx context.Context, s *session, final bool) error {
 	s.tools.close()
 	s.prompts.close()
 	s.resources.close()
+	cutCalls(ctx, s)
 	err := s.s.Close(ctx)
-	if s.endLife != nil {
-		// After the close: a call this cuts is one our own close cut (ownClose).
-		s.endLife()
-	}
 	s.tools.wait()
 	s.prompts.wait()
 	s.resources.wait()
@@ -712,6 +713,37 @@ func (c *Conn) closeNow(ctx context.Context, s *session, final bool) error {
 	}
 	return err
 }
+
+// cutCalls cancels the calls still in flight on s, which is being closed (a teardown,
+// a retirement past its drain window, Close, a Manager's reload removing or replacing
+// the server), and waits for them to return, up to cutGrace within ctx: the go-sdk
+// then tells the server that each is cancelled (notifications/cancelled; over
+// streamable HTTP on 2026-07-28, the call's POST aborted), and the session's close
+// waits for those notifications to be written before it closes the connection (see
+// transport's pendingCancels). Closed under them instead, the calls were broken and
+// the server never told: one over streamable HTTP ran on, and on 2025-11-25 held the
+// close (its DELETE) for its whole bound. Their callers get errCut, an artifact of our
+// own close, as a call broken by the close was.
+func cutCalls(ctx context.Context, s *session) {
+	s.closing.Store(true) // before the cut: a call it ends is our own close's (ownClose)
+	s.draining.Store(true)
+	if s.endLife != nil {
+		s.endLife()
+	}
+	drain(ctx, s, cutGrace)
+}
+
+// cutGrace bounds how long a close waits for the calls it cancelled to return. They
+// return as soon as the go-sdk sees their contexts end, unless it is stuck in one of
+// its own locks (a write to a stdio server that reads nothing): then the close goes on
+// without them.
+const cutGrace = time.Second
+
+// errCut is the error of a request that was in flight on a session when the session
+// was closed (see cutCalls): the request was cancelled, and the server told, before
+// the close. It wraps mcp.ErrConnectionClosed, as the error of a request cut by the
+// close itself did.
+var errCut = fmt.Errorf("%w: the session was closed with the request in flight (it was cancelled on the server)", mcp.ErrConnectionClosed)
 
 // A relister re-lists one kind of a session's list (tools, prompts, resources) after
 // the server says it changed, coalescing bursts: one re-list at a time, and one more

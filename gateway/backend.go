@@ -167,9 +167,6 @@ type calls struct {
 	// another session.
 	cut    map[string][]cutCall
 	linger time.Duration // cutLinger, when the gateway was made
-	// idle is closed when no call is in flight; nil while none is awaited (see
-	// drain).
-	idle chan struct{}
 }
 
 // A cutCall is a call the front cancelled before its backend answered.
@@ -225,10 +222,6 @@ func (cs *calls) end(fc *frontCall, cut bool) {
 	if len(cs.by[fc.server]) == 0 {
 		delete(cs.by, fc.server)
 	}
-	if len(cs.by) == 0 && cs.idle != nil {
-		close(cs.idle)
-		cs.idle = nil
-	}
 	if !cut || fc.mark.finished {
 		return
 	}
@@ -266,28 +259,6 @@ func (m *cutMark) ServerFinished() {
 		return
 	}
 	cs.cut[m.server] = l
-}
-
-// drain waits until no front call is in flight to a backend, or d passes, or ctx
-// ends.
-func (cs *calls) drain(ctx context.Context, d time.Duration) {
-	cs.mu.Lock()
-	if len(cs.by) == 0 {
-		cs.mu.Unlock()
-		return
-	}
-	if cs.idle == nil {
-		cs.idle = make(chan struct{})
-	}
-	idle := cs.idle
-	cs.mu.Unlock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-idle:
-	case <-t.C:
-	case <-ctx.Done():
-	}
 }
 
 // pruneLocked drops a backend's cut calls that no longer count, and returns the

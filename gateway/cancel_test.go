@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -637,5 +638,76 @@ func TestGateway_CancelDuringSampling(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestGateway_ReloadRemovingABackendCancelsItsCall: a reload that removes a backend
+// with a front call in flight to it has the backend told that the call is cancelled
+// (over streamable HTTP on 2025-11-25, notifications/cancelled; on 2026-07-28, its
+// POST ended) before its connection closes, and returns at once: it no longer waits
+// for the backend's close, which the backend held (on 2025-11-25 the go-sdk's server
+// holds the session's DELETE until its calls end) for the whole teardown_timeout, the
+// call running on. The front's call ends with a tool error saying the reload removed
+// the server.
+func TestGateway_ReloadRemovingABackendCancelsItsCall(t *testing.T) {
+	journal := filepath.Join(t.TempDir(), "journal")
+	pol := quick()
+	pol.TeardownTimeout = 5 * time.Second
+	h25 := testserver.StartHTTP(t, testserver.Options{Journal: journal})
+	srv26 := testserver.New(testserver.Options{Journal: journal})
+	h26 := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv26 },
+		&mcp.StreamableHTTPOptions{Stateless: true, PropagateRequestCancellation: true}))
+	t.Cleanup(h26.Close)
+	overHTTP := func(name, url string) mcpfsm.ServerConfig {
+		return mcpfsm.ServerConfig{Name: name, Policies: pol, Transport: transport.Config{Name: name, HTTP: &transport.HTTP{URL: url}}}
+	}
+	keep := inMemory("keep", testserver.Options{})
+	for _, backend := range []mcpfsm.ServerConfig{overHTTP("h25", h25.URL()), overHTTP("h26", h26.URL)} {
+		t.Run(backend.Name, func(t *testing.T) {
+			g := start(t, config(keep, backend), gateway.Options{})
+			cs := front(t, g, nil, "2025-11-25")
+			waitTools(t, cs, has(backend.Name+"__journal"))
+			done := make(chan *mcp.CallToolResult, 1)
+			go func() {
+				res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: backend.Name + "__journal", Arguments: map[string]any{"id": backend.Name, "ms": 60_000}})
+				if err != nil {
+					res = toolError(err.Error())
+				}
+				done <- res
+			}()
+			runs := func(key string) int {
+				r, err := testserver.ReadJournal(journal)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r[key]
+			}
+			for deadline := time.Now().Add(waitFor); runs(backend.Name) == 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the call never reached the backend")
+				}
+			}
+			start := time.Now()
+			if _, err := g.Reload(callCtx(t), config(keep)); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > pol.TeardownTimeout/2 {
+				t.Errorf("the reload took %v: it waited for the backend's close", took.Round(time.Millisecond))
+			}
+			for runs("cancelled "+backend.Name) == 0 {
+				if time.Since(start) > cancelBound {
+					t.Fatalf("the backend was not told the call was cancelled within %v of the reload", cancelBound)
+				}
+				time.Sleep(5 * time.Millisecond) // polling the backend's journal: no event to await
+			}
+			select {
+			case res := <-done:
+				if !res.IsError || !strings.Contains(text(res), fmt.Sprintf("server %q was removed by a reload while the request ran", backend.Name)) {
+					t.Errorf("the call to the removed server answered %q, want a tool error saying the reload removed it", text(res))
+				}
+			case <-time.After(waitFor):
+				t.Fatal("the call to the removed server did not end")
+			}
+		})
 	}
 }

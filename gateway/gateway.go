@@ -345,11 +345,9 @@ func (g *Gateway) Close(ctx context.Context) error {
 	cancel()
 	g.cancel()
 	g.parked.closeAll()
-	// The backends' calls, all cancelled by now, return at once: once they have,
-	// the backends' sessions know to tell their servers of the cancels before
-	// they close (the go-sdk sends them once a call has returned, and a session
-	// closed first never did: a backend over HTTP ran the call on).
-	g.calls.drain(ctx, time.Second)
+	// The backends' calls, all cancelled by now, are waited for by their
+	// connections' closes, which tell the servers of the cancels before they
+	// close the sessions (see mcpfsm's cutCalls).
 	err := g.m.Close(ctx)
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()

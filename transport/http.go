@@ -204,6 +204,8 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 // caller has given up. The go-sdk's client fails the whole session when it cannot read
 // such a body (an event stream it gives up alone): cut at the caller's deadline, a
 // late answer broke the session under every other call, and counted as a failure.
+// The rest of an event stream whose answer has been read (its end, which the go-sdk's
+// client reads to the end before it closes the body) has as long.
 const answerGrace = 5 * time.Second
 
 // refusesCredentials reports whether an HTTP status refuses the request's credentials.
@@ -283,12 +285,23 @@ func (rt *lifeRoundTripper) send(req *http.Request, tok string) (*http.Response,
 			body.left = min(rt.maxBody, MaxErrorBody)
 		}
 	}
-	if mt, _, _ := mime.ParseMediaType(ct); mt == "application/json" && req.Method == http.MethodPost &&
+	sse := isEventStream(ct)
+	if mt, _, _ := mime.ParseMediaType(ct); (mt == "application/json" || sse) && post &&
 		resp.StatusCode >= 200 && resp.StatusCode <= 299 && stopCaller() {
 		// An answer under way, as one JSON message: the go-sdk's client fails the
 		// whole session when it cannot read such a body, so the caller's end (its
 		// call has returned) gives the body answerGrace more rather than cut it.
+		// So does an event stream whose answer has been read: what is left is its
+		// end, which the go-sdk's client reads before it closes the body; cut (a
+		// caller's context commonly ends as its call returns), the connection was
+		// not reused (one call in 17 opened a new one). An event stream whose
+		// answer has not come is cut at once: the call was given up (on 2026-07-28
+		// that is how the server learns of it).
 		stopCaller = context.AfterFunc(caller, func() {
+			if sse && !rec.answered.Load() {
+				cancel(context.Cause(caller))
+				return
+			}
 			t := time.NewTimer(answerGrace)
 			defer t.Stop()
 			select {

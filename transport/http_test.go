@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -311,4 +312,37 @@ func (w *lateBody) Write(p []byte) (int, error) {
 	time.Sleep(w.delay)
 	m, err := w.ResponseWriter.Write(p[1:])
 	return n + m, err
+}
+
+// TestHTTPConnectionReusedAfterTheCallersEnd: a call whose caller's context ends as
+// it returns (a deferred cancel, as most callers have, and as package mcpfsm's call
+// path has for every call) leaves its HTTP connection to the next call. The go-sdk's
+// client reads an answer's event stream to its end after the answer, and that read,
+// cut by the caller's end, closed the connection: about one call in 17 opened a new
+// one.
+func TestHTTPConnectionReusedAfterTheCallersEnd(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	var dials atomic.Int64
+	d := &net.Dialer{}
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return d.DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	s := dial(t, Config{Name: "reuse", HTTP: &HTTP{URL: h.URL(), Client: &http.Client{Transport: tr}}}, Options{})
+	const calls = 300
+	before := dials.Load()
+	for i := range calls {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		got, err := echo(ctx, s, "x")
+		cancel()
+		if err != nil || got != "x" {
+			t.Fatalf("call %d: %q, %v", i, got, err)
+		}
+	}
+	// The event stream's GET holds one connection; the calls share another. A
+	// connection the server or the pool dropped for its own reasons may add one.
+	if n := dials.Load() - before; n > 2 {
+		t.Errorf("%d calls opened %d connections, want at most 2", calls, n)
+	}
 }

@@ -25,7 +25,13 @@
 //     notifications this server has received (all sessions), including this
 //     call. It lets a test see what reached the server on any transport.
 //   - journal {id, ms} (only with Options.Journal): appends id to the journal
-//     file, holds ms milliseconds, returns id. Not idempotent.
+//     file, holds ms milliseconds, returns id. Not idempotent. A call its
+//     client cancels first (notifications/cancelled, or on 2026-07-28 over
+//     streamable HTTP its request's end, where the server propagates it)
+//     appends "cancelled id" as it stops; one whose connection ends does not
+//     (over stdio the go-sdk's server may take a cancel that its stdin's end
+//     follows at once for that end: it cancels a request on a goroutine of its
+//     own, and the end cancels every request at once).
 //   - tools_changed_burst {n} (only with Options.BurstTool): changes the tool
 //     list and sends notifications/tools/list_changed n times; returns how
 //     many were sent.

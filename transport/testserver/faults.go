@@ -127,7 +127,8 @@ func (st *server) addFaultTools(s *mcp.Server) {
 	if st.opts.Journal != "" {
 		mcp.AddTool(s, &mcp.Tool{
 			Name: "journal",
-			Description: "Appends its id to the journal file, holds ms milliseconds, then returns the id. " +
+			Description: "Appends its id to the journal file, holds ms milliseconds, then returns the id " +
+				"(cancelled by its client first, it appends \"cancelled\" and its id). " +
 				"Not idempotent: a test counts in the journal how many times each call ran.",
 		}, func(ctx context.Context, _ *mcp.CallToolRequest, in struct {
 			ID string `json:"id"`
@@ -142,6 +143,14 @@ func (st *server) addFaultTools(s *mcp.Server) {
 			case <-t.C:
 				return text(in.ID), nil, nil
 			case <-ctx.Done():
+				if context.Cause(ctx) == context.Canceled {
+					// The client cancelled it (notifications/cancelled, or on
+					// 2026-07-28 over HTTP its request's end), rather than
+					// its connection ending (whose error is the cause then).
+					if err := st.journal("cancelled " + in.ID); err != nil {
+						return nil, nil, err
+					}
+				}
 				return nil, nil, ctx.Err()
 			case <-st.release:
 				return nil, nil, errors.New("released")
@@ -216,7 +225,8 @@ func (st *server) burstMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 }
 
 // ReadJournal returns how many times each id appears in a journal file (see
-// Options.Journal). A missing file is an empty journal.
+// Options.Journal), and each "cancelled id" (a run its client cancelled). A
+// missing file is an empty journal.
 func ReadJournal(path string) (map[string]int, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
