@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
+)
+
+// A stdioHost is a test's host of mcpfsm serve over its pipes: it writes lines to
+// the gateway's stdin and reads its stdout's lines as they come.
+type stdioHost struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout io.ReadCloser
+	lines  chan string // the gateway's stdout, line by line; closed at its end
+	stderr *testutil.SyncBuffer
+}
+
+// startHost runs mcpfsm serve with args, its stdout read line by line.
+func startHost(ctx context.Context, t *testing.T, args ...string) *stdioHost {
+	t.Helper()
+	h := &stdioHost{t: t, lines: make(chan string, 4096), stderr: new(testutil.SyncBuffer)}
+	h.cmd, h.stdin, h.stdout, _ = startPiped(ctx, t, h.stderr, append([]string{"serve"}, args...)...)
+	go func() {
+		defer close(h.lines)
+		r := bufio.NewReaderSize(h.stdout, 1<<20)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			h.lines <- strings.TrimSuffix(line, "\n")
+		}
+	}()
+	return h
+}
+
+// send writes lines to the gateway's stdin.
+func (h *stdioHost) send(lines ...string) {
+	h.t.Helper()
+	for _, l := range lines {
+		if _, err := io.WriteString(h.stdin, l+"\n"); err != nil {
+			h.t.Fatalf("writing to the gateway: %v\nstderr:\n%s", err, h.stderr)
+		}
+	}
+}
+
+// answer returns the next line the gateway writes under id (as JSON writes it:
+// 7, "s" or null), skipping the others (notifications), within d; "" past d.
+func (h *stdioHost) answer(id string, d time.Duration) string {
+	h.t.Helper()
+	prefix := `{"jsonrpc":"2.0","id":` + id + `,`
+	timeout := time.After(d)
+	for {
+		select {
+		case line, ok := <-h.lines:
+			if !ok {
+				h.t.Fatalf("the gateway's stdout ended, waiting for an answer under %s\nstderr:\n%s", id, h.stderr)
+			}
+			if strings.HasPrefix(line, prefix) {
+				return line
+			}
+		case <-timeout:
+			return ""
+		}
+	}
+}
+
+// initialize opens the host's session (protocol 2025-11-25).
+func (h *stdioHost) initialize() {
+	h.t.Helper()
+	h.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"host","version":"1"}}}`)
+	if a := h.answer(`"init"`, 30*time.Second); !strings.Contains(a, `"result"`) {
+		h.t.Fatalf("initialize was answered %q\nstderr:\n%s", a, h.stderr)
+	}
+	h.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+}
+
+// TestServeStdioReusedID: a host that sends a request under the ID of one still in
+// flight gets the refusal under that ID (JSON-RPC's rule for an ID it could read),
+// then the answer to the request in flight, under it too; it got the refusal with a
+// null id, which no host can match to a request: its second request was never
+// answered. A host that cancels a call and reuses its ID at once gets one answer
+// under it, and only one (the cancelled call's is dropped).
+func TestServeStdioReusedID(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	h := startHost(ctx, t, cfg)
+	h.initialize()
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`) // waits for the backend's tools
+	if a := h.answer("1", 30*time.Second); !strings.Contains(a, "example__slow") {
+		t.Fatalf("tools/list was answered %q\nstderr:\n%s", a, h.stderr)
+	}
+
+	h.send(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"example__slow","arguments":{"ms":1500}}}`,
+		`{"jsonrpc":"2.0","id":7,"method":"ping"}`)
+	if a := h.answer("7", 10*time.Second); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":7,"error":{"code":-32600,`) {
+		t.Errorf("a ping reusing the ID of a call in flight was answered %q, want -32600 under its ID\nstderr:\n%s", a, h.stderr)
+	}
+	if a := h.answer("7", 10*time.Second); !strings.Contains(a, "slept") {
+		t.Errorf("the call in flight was answered %q, want its result under its ID", a)
+	}
+
+	h.send(`{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"example__slow","arguments":{"ms":60000}}}`)
+	time.Sleep(200 * time.Millisecond) // the call is under way
+	h.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":8}}`,
+		`{"jsonrpc":"2.0","id":8,"method":"ping"}`)
+	if a := h.answer("8", 10*time.Second); a == "" {
+		t.Errorf("a ping reusing the ID of a call just cancelled was not answered\nstderr:\n%s", h.stderr)
+	}
+	time.Sleep(time.Second) // the cancelled call's handler has returned
+	h.send(`{"jsonrpc":"2.0","id":9,"method":"ping"}`)
+	for {
+		line, ok := <-h.lines
+		if !ok {
+			t.Fatalf("the gateway's stdout ended\nstderr:\n%s", h.stderr)
+		}
+		if strings.HasPrefix(line, `{"jsonrpc":"2.0","id":8,`) {
+			t.Errorf("a second answer under 8: %s", line)
+		}
+		if strings.HasPrefix(line, `{"jsonrpc":"2.0","id":9,`) {
+			break
+		}
+	}
+	h.stdin.Close()
+	if err := exited(t, h.cmd, 30*time.Second, "after stdin's end", h.stderr); err != nil {
+		t.Errorf("the gateway ended with %v\nstderr:\n%s", err, h.stderr)
+	}
+}
