@@ -271,7 +271,8 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	// was over (up to its 30 s, a removed backend slow to close).
 	hostCtx, hostGone := context.WithCancel(ctx)
 	defer hostGone()
-	var hungUp <-chan struct{} // stdin's writer is gone
+	var hungUp <-chan struct{}     // stdin's writer is gone
+	var readerGone <-chan struct{} // stdout's reader is gone
 	out := &watchedWriter{w: os.Stdout}
 	if *httpAddr == "" || *alsoStdio {
 		wg.Add(1)
@@ -282,6 +283,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			hostGone()
 		}()
 		hungUp = watchHangup(ctx, 0, 250*time.Millisecond)
+		readerGone = watchReaderGone(ctx, 1, 250*time.Millisecond)
 	}
 	var unread <-chan time.Time // once stdin is hung up: is stdout read?
 
@@ -320,6 +322,13 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		case err := <-failed:
 			fmt.Fprintln(stderr, "mcpfsm serve:", err)
 			return 1
+		case <-readerGone:
+			// The host is gone (killed: stdin's end, and stdout broken): no
+			// answer can reach it, and the requests in flight are not given the
+			// 5 s at stdin's end (the front learnt of stdout's end only at a
+			// write, and a call that did not end wrote nothing).
+			fmt.Fprintln(stderr, "mcpfsm serve: stdout's reader is gone (a write would fail: broken pipe): exiting")
+			return 0
 		case <-hungUp:
 			// The host closed stdin. The stdio session ends once its requests
 			// are answered (or given up); but answers its host does not read

@@ -3,8 +3,12 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -133,5 +137,77 @@ func TestServeStdioReusedID(t *testing.T) {
 	h.stdin.Close()
 	if err := exited(t, h.cmd, 30*time.Second, "after stdin's end", h.stderr); err != nil {
 		t.Errorf("the gateway ended with %v\nstderr:\n%s", err, h.stderr)
+	}
+}
+
+// TestServeHostKilled: a host killed (SIGKILL: its ends of the gateway's stdin and
+// stdout closed at once) while calls it made do not end: the gateway sees stdout's
+// reader gone, tells its backend of the cancelled calls, closes it and exits at once.
+// It learnt of stdout's end only at a write, and a call that does not end writes
+// nothing: the calls were given the 5 s kept for answers at stdin's end first.
+func TestServeHostKilled(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "backend.in")
+	cfg := filepath.Join(dir, "servers.yaml")
+	// The backend's stdin, all the gateway says to it, is copied to log.
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("version: 1\nservers:\n  example:\n    command: /bin/sh\n    args: [-c, 'tee %s | %s example-server']\n", log, mcpfsmBin(t))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	h := startHost(ctx, t, cfg)
+	h.initialize()
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`) // waits for the backend's tools
+	if a := h.answer("1", 30*time.Second); !strings.Contains(a, "example__slow") {
+		t.Fatalf("tools/list was answered %q\nstderr:\n%s", a, h.stderr)
+	}
+	const calls = 3
+	for i := range calls {
+		h.send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"example__slow","arguments":{"ms":600000}}}`, 10+i))
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		data, _ := os.ReadFile(log)
+		if strings.Count(string(data), `"name":"slow"`) >= calls {
+			break // the backend has them all
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the calls did not reach the backend:\n%s", data)
+		}
+	}
+	start := time.Now()
+	h.stdin.Close()
+	h.stdout.Close()
+	if err := exited(t, h.cmd, 30*time.Second, "after its host was killed", h.stderr); err != nil {
+		t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, h.stderr)
+	}
+	took := time.Since(start)
+	if !strings.Contains(h.stderr.String(), "stdout's reader is gone") {
+		t.Errorf("the gateway did not say why it ended (in %v):\n%s", took.Round(time.Millisecond), h.stderr)
+	}
+	if took > 4*time.Second {
+		t.Errorf("exited %v after its host was killed, want at once (not past the 5 s given to answers at stdin's end)", took.Round(time.Millisecond))
+	}
+	data, _ := os.ReadFile(log)
+	called, cancelled := map[float64]bool{}, map[float64]bool{}
+	for line := range strings.Lines(string(data)) {
+		var m struct {
+			ID     float64
+			Method string
+			Params struct{ RequestID float64 }
+		}
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		switch m.Method {
+		case "tools/call":
+			called[m.ID] = true
+		case "notifications/cancelled":
+			cancelled[m.Params.RequestID] = true
+		}
+	}
+	for id := range called {
+		if !cancelled[id] {
+			t.Errorf("the backend was not told its call %v is cancelled:\n%s", id, data)
+		}
 	}
 }
