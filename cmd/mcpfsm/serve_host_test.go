@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 import (
@@ -14,6 +16,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // A stdioHost is a test's host of mcpfsm serve over its pipes: it writes lines to
@@ -209,5 +212,77 @@ func TestServeHostKilled(t *testing.T) {
 		if !cancelled[id] {
 			t.Errorf("the backend was not told its call %v is cancelled:\n%s", id, data)
 		}
+	}
+}
+
+// TestServeStdoutLeftBlocking: the gateway makes its stdout non-blocking while it
+// serves (so that a write nobody reads can be cut short: cuttableStdout), and
+// blocking again when it exits: the pipe may be the host's, written by others
+// after the gateway (a shell's { mcpfsm serve …; echo done; } | …), whose writes
+// to a full pipe would fail instead of waiting. A stdout that stderr shares (2>&1)
+// is left as it is: serve's stderr writes block.
+func TestServeStdoutLeftBlocking(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	nonblocking := func(f *os.File) bool {
+		t.Helper()
+		var flags int
+		var ferr error
+		rc, err := f.SyscallConn() // not Fd, which makes the file blocking
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rc.Control(func(fd uintptr) { flags, ferr = unix.FcntlInt(fd, unix.F_GETFL, 0) }); err != nil || ferr != nil {
+			t.Fatal(err, ferr)
+		}
+		return flags&unix.O_NONBLOCK != 0
+	}
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprint("shared with stderr: ", shared), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			defer w.Close()
+			cmd := exec.CommandContext(ctx, mcpfsmBin(t), "serve", cfg)
+			var stderr testutil.SyncBuffer
+			cmd.Stdout, cmd.Stderr = w, &stderr
+			if shared {
+				cmd.Stderr = w
+			}
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.WriteString(stdin, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`+"\n"); err != nil {
+				t.Fatal(err)
+			}
+			answers := bufio.NewReader(r)
+			for {
+				line, err := answers.ReadString('\n')
+				if err != nil {
+					t.Fatalf("no answer to initialize: %v\nstderr:\n%s", err, &stderr)
+				}
+				if strings.HasPrefix(line, `{"jsonrpc":"2.0","id":1,`) {
+					break
+				}
+			}
+			if got := nonblocking(w); got == shared {
+				t.Errorf("while serving, stdout non-blocking: %v, want %v", got, !shared)
+			}
+			go func() { _, _ = io.Copy(io.Discard, answers) }()
+			stdin.Close()
+			if err := exited(t, cmd, 30*time.Second, "after stdin's end", &stderr); err != nil {
+				t.Errorf("the gateway ended with %v\nstderr:\n%s", err, &stderr)
+			}
+			if nonblocking(w) {
+				t.Error("the gateway left its stdout non-blocking")
+			}
+		})
 	}
 }
