@@ -674,6 +674,12 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			g.waitSettled(ctx)
 		}
 		switch method {
+		case "initialize":
+			// The go-sdk's server answers a second initialize with an error of
+			// code 0, no JSON-RPC code (and an error record in the log).
+			if ss != nil && ss.InitializeParams() != nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "Invalid request: the session is initialized already: initialize comes once, first"}
+			}
 		case "tools/call":
 			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
 				if t := g.table.Load(); t.tools[p.Name].front == nil {

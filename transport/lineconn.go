@@ -64,6 +64,9 @@ type lineConn struct {
 	front bool
 
 	queue []jsonrpc.Message // the rest of a batch; reads are serialized
+	// initialized is set on a front once a request that initializes its session
+	// has been read (see uninitialized); by Read alone.
+	initialized bool
 	// unanswered holds a token for each request a front has read and not yet
 	// answered (see maxUnanswered); nil but on a front. answeredOne is told (if
 	// it is not already) each time one is given back, for drain.
@@ -205,8 +208,18 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			continue
 		}
 		msgs, batch, err := decodeLine(v.raw, c.front)
+		inits := false
+		if err == nil && c.front && !c.initialized {
+			var refused *jsonrpc.Request
+			if inits, refused = uninitialized(msgs); refused != nil {
+				err = fmt.Errorf("%w (%.40q came first)", errNotInitialized, refused.Method)
+			}
+		}
 		if err == nil && c.front {
 			err = c.admit(msgs, len(v.raw))
+		}
+		if err == nil && inits {
+			c.initialized = true
 		}
 		if err == nil {
 			c.queue = msgs[1:] // kept even if the batch is refused below, as the SDK keeps them

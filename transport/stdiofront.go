@@ -46,6 +46,10 @@ import (
 // gets exactly one answer. A numeric ID must be an integer below 2^53 in
 // magnitude (the go-sdk's ID, an int64 made from a float64, would answer 1.5
 // as 1): another gets -32600 under the ID as it was written.
+// Before a request that initializes the session (initialize, or one whose _meta
+// names protocol 2026-07-28) is read, a request the go-sdk's server refuses there
+// gets -32600 from the front (see Uninitialized; the go-sdk's error has code 0, no
+// JSON-RPC code).
 // At the end of r, the requests read and not yet answered get up to 5 s to be
 // answered (a client that writes its requests and closes its end, as a script
 // or MCP's stdio shutdown does, gets their answers), then the session ends; a

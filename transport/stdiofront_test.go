@@ -672,3 +672,47 @@ func TestServerStdioRefusedUnderTheirID(t *testing.T) {
 	}
 	outR.Close()
 }
+
+// TestServerStdioBeforeInitialize: a request the session cannot take before
+// initialize gets JSON-RPC's -32600 under its ID (a batch holding one, under a null
+// id): the go-sdk's server answered it with an error of code 0, no JSON-RPC code.
+// What the go-sdk takes before initialize is taken (a ping, logging/setLevel, a
+// 2026-07-28 request, whose _meta says what initialize would), notifications are
+// not answered, and once initialize is read every request goes through.
+func TestServerStdioBeforeInitialize(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echoed"}}}, nil, nil
+	})
+	for _, tc := range []struct{ name, first string }{
+		{"initialize", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`},
+		{"2026-07-28", `{"jsonrpc":"2.0","id":0,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			inW, outR, done := runStdioFront(ctx, srv)
+			next := lineReader(t, outR)
+			send := lineSender(t, inW)
+			for _, x := range []struct{ line, want string }{
+				{`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"Invalid request: the session is not initialized`},
+				{`{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":"echo"}}`, `{"jsonrpc":"2.0","id":"c","error":{"code":-32600,`},
+				{`[{"jsonrpc":"2.0","id":2,"method":"ping"},{"jsonrpc":"2.0","id":3,"method":"tools/list"}]`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,`},
+				{`{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}` + "\n" + `{"jsonrpc":"2.0","id":4,"method":"ping"}`, `{"jsonrpc":"2.0","id":4,"result":{}}`},
+				{`{"jsonrpc":"2.0","id":5,"method":"logging/setLevel","params":{"level":"info"}}`, `{"jsonrpc":"2.0","id":5,"result":{}}`},
+				{tc.first, `{"jsonrpc":"2.0","id":0,"result":`},
+				{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo"}}`, `{"jsonrpc":"2.0","id":6,"result":{"content":[{"type":"text","text":"echoed"}]`},
+			} {
+				send(x.line)
+				if a := next(); !strings.HasPrefix(a, x.want) {
+					t.Errorf("%s was answered %s, want %s…", x.line, a, x.want)
+				}
+			}
+			inW.Close()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			outR.Close()
+		})
+	}
+}

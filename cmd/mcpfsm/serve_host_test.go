@@ -286,3 +286,34 @@ func TestServeStdoutLeftBlocking(t *testing.T) {
 		})
 	}
 }
+
+// TestServeStdioInitializeOutOfTurn: a host's request before initialize, and a
+// second initialize, get JSON-RPC's -32600 under their IDs, and the session goes on:
+// the go-sdk answered both with an error of code 0, no JSON-RPC code, and logged an
+// error for each on the gateway's stderr (which a host shows as the server failing).
+func TestServeStdioInitializeOutOfTurn(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h := startHost(ctx, t, cfg)
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
+	if a := h.answer("1", 10*time.Second); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,`) {
+		t.Errorf("tools/list before initialize was answered %q, want -32600 under its ID", a)
+	}
+	h.initialize()
+	h.send(`{"jsonrpc":"2.0","id":2,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"host","version":"1"}}}`)
+	if a := h.answer("2", 10*time.Second); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":2,"error":{"code":-32600,`) {
+		t.Errorf("a second initialize was answered %q, want -32600 under its ID", a)
+	}
+	h.send(`{"jsonrpc":"2.0","id":3,"method":"tools/list"}`)
+	if a := h.answer("3", 30*time.Second); !strings.Contains(a, "example__echo") {
+		t.Errorf("tools/list after was answered %q", a)
+	}
+	h.stdin.Close()
+	if err := exited(t, h.cmd, 30*time.Second, "after stdin's end", h.stderr); err != nil {
+		t.Errorf("the gateway ended with %v\nstderr:\n%s", err, h.stderr)
+	}
+	if strings.Contains(h.stderr.String(), "level=ERROR") {
+		t.Errorf("a host's requests out of turn logged errors:\n%s", h.stderr)
+	}
+}
