@@ -655,6 +655,9 @@ func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	if exactIDs && msg.ID == nil && len(msg.Method) > 0 && nullID(data) {
+		return nil, errNullID
+	}
 	if len(msg.Method) > 0 {
 		var method string
 		if err := unmarshal(msg.Method, &method); err != nil {
@@ -686,6 +689,23 @@ var errIDInUse = errors.New("the request ID is in use by a request not yet answe
 
 // errFrontLineTooLong is a front's error for a line longer than maxLineLength.
 var errFrontLineTooLong = fmt.Errorf("the line exceeds the maximum length of a message (%d bytes)", maxLineLength)
+
+// nullID reports whether a message's ID is written, as null (a message without
+// one is a notification).
+func nullID(data []byte) bool {
+	if !bytes.Contains(data, []byte(`"id"`)) {
+		return false
+	}
+	var p struct {
+		ID json.RawMessage `json:"id"`
+	}
+	return unmarshal(data, &p) == nil && p.ID != nil
+}
+
+// errNullID is a front's error for a request whose ID is null: MCP forbids it
+// (JSON-RPC discourages it), and the go-sdk took it for a notification: the
+// request went unanswered, its client waiting for ever.
+var errNullID = errors.New("a request's ID must be a string or an integer, not null")
 
 // errInexactID is a front's error for a request whose numeric ID exactID refuses.
 var errInexactID = errors.New("a numeric request ID must be an integer between -2^53 and 2^53 (exclusive)")

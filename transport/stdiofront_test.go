@@ -304,6 +304,7 @@ func lineSender(t *testing.T, w io.Writer) func(line string) {
 // host's later requests never answered. A numeric ID the go-sdk's ID cannot hold
 // exactly (1.5, or an integer past 2^53) was answered under another (1, or the
 // nearest float64), which a client could take for the answer to another request.
+// A null ID (MCP forbids it) made a notification of the request, never answered.
 func TestServerStdioRequestIDs(t *testing.T) {
 	defer func(n int) { maxUnanswered = n }(maxUnanswered)
 	maxUnanswered = 8
@@ -361,6 +362,7 @@ func TestServerStdioRequestIDs(t *testing.T) {
 		{`1.5`, `{"jsonrpc":"2.0","id":1.5,"error":`},
 		{`9007199254740993`, `{"jsonrpc":"2.0","id":9007199254740993,"error":`},
 		{`-1e300`, `{"jsonrpc":"2.0","id":-1e300,"error":`},
+		{`null`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,`}, // unanswered: a notification to the go-sdk
 		{`9007199254740991`, `{"jsonrpc":"2.0","id":9007199254740991,"result":{}}`},
 		{`1e3`, `{"jsonrpc":"2.0","id":1000,"result":{}}`},
 		{`"s"`, `{"jsonrpc":"2.0","id":"s","result":{}}`},
@@ -486,7 +488,9 @@ func TestServerStdioEndNotHeldByAListen(t *testing.T) {
 			}
 			defer conn.Close()
 			go func() {
-				fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":1,"method":%q,"params":{}}`+"\n", tc.method)
+				// A 2026-07-28 request (its _meta names its protocol): no
+				// initialize before it.
+				fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":1,"method":%q,"params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`+"\n", tc.method)
 				inW.Close()
 			}()
 			if msg, err := conn.Read(context.Background()); err != nil {
@@ -577,23 +581,25 @@ func TestServerStdioPendingBounded(t *testing.T) {
 		t.Errorf("a call past maxPending answered %.200s, want -32603 under its ID", a)
 	}
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
-	// Its answer is dropped, its bytes given back, once its handler has returned:
-	// a call of 600 KiB is taken then (one refused meanwhile is answered at once).
-	id := 100
-	for deadline := time.Now().Add(10 * time.Second); ; id++ {
-		send(call(id, 600<<10))
-		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, id+1000))
+	// Its answer is dropped, its bytes given back, once its handler has returned
+	// (until then even a ping finds too few, and is refused at once); a call of
+	// 600 KiB is taken then. (A call and a ping sent together raced the bytes'
+	// return: the call refused, the ping taken.)
+	for id, deadline := 1000, time.Now().Add(10*time.Second); ; id++ {
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, id))
 		a := next()
-		if a == fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{}}`, id+1000)+"\n" {
-			break // the call was taken: it blocks, unanswered
+		if a == fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{}}`, id)+"\n" {
+			break
 		}
 		if !strings.HasPrefix(a, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"error":{"code":-32603`, id)) || time.Now().After(deadline) {
-			t.Fatalf("after the big call's cancel, a call of 600 KiB answered %.200s", a)
-		}
-		if a := next(); !strings.HasPrefix(a, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"error":{"code":-32603`, id+1000)) {
-			t.Fatalf("a ping after a call refused answered %.200s, want -32603 too", a)
+			t.Fatalf("after the big call's cancel, a ping answered %.200s, want -32603 until its bytes come back", a)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	send(call(100, 600<<10))
+	send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if a := next(); a != `{"jsonrpc":"2.0","id":3,"result":{}}`+"\n" {
+		t.Fatalf("once the big call's bytes came back, a call of 600 KiB and a ping: %.200s, want the ping answered (the call taken: it blocks)", a)
 	}
 	send(call(4, 300<<10))
 	send(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
