@@ -608,7 +608,7 @@ func (g *Gateway) newServer() *mcp.Server {
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler { g.sdk = next; return next })
 	s.AddReceivingMiddleware(g.frontMiddleware)
-	s.AddSendingMiddleware(elicitSchemaMiddleware)
+	s.AddSendingMiddleware(elicitSchemaMiddleware, quietBeforeInitialize)
 	if uri := g.opts.StatusResource; uri != "" {
 		s.AddResource(&mcp.Resource{
 			URI: uri, Name: "mcpfsm-gateway-status", MIMEType: "application/json",
@@ -722,6 +722,23 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		}
 		return res, err
+	}
+}
+
+// quietBeforeInitialize is the front server's sending middleware that drops a
+// notification to a session not yet initialized: the go-sdk's server tells every
+// session of a change of its lists, and a stdio front's session is open from the
+// start, so a backend listed before the host's initialize was read had the host
+// told of list changes before the server's capabilities (or its own protocol
+// version) were agreed. The lists it then asks for are current.
+func quietBeforeInitialize(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if strings.HasPrefix(method, "notifications/") {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() == nil {
+				return nil, nil
+			}
+		}
+		return next(ctx, method, req)
 	}
 }
 
