@@ -45,7 +45,9 @@ import (
 // reused the ID of a request it had cancelled (whose answer the front drops)
 // gets exactly one answer. A numeric ID must be an integer below 2^53 in
 // magnitude (the go-sdk's ID, an int64 made from a float64, would answer 1.5
-// as 1): another gets -32600 under the ID as it was written.
+// as 1): another gets -32600 under the ID as it was written. A request whose ID is
+// null (MCP forbids it; the go-sdk took it for a notification, never answered)
+// gets -32600 with a null id.
 // Before a request that initializes the session (initialize, or one whose _meta
 // names protocol 2026-07-28) is read, a request the go-sdk's server refuses there
 // gets -32600 from the front (see Uninitialized; the go-sdk's error has code 0, no
