@@ -30,11 +30,40 @@ type stdioHost struct {
 	stderr *testutil.SyncBuffer
 }
 
-// startHost runs mcpfsm serve with args, its stdout read line by line.
-func startHost(ctx context.Context, t *testing.T, args ...string) *stdioHost {
+// startHost runs mcpfsm serve with args, its stdout read line by line; its stdin
+// and stdout are pipes, or with sockets socket pairs (as libuv, and so Node and
+// Electron hosts, give a child).
+func startHost(ctx context.Context, t *testing.T, sockets bool, args ...string) *stdioHost {
 	t.Helper()
 	h := &stdioHost{t: t, lines: make(chan string, 4096), stderr: new(testutil.SyncBuffer)}
-	h.cmd, h.stdin, h.stdout, _ = startPiped(ctx, t, h.stderr, append([]string{"serve"}, args...)...)
+	if !sockets {
+		h.cmd, h.stdin, h.stdout, _ = startPiped(ctx, t, h.stderr, append([]string{"serve"}, args...)...)
+	} else {
+		pair := func(name string) (ours, theirs *os.File) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The host's end non-blocking, so that Go's poller serves it: its
+			// Close then ends a read under way (and closes the socket) at once.
+			if err := unix.SetNonblock(fds[0], true); err != nil {
+				t.Fatal(err)
+			}
+			return os.NewFile(uintptr(fds[0]), "host's "+name), os.NewFile(uintptr(fds[1]), name)
+		}
+		in, theirIn := pair("stdin")
+		out, theirOut := pair("stdout")
+		h.cmd = exec.CommandContext(ctx, mcpfsmBin(t), append([]string{"serve"}, args...)...)
+		h.cmd.Stdin, h.cmd.Stdout, h.cmd.Stderr = theirIn, theirOut, h.stderr
+		err := h.cmd.Start()
+		theirIn.Close()
+		theirOut.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.stdin, h.stdout = in, out
+		t.Cleanup(func() { in.Close(); out.Close() })
+	}
 	go func() {
 		defer close(h.lines)
 		r := bufio.NewReaderSize(h.stdout, 1<<20)
@@ -100,7 +129,7 @@ func TestServeStdioReusedID(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	h := startHost(ctx, t, cfg)
+	h := startHost(ctx, t, false, cfg)
 	h.initialize()
 	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`) // waits for the backend's tools
 	if a := h.answer("1", 30*time.Second); !strings.Contains(a, "example__slow") {
@@ -156,9 +185,19 @@ func TestServeHostKilled(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("version: 1\nservers:\n  example:\n    command: /bin/sh\n    args: [-c, 'tee %s | %s example-server']\n", log, mcpfsmBin(t))), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	for _, sockets := range []bool{false, true} {
+		t.Run(map[bool]string{false: "pipes", true: "sockets"}[sockets], func(t *testing.T) {
+			hostKilled(t, cfg, log, sockets)
+		})
+	}
+}
+
+// hostKilled is TestServeHostKilled over pipes or sockets.
+func hostKilled(t *testing.T, cfg, log string, sockets bool) {
+	_ = os.Remove(log)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	h := startHost(ctx, t, cfg)
+	h := startHost(ctx, t, sockets, cfg)
 	h.initialize()
 	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`) // waits for the backend's tools
 	if a := h.answer("1", 30*time.Second); !strings.Contains(a, "example__slow") {
@@ -295,7 +334,7 @@ func TestServeStdioInitializeOutOfTurn(t *testing.T) {
 	cfg := serveConfig(t, t.TempDir(), "example")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	h := startHost(ctx, t, cfg)
+	h := startHost(ctx, t, false, cfg)
 	h.send(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`)
 	if a := h.answer("1", 10*time.Second); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,`) {
 		t.Errorf("tools/list before initialize was answered %q, want -32600 under its ID", a)
