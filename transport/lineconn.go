@@ -64,9 +64,14 @@ type lineConn struct {
 	front bool
 
 	queue []jsonrpc.Message // the rest of a batch; reads are serialized
-	// initialized is set on a front once a request that initializes its session
-	// has been read (see uninitialized); by Read alone.
-	initialized bool
+	// init is where a front's session is in its initialization: not begun,
+	// begun (initID, an initialize, read and not yet answered: the requests
+	// read meanwhile are let through, as the go-sdk handles them once it has
+	// answered initialize), or done (the initialize answered with a result, or
+	// a 2026-07-28 request read; an error answering the initialize is the start
+	// again). See uninitialized.
+	init   atomic.Int32
+	initID jsonrpc.ID // under cancelMu
 	// unanswered holds a token for each request a front has read and not yet
 	// answered (see maxUnanswered); nil but on a front. answeredOne is told (if
 	// it is not already) each time one is given back, for drain.
@@ -208,18 +213,25 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			continue
 		}
 		msgs, batch, err := decodeLine(v.raw, c.front)
-		inits := false
-		if err == nil && c.front && !c.initialized {
+		var initializer *jsonrpc.Request
+		if err == nil && c.front && c.init.Load() == initNone {
 			var refused *jsonrpc.Request
-			if inits, refused = uninitialized(msgs); refused != nil {
+			if initializer, refused = uninitialized(msgs); refused != nil {
 				err = fmt.Errorf("%w (%.40q came first)", errNotInitialized, refused.Method)
 			}
 		}
 		if err == nil && c.front {
 			err = c.admit(msgs, len(v.raw))
 		}
-		if err == nil && inits {
-			c.initialized = true
+		switch {
+		case err != nil || initializer == nil:
+		case initializer.Method == "initialize":
+			c.cancelMu.Lock()
+			c.initID = initializer.ID
+			c.cancelMu.Unlock()
+			c.init.Store(initBegun)
+		default: // a 2026-07-28 request: its _meta said what initialize would
+			c.init.Store(initDone)
 		}
 		if err == nil {
 			c.queue = msgs[1:] // kept even if the batch is refused below, as the SDK keeps them
@@ -370,6 +382,29 @@ func (c *lineConn) admit(msgs []jsonrpc.Message, size int) error {
 		}
 	}
 	return nil
+}
+
+// The states of a front's initialization (lineConn.init).
+const (
+	initNone int32 = iota
+	initBegun
+	initDone
+)
+
+// initAnswered ends a front's initialization begun, if resp answers the request
+// that began it: done with a result, not begun with an error (an initialize whose
+// params the go-sdk could not read: its session is not initialized).
+func (c *lineConn) initAnswered(resp *jsonrpc.Response) {
+	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	if resp.ID != c.initID {
+		return
+	}
+	if resp.Error != nil {
+		c.init.Store(initNone)
+	} else {
+		c.init.Store(initDone)
+	}
 }
 
 // An inFlight is a request a front has read and not yet answered.
@@ -539,6 +574,9 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	}
 	if resp, ok := msg.(*jsonrpc.Response); ok && c.front {
 		c.answered(resp.ID) // before its answer goes out: the client may use the ID again once it has it
+		if c.init.Load() == initBegun {
+			c.initAnswered(resp)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err

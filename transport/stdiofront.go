@@ -48,10 +48,10 @@ import (
 // as 1): another gets -32600 under the ID as it was written. A request whose ID is
 // null (MCP forbids it; the go-sdk took it for a notification, never answered)
 // gets -32600 with a null id.
-// Before a request that initializes the session (initialize, or one whose _meta
-// names protocol 2026-07-28) is read, a request the go-sdk's server refuses there
-// gets -32600 from the front (see Uninitialized; the go-sdk's error has code 0, no
-// JSON-RPC code).
+// Until the session is initialized (an initialize read, and answered with a
+// result; or a request whose _meta names protocol 2026-07-28 read), a request the
+// go-sdk's server refuses there gets -32600 from the front (see Uninitialized; the
+// go-sdk's error has code 0, no JSON-RPC code).
 // At the end of r, the requests read and not yet answered get up to 5 s to be
 // answered (a client that writes its requests and closes its end, as a script
 // or MCP's stdio shutdown does, gets their answers), then the session ends; a

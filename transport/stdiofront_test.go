@@ -684,7 +684,8 @@ func TestServerStdioRefusedUnderTheirID(t *testing.T) {
 // id): the go-sdk's server answered it with an error of code 0, no JSON-RPC code.
 // What the go-sdk takes before initialize is taken (a ping, logging/setLevel, a
 // 2026-07-28 request, whose _meta says what initialize would), notifications are
-// not answered, and once initialize is read every request goes through.
+// not answered, an initialize the go-sdk fails initializes nothing, and once
+// initialize is answered every request goes through.
 func TestServerStdioBeforeInitialize(t *testing.T) {
 	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
 	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
@@ -706,6 +707,9 @@ func TestServerStdioBeforeInitialize(t *testing.T) {
 				{`[{"jsonrpc":"2.0","id":2,"method":"ping"},{"jsonrpc":"2.0","id":3,"method":"tools/list"}]`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,`},
 				{`{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}` + "\n" + `{"jsonrpc":"2.0","id":4,"method":"ping"}`, `{"jsonrpc":"2.0","id":4,"result":{}}`},
 				{`{"jsonrpc":"2.0","id":5,"method":"logging/setLevel","params":{"level":"info"}}`, `{"jsonrpc":"2.0","id":5,"result":{}}`},
+				// An initialize that fails initializes nothing.
+				{`{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":5}}`, `{"jsonrpc":"2.0","id":7,"error":`},
+				{`{"jsonrpc":"2.0","id":8,"method":"tools/list"}`, `{"jsonrpc":"2.0","id":8,"error":{"code":-32600,"message":"Invalid request: the session is not initialized`},
 				{tc.first, `{"jsonrpc":"2.0","id":0,"result":`},
 				{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo"}}`, `{"jsonrpc":"2.0","id":6,"result":{"content":[{"type":"text","text":"echoed"}]`},
 			} {

@@ -71,20 +71,20 @@ func Uninitialized(data []byte) (jsonrpc.ID, *jsonrpc.Error) {
 }
 
 // uninitialized looks at the messages of a line (or body) read on a session not
-// yet initialized: it reports whether one initializes the session, and otherwise
-// returns the first request the session refuses, if any.
-func uninitialized(msgs []jsonrpc.Message) (inits bool, refused *jsonrpc.Request) {
+// yet initialized: it returns the first request that initializes the session, if
+// any, and otherwise the first request the session refuses, if any.
+func uninitialized(msgs []jsonrpc.Message) (initializer, refused *jsonrpc.Request) {
 	for _, msg := range msgs {
 		req, ok := msg.(*jsonrpc.Request)
 		if !ok {
 			continue
 		}
 		if initializes(req) {
-			return true, nil
+			return req, nil
 		}
 		if refused == nil && notInitialized(req) != nil {
 			refused = req
 		}
 	}
-	return false, refused
+	return nil, refused
 }
