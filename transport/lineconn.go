@@ -217,7 +217,7 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		if err == nil && c.front && c.init.Load() == initNone {
 			var refused *jsonrpc.Request
 			if initializer, refused = uninitialized(msgs); refused != nil {
-				err = fmt.Errorf("%w (%.40q came first)", errNotInitialized, refused.Method)
+				err = notInitializedCause(refused) // answered as notInitialized answers it
 			}
 		}
 		if err == nil && c.front {

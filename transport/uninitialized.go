@@ -30,7 +30,12 @@ func notInitialized(req *jsonrpc.Request) *jsonrpc.Error {
 	case "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "server/discover":
 		return nil
 	}
-	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("Invalid request: %v (%.40q came first)", errNotInitialized, req.Method)}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "Invalid request: " + notInitializedCause(req).Error()}
+}
+
+// notInitializedCause is why req is refused before initialize (see notInitialized).
+func notInitializedCause(req *jsonrpc.Request) error {
+	return fmt.Errorf("%w (%.40q came first)", errNotInitialized, req.Method)
 }
 
 // initializes reports whether req begins its session: an initialize, or a request
