@@ -622,7 +622,7 @@ func (g *Gateway) newServer() *mcp.Server {
 	})
 	s.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler { g.sdk = next; return next })
 	s.AddReceivingMiddleware(g.frontMiddleware)
-	s.AddSendingMiddleware(elicitSchemaMiddleware)
+	s.AddSendingMiddleware(elicitSchemaMiddleware, quietBeforeInitialize)
 	if uri := g.opts.StatusResource; uri != "" {
 		s.AddResource(&mcp.Resource{
 			URI: uri, Name: "mcpfsm-gateway-status", MIMEType: "application/json",
@@ -688,6 +688,12 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			g.waitSettled(ctx)
 		}
 		switch method {
+		case "initialize":
+			// The go-sdk's server answers a second initialize with an error of
+			// code 0, no JSON-RPC code (and an error record in the log).
+			if ss != nil && ss.InitializeParams() != nil {
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "Invalid request: the session is initialized already: initialize comes once, first"}
+			}
 		case "tools/call":
 			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok {
 				if t := g.table.Load(); t.tools[p.Name].front == nil {
@@ -736,6 +742,23 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		}
 		return res, err
+	}
+}
+
+// quietBeforeInitialize is the front server's sending middleware that drops a
+// notification to a session not yet initialized: the go-sdk's server tells every
+// session of a change of its lists, and a stdio front's session is open from the
+// start, so a backend listed before the host's initialize was read had the host
+// told of list changes before the server's capabilities (or its own protocol
+// version) were agreed. The lists it then asks for are current.
+func quietBeforeInitialize(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if strings.HasPrefix(method, "notifications/") {
+			if ss, ok := req.GetSession().(*mcp.ServerSession); ok && ss.InitializeParams() == nil {
+				return nil, nil
+			}
+		}
+		return next(ctx, method, req)
 	}
 }
 

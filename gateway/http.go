@@ -4,15 +4,18 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -52,7 +55,9 @@ const DefaultWriteTimeout = 30 * time.Second
 // their Mcp-Protocol-Version header), one server for both. A request whose client goes
 // away (a 2026-07-28 one) is cancelled, and with it the backend's call. What the
 // front holds for its clients is bounded (o.MaxSessions, o.BodyMemory): past the
-// bounds a client gets 503 with Retry-After, a body over the go-sdk's limit 413.
+// bounds a client gets 503 with Retry-After, a body over the go-sdk's limit 413. A
+// POST without a session that is no initialize, only requests a session cannot take
+// before it, gets 400 and a JSON-RPC error (-32600).
 func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return g.server }
 	logger := g.log.With("component", "gateway http")
@@ -128,6 +133,9 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		if r.Header.Get("Mcp-Session-Id") == "" {
+			if refuseUninitialized(w, r, lim.maxBody) {
+				return
+			}
 			done, ok := lim.openSession()
 			if !ok {
 				tooMany(w, lim)
@@ -151,6 +159,49 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		h = bearer(o.Token, h)
 	}
 	return h
+}
+
+// refuseUninitialized answers a POST that opens a session (no Mcp-Session-Id, a
+// protocol before 2026-07-28) with no initialize, but a request a session not yet
+// initialized refuses (transport.Uninitialized), and reports whether it did: HTTP
+// 400, as MCP asks of a request without a session ID other than initialize, with
+// the JSON-RPC error (-32600, under the request's ID) the stdio front gives. The
+// go-sdk's handler opened a session for it (one of MaxSessions while it ran), and
+// answered HTTP 200 with an error of code 0, no JSON-RPC code. A body is read whole
+// here (at most maxBody) where the body memory did not hold it.
+func refuseUninitialized(w http.ResponseWriter, r *http.Request, maxBody int64) bool {
+	var data []byte
+	if b, ok := r.Body.(*heldBody); ok {
+		data = b.data
+	} else if r.Body != nil && r.Body != http.NoBody {
+		var err error
+		if data, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
+			http.Error(w, "reading the request's body: "+err.Error(), http.StatusBadRequest)
+			return true
+		}
+		r.Body = &heldBody{data: data}
+	}
+	id, jerr := transport.Uninitialized(data)
+	if jerr == nil {
+		return false
+	}
+	raw, err := json.Marshal(id.Raw())
+	if err != nil {
+		raw = []byte("null")
+	}
+	body, err := json.Marshal(struct {
+		Version string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Error   *jsonrpc.Error  `json:"error"`
+	}{"2.0", raw, jerr})
+	if err != nil {
+		http.Error(w, jerr.Message, http.StatusBadRequest)
+		return true
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_, _ = w.Write(body)
+	return true
 }
 
 // tooMany answers a request that would open one more session or listen stream

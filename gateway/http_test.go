@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -486,5 +487,61 @@ func TestGateway_ParkedCallsBounded(t *testing.T) {
 	}
 	if answered != 2 || refused != 1 {
 		t.Errorf("three calls parked at a bound of two: %d answered, %d refused, want 2 and 1", answered, refused)
+	}
+}
+
+// TestGateway_InitializeOutOfTurn: a request before initialize (a POST with no
+// session that is no initialize), and a second initialize on a session, get
+// JSON-RPC's -32600 under their IDs: the go-sdk answered both with an error of code
+// 0, no JSON-RPC code, over HTTP 200 (having opened a session for the first), and
+// logged an error for each. The first gets HTTP 400, as MCP asks of a request
+// without a session ID other than initialize; a ping is still answered (the go-sdk
+// takes it before initialize), and so is the body whether the body memory holds it
+// or not (no bound).
+func TestGateway_InitializeOutOfTurn(t *testing.T) {
+	var log bytes.Buffer
+	var mu sync.Mutex
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return log.Write(p)
+	}), nil))
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{Logger: logger})
+	for _, memory := range []int64{0, -1} {
+		url := serveHTTP(t, g, gateway.HTTPOptions{BodyMemory: memory})
+		read := func(resp *http.Response) string {
+			t.Helper()
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+		resp := post(t, url, `{"jsonrpc":"2.0","id":7,"method":"tools/list"}`, "", "")
+		if body := read(resp); resp.StatusCode != http.StatusBadRequest || !strings.HasPrefix(body, `{"jsonrpc":"2.0","id":7,"error":{"code":-32600,`) {
+			t.Errorf("body memory %d: tools/list before initialize: %s %s, want 400 and -32600 under its ID", memory, resp.Status, body)
+		}
+		resp = post(t, url, `[{"jsonrpc":"2.0","id":8,"method":"ping"},{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"a__echo"}}]`, "", "")
+		if body := read(resp); resp.StatusCode != http.StatusBadRequest || !strings.HasPrefix(body, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,`) {
+			t.Errorf("body memory %d: a batch with a call before initialize: %s %s, want 400 and -32600", memory, resp.Status, body)
+		}
+		resp = post(t, url, `{"jsonrpc":"2.0","id":10,"method":"ping"}`, "", "")
+		if body := read(resp); resp.StatusCode != http.StatusOK || !strings.Contains(body, `{"jsonrpc":"2.0","id":10,"result":{}}`) {
+			t.Errorf("body memory %d: a ping before initialize: %s %s", memory, resp.Status, body)
+		}
+		cs := httpFront(t, url, "2025-11-25", nil)
+		resp = post(t, url, `{"jsonrpc":"2.0","id":11,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`, "Mcp-Session-Id", cs.ID())
+		if body := read(resp); !strings.Contains(body, `{"jsonrpc":"2.0","id":11,"error":{"code":-32600,`) {
+			t.Errorf("body memory %d: a second initialize: %s %s, want -32600 under its ID", memory, resp.Status, body)
+		}
+		if _, err := cs.ListTools(callCtx(t), nil); err != nil {
+			t.Errorf("body memory %d: the session after a second initialize: %v", memory, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(log.String(), "level=ERROR") {
+		t.Errorf("a client's requests out of turn logged errors:\n%s", log.String())
 	}
 }

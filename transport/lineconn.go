@@ -64,6 +64,14 @@ type lineConn struct {
 	front bool
 
 	queue []jsonrpc.Message // the rest of a batch; reads are serialized
+	// init is where a front's session is in its initialization: not begun,
+	// begun (initID, an initialize, read and not yet answered: the requests
+	// read meanwhile are let through, as the go-sdk handles them once it has
+	// answered initialize), or done (the initialize answered with a result, or
+	// a 2026-07-28 request read; an error answering the initialize is the start
+	// again). See uninitialized.
+	init   atomic.Int32
+	initID jsonrpc.ID // under cancelMu
 	// unanswered holds a token for each request a front has read and not yet
 	// answered (see maxUnanswered); nil but on a front. answeredOne is told (if
 	// it is not already) each time one is given back, for drain.
@@ -205,8 +213,25 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			continue
 		}
 		msgs, batch, err := decodeLine(v.raw, c.front)
+		var initializer *jsonrpc.Request
+		if err == nil && c.front && c.init.Load() == initNone {
+			var refused *jsonrpc.Request
+			if initializer, refused = uninitialized(msgs); refused != nil {
+				err = notInitializedCause(refused) // answered as notInitialized answers it
+			}
+		}
 		if err == nil && c.front {
 			err = c.admit(msgs, len(v.raw))
+		}
+		switch {
+		case err != nil || initializer == nil:
+		case initializer.Method == "initialize":
+			c.cancelMu.Lock()
+			c.initID = initializer.ID
+			c.cancelMu.Unlock()
+			c.init.Store(initBegun)
+		default: // a 2026-07-28 request: its _meta said what initialize would
+			c.init.Store(initDone)
 		}
 		if err == nil {
 			c.queue = msgs[1:] // kept even if the batch is refused below, as the SDK keeps them
@@ -357,6 +382,29 @@ func (c *lineConn) admit(msgs []jsonrpc.Message, size int) error {
 		}
 	}
 	return nil
+}
+
+// The states of a front's initialization (lineConn.init).
+const (
+	initNone int32 = iota
+	initBegun
+	initDone
+)
+
+// initAnswered ends a front's initialization begun, if resp answers the request
+// that began it: done with a result, not begun with an error (an initialize whose
+// params the go-sdk could not read: its session is not initialized).
+func (c *lineConn) initAnswered(resp *jsonrpc.Response) {
+	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	if resp.ID != c.initID {
+		return
+	}
+	if resp.Error != nil {
+		c.init.Store(initNone)
+	} else {
+		c.init.Store(initDone)
+	}
 }
 
 // An inFlight is a request a front has read and not yet answered.
@@ -526,6 +574,9 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	}
 	if resp, ok := msg.(*jsonrpc.Response); ok && c.front {
 		c.answered(resp.ID) // before its answer goes out: the client may use the ID again once it has it
+		if c.init.Load() == initBegun {
+			c.initAnswered(resp)
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -642,6 +693,9 @@ func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	if err != nil {
 		return nil, err
 	}
+	if exactIDs && msg.ID == nil && len(msg.Method) > 0 && nullID(data) {
+		return nil, errNullID
+	}
 	if len(msg.Method) > 0 {
 		var method string
 		if err := unmarshal(msg.Method, &method); err != nil {
@@ -673,6 +727,23 @@ var errIDInUse = errors.New("the request ID is in use by a request not yet answe
 
 // errFrontLineTooLong is a front's error for a line longer than maxLineLength.
 var errFrontLineTooLong = fmt.Errorf("the line exceeds the maximum length of a message (%d bytes)", maxLineLength)
+
+// nullID reports whether a message's ID is written, as null (a message without
+// one is a notification).
+func nullID(data []byte) bool {
+	if !bytes.Contains(data, []byte(`"id"`)) {
+		return false
+	}
+	var p struct {
+		ID json.RawMessage `json:"id"`
+	}
+	return unmarshal(data, &p) == nil && p.ID != nil
+}
+
+// errNullID is a front's error for a request whose ID is null: MCP forbids it
+// (JSON-RPC discourages it), and the go-sdk took it for a notification: the
+// request went unanswered, its client waiting for ever.
+var errNullID = errors.New("a request's ID must be a string or an integer, not null")
 
 // errInexactID is a front's error for a request whose numeric ID exactID refuses.
 var errInexactID = errors.New("a numeric request ID must be an integer between -2^53 and 2^53 (exclusive)")

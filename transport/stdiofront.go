@@ -36,11 +36,24 @@ import (
 // size). A request its client cancels (notifications/cancelled) is not
 // answered, as MCP asks (the go-sdk's server would answer it with its handler's
 // error), unless it came in a batch. A request whose ID is that of a request not
-// yet answered (MCP forbids it; the go-sdk drops it unanswered) gets -32600 with
-// a null id, and so do a batch holding one and any other line refused that
-// carries such an ID; a numeric ID must be an integer
-// below 2^53 in magnitude (the go-sdk's ID, an int64 made from a float64, would
-// answer 1.5 as 1): another gets -32600 under the ID as it was written.
+// yet answered (MCP forbids it; the go-sdk drops it unanswered) gets -32600
+// under that ID, as JSON-RPC asks of an ID it could read (a batch holding one,
+// or one ID twice, gets it with a null id, as a batch refused whole). The
+// client then has two answers under one ID; a null id, the other choice, is
+// an answer no client can match. The ID's answer goes to the request the
+// client made last under it: a client keeps its requests in a map by ID (the
+// TypeScript, Python and Go SDKs do), so the reused ID had replaced the one in
+// flight there, whose answer it then drops as unknown; and a client that
+// reused the ID of a request it had cancelled (whose answer the front drops)
+// gets exactly one answer. A numeric ID must be an integer below 2^53 in
+// magnitude (the go-sdk's ID, an int64 made from a float64, would answer 1.5
+// as 1): another gets -32600 under the ID as it was written. A request whose ID is
+// null (MCP forbids it; the go-sdk took it for a notification, never answered)
+// gets -32600 with a null id.
+// Until the session is initialized (an initialize read, and answered with a
+// result; or a request whose _meta names protocol 2026-07-28 read), a request the
+// go-sdk's server refuses there gets -32600 from the front (see Uninitialized; the
+// go-sdk's error has code 0, no JSON-RPC code).
 // At the end of r, the requests read and not yet answered get up to 5 s to be
 // answered (a client that writes its requests and closes its end, as a script
 // or MCP's stdio shutdown does, gets their answers), then the session ends; a
@@ -106,22 +119,6 @@ func (c *lineConn) readLines(incoming chan<- lineOrErr) {
 			return
 		}
 	}
-}
-
-// idInUse reports whether v, a line's ID as JSON decodes it (a string or a
-// float64), is the ID of a request the front has read and not yet answered.
-func (c *lineConn) idInUse(v any) bool {
-	if f, ok := v.(float64); ok && !exactID(f) {
-		return false // no request of such an ID is taken
-	}
-	id, err := jsonrpc.MakeID(v)
-	if err != nil {
-		return false
-	}
-	c.cancelMu.Lock()
-	defer c.cancelMu.Unlock()
-	_, ok := c.inFlight[id]
-	return ok
 }
 
 // utf8BOM is the byte order mark of UTF-8.
@@ -313,21 +310,18 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 	}
 	// The line's ID as it was written, where it is a string or a number (a
 	// number the go-sdk's ID cannot hold exactly included: see exactID); null
-	// otherwise, and where the ID is that of a request not yet answered (the
-	// answer would be taken for the other request's): a request refused for
-	// it, or a line refused for another cause that carries it.
+	// otherwise. An ID in use by a request not yet answered is no exception
+	// (see ServerStdio).
 	id := json.RawMessage("null")
 	var probe struct {
 		ID json.RawMessage `json:"id"`
 	}
-	if json.Unmarshal(line, &probe) == nil && !errors.Is(cause, errIDInUse) {
+	if json.Unmarshal(line, &probe) == nil {
 		var v any
 		if json.Unmarshal(probe.ID, &v) == nil {
 			switch v.(type) {
 			case string, float64:
-				if !c.idInUse(v) {
-					id = probe.ID
-				}
+				id = probe.ID
 			}
 		}
 	}

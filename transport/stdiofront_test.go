@@ -341,6 +341,7 @@ func lineSender(t *testing.T, w io.Writer) func(line string) {
 // host's later requests never answered. A numeric ID the go-sdk's ID cannot hold
 // exactly (1.5, or an integer past 2^53) was answered under another (1, or the
 // nearest float64), which a client could take for the answer to another request.
+// A null ID (MCP forbids it) made a notification of the request, never answered.
 func TestServerStdioRequestIDs(t *testing.T) {
 	defer func(n int) { maxUnanswered = n }(maxUnanswered)
 	maxUnanswered = 8
@@ -382,8 +383,8 @@ func TestServerStdioRequestIDs(t *testing.T) {
 	send(`{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
 	for i := range 2 * maxUnanswered {
 		send(`{"jsonrpc":"2.0","id":50,"method":"ping"}`)
-		if a := next(fmt.Sprintf("a ping reusing the ID of the call in flight (%d)", i+1)); !strings.Contains(a, `"id":null`) || !strings.Contains(a, "-32600") || !strings.Contains(a, "in use") {
-			t.Fatalf("a ping reusing the ID of the call in flight was answered %s, want -32600 with a null ID", a)
+		if a := next(fmt.Sprintf("a ping reusing the ID of the call in flight (%d)", i+1)); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":50,"error":{"code":-32600,`) || !strings.Contains(a, "in use") {
+			t.Fatalf("a ping reusing the ID of the call in flight was answered %s, want -32600 under its ID", a)
 		}
 	}
 	send(`[{"jsonrpc":"2.0","id":51,"method":"ping"},{"jsonrpc":"2.0","id":50,"method":"ping"}]`)
@@ -398,6 +399,7 @@ func TestServerStdioRequestIDs(t *testing.T) {
 		{`1.5`, `{"jsonrpc":"2.0","id":1.5,"error":`},
 		{`9007199254740993`, `{"jsonrpc":"2.0","id":9007199254740993,"error":`},
 		{`-1e300`, `{"jsonrpc":"2.0","id":-1e300,"error":`},
+		{`null`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,`}, // unanswered: a notification to the go-sdk
 		{`9007199254740991`, `{"jsonrpc":"2.0","id":9007199254740991,"result":{}}`},
 		{`1e3`, `{"jsonrpc":"2.0","id":1000,"result":{}}`},
 		{`"s"`, `{"jsonrpc":"2.0","id":"s","result":{}}`},
@@ -408,12 +410,23 @@ func TestServerStdioRequestIDs(t *testing.T) {
 			t.Errorf("a ping of ID %s was answered %s, want %s...", tc.id, a, tc.want)
 		}
 	}
-	// The call's ID is free again once it is answered.
+	// A client that cancels the call and reuses its ID at once (before the
+	// call's handler has returned) gets one answer under it, the refusal: the
+	// cancelled call's is dropped.
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":50}}`)
+	send(`{"jsonrpc":"2.0","id":50,"method":"ping"}`)
+	if a := next("a ping of the cancelled call's ID"); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":50,"error":{"code":-32600,`) && a != `{"jsonrpc":"2.0","id":50,"result":{}}` {
+		t.Errorf("a ping of the cancelled call's ID was answered %s, want its refusal (or, the call's handler done, its answer)", a)
+	}
+	// The call's ID is free again once it is answered.
 	time.Sleep(100 * time.Millisecond) // its handler returns, its answer dropped
 	send(`{"jsonrpc":"2.0","id":50,"method":"ping"}`)
-	if a := next("a ping of the cancelled call's ID"); a != `{"jsonrpc":"2.0","id":50,"result":{}}` {
-		t.Errorf("a ping of the cancelled call's ID was answered %s", a)
+	if a := next("a ping of the cancelled call's ID, once free"); a != `{"jsonrpc":"2.0","id":50,"result":{}}` {
+		t.Errorf("a ping of the cancelled call's ID, once free, was answered %s", a)
+	}
+	send(`{"jsonrpc":"2.0","id":53,"method":"ping"}`)
+	if a := next("a last ping"); a != `{"jsonrpc":"2.0","id":53,"result":{}}` {
+		t.Errorf("a last ping was answered %s (a second answer under 50?)", a)
 	}
 	inW.Close()
 	if err := <-done; err != nil {
@@ -512,7 +525,9 @@ func TestServerStdioEndNotHeldByAListen(t *testing.T) {
 			}
 			defer conn.Close()
 			go func() {
-				fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":1,"method":%q,"params":{}}`+"\n", tc.method)
+				// A 2026-07-28 request (its _meta names its protocol): no
+				// initialize before it.
+				fmt.Fprintf(inW, `{"jsonrpc":"2.0","id":1,"method":%q,"params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}`+"\n", tc.method)
 				inW.Close()
 			}()
 			if msg, err := conn.Read(context.Background()); err != nil {
@@ -603,23 +618,25 @@ func TestServerStdioPendingBounded(t *testing.T) {
 		t.Errorf("a call past maxPending answered %.200s, want -32603 under its ID", a)
 	}
 	send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}`)
-	// Its answer is dropped, its bytes given back, once its handler has returned:
-	// a call of 600 KiB is taken then (one refused meanwhile is answered at once).
-	id := 100
-	for deadline := time.Now().Add(10 * time.Second); ; id++ {
-		send(call(id, 600<<10))
-		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, id+1000))
+	// Its answer is dropped, its bytes given back, once its handler has returned
+	// (until then even a ping finds too few, and is refused at once); a call of
+	// 600 KiB is taken then. (A call and a ping sent together raced the bytes'
+	// return: the call refused, the ping taken.)
+	for id, deadline := 1000, time.Now().Add(10*time.Second); ; id++ {
+		send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"ping"}`, id))
 		a := next()
-		if a == fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{}}`, id+1000)+"\n" {
-			break // the call was taken: it blocks, unanswered
+		if a == fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"result":{}}`, id)+"\n" {
+			break
 		}
 		if !strings.HasPrefix(a, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"error":{"code":-32603`, id)) || time.Now().After(deadline) {
-			t.Fatalf("after the big call's cancel, a call of 600 KiB answered %.200s", a)
-		}
-		if a := next(); !strings.HasPrefix(a, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"error":{"code":-32603`, id+1000)) {
-			t.Fatalf("a ping after a call refused answered %.200s, want -32603 too", a)
+			t.Fatalf("after the big call's cancel, a ping answered %.200s, want -32603 until its bytes come back", a)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	send(call(100, 600<<10))
+	send(`{"jsonrpc":"2.0","id":3,"method":"ping"}`)
+	if a := next(); a != `{"jsonrpc":"2.0","id":3,"result":{}}`+"\n" {
+		t.Fatalf("once the big call's bytes came back, a call of 600 KiB and a ping: %.200s, want the ping answered (the call taken: it blocks)", a)
 	}
 	send(call(4, 300<<10))
 	send(`{"jsonrpc":"2.0","id":5,"method":"ping"}`)
@@ -635,17 +652,23 @@ func TestServerStdioPendingBounded(t *testing.T) {
 	outR.Close()
 }
 
-// TestServerStdioBadLineOfAnIDInUse: a line refused as no valid message (here its
-// jsonrpc version) whose ID is that of a request not yet answered gets its error
-// with a null id, as a request reusing the ID does: under the ID, the client took
-// it for the answer to its request in flight, which was answered again later.
-func TestServerStdioBadLineOfAnIDInUse(t *testing.T) {
-	defer func(d time.Duration) { drainGrace = d }(drainGrace)
-	drainGrace = 100 * time.Millisecond // the calls block: not waited for at the end
+// TestServerStdioRefusedUnderTheirID: a line refused (a request reusing the ID of
+// one not yet answered, or a line that is no valid message, here by its jsonrpc
+// version) is answered under the ID it carries, as JSON-RPC asks of an ID that
+// could be read, also when that ID is in use: with a null id, as it was, the
+// refusal was an answer no client could match (the client's request under the
+// ID never answered). The request in flight is answered later, under the same
+// ID (see ServerStdio for why that is the lesser evil).
+func TestServerStdioRefusedUnderTheirID(t *testing.T) {
+	release := make(chan struct{})
 	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
-	mcp.AddTool(srv, &mcp.Tool{Name: "block"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
-		<-ctx.Done()
-		return nil, nil, ctx.Err()
+	mcp.AddTool(srv, &mcp.Tool{Name: "hold"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		select {
+		case <-release:
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "released"}}}, nil, nil
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -655,25 +678,88 @@ func TestServerStdioBadLineOfAnIDInUse(t *testing.T) {
 	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	next()
 	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	send(`{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
-	send(`{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	send(`{"jsonrpc":"2.0","id":50,"method":"tools/call","params":{"name":"hold","arguments":{}}}`)
+	send(`{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"hold","arguments":{}}}`)
 	send(`{"jsonrpc":"2.0","id":51,"method":"ping"}`)
 	if a := next(); a != `{"jsonrpc":"2.0","id":51,"result":{}}`+"\n" {
 		t.Fatalf("a ping answered %s", a)
 	}
-	for _, id := range []string{`50`, `50.0`, `"s"`} {
-		send(`{"jsonrpc":"1.0","id":` + id + `,"method":"ping"}`)
-		if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600`) {
-			t.Errorf("a bad line of the ID %s of a call in flight was answered %s, want -32600 with a null ID", id, a)
+	for _, tc := range []struct{ line, want string }{
+		{`{"jsonrpc":"2.0","id":50,"method":"ping"}`, `50`},
+		{`{"jsonrpc":"2.0","id":"s","method":"ping"}`, `"s"`},
+		{`{"jsonrpc":"1.0","id":50,"method":"ping"}`, `50`},
+		{`{"jsonrpc":"1.0","id":50.0,"method":"ping"}`, `50.0`},
+		{`{"jsonrpc":"1.0","id":"s","method":"ping"}`, `"s"`},
+		{`{"jsonrpc":"1.0","id":52,"method":"ping"}`, `52`}, // an ID not in use
+	} {
+		send(tc.line)
+		if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":`+tc.want+`,"error":{"code":-32600`) {
+			t.Errorf("%s, while 50 and \"s\" are in flight, was answered %s, want -32600 under its ID", tc.line, a)
 		}
 	}
-	send(`{"jsonrpc":"1.0","id":52,"method":"ping"}`) // an ID not in use: its own
-	if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":52,"error":{"code":-32600`) {
-		t.Errorf("a bad line of a free ID was answered %s, want -32600 under its ID", a)
+	close(release)
+	answers := map[string]bool{}
+	for range 2 {
+		a := next()
+		if !strings.Contains(a, "released") {
+			t.Errorf("want the held calls' answers, got %s", a)
+		}
+		answers[a[:strings.Index(a, `,"result"`)]] = true
+	}
+	if !answers[`{"jsonrpc":"2.0","id":50`] || !answers[`{"jsonrpc":"2.0","id":"s"`] {
+		t.Errorf("the held calls were answered under %v, want 50 and \"s\"", answers)
 	}
 	inW.Close()
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
 	outR.Close()
+}
+
+// TestServerStdioBeforeInitialize: a request the session cannot take before
+// initialize gets JSON-RPC's -32600 under its ID (a batch holding one, under a null
+// id): the go-sdk's server answered it with an error of code 0, no JSON-RPC code.
+// What the go-sdk takes before initialize is taken (a ping, logging/setLevel, a
+// 2026-07-28 request, whose _meta says what initialize would), notifications are
+// not answered, an initialize the go-sdk fails initializes nothing, and once
+// initialize is answered every request goes through.
+func TestServerStdioBeforeInitialize(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "echo"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "echoed"}}}, nil, nil
+	})
+	for _, tc := range []struct{ name, first string }{
+		{"initialize", `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`},
+		{"2026-07-28", `{"jsonrpc":"2.0","id":0,"method":"tools/list","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"}}}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			inW, outR, done := runStdioFront(ctx, srv)
+			next := lineReader(t, outR)
+			send := lineSender(t, inW)
+			for _, x := range []struct{ line, want string }{
+				{`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`, `{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"Invalid request: the session is not initialized`},
+				{`{"jsonrpc":"2.0","id":"c","method":"tools/call","params":{"name":"echo"}}`, `{"jsonrpc":"2.0","id":"c","error":{"code":-32600,`},
+				{`[{"jsonrpc":"2.0","id":2,"method":"ping"},{"jsonrpc":"2.0","id":3,"method":"tools/list"}]`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,`},
+				{`{"jsonrpc":"2.0","method":"notifications/roots/list_changed"}` + "\n" + `{"jsonrpc":"2.0","id":4,"method":"ping"}`, `{"jsonrpc":"2.0","id":4,"result":{}}`},
+				{`{"jsonrpc":"2.0","id":5,"method":"logging/setLevel","params":{"level":"info"}}`, `{"jsonrpc":"2.0","id":5,"result":{}}`},
+				// An initialize that fails initializes nothing.
+				{`{"jsonrpc":"2.0","id":7,"method":"initialize","params":{"protocolVersion":5}}`, `{"jsonrpc":"2.0","id":7,"error":`},
+				{`{"jsonrpc":"2.0","id":8,"method":"tools/list"}`, `{"jsonrpc":"2.0","id":8,"error":{"code":-32600,"message":"Invalid request: the session is not initialized`},
+				{tc.first, `{"jsonrpc":"2.0","id":0,"result":`},
+				{`{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"echo"}}`, `{"jsonrpc":"2.0","id":6,"result":{"content":[{"type":"text","text":"echoed"}]`},
+			} {
+				send(x.line)
+				if a := next(); !strings.HasPrefix(a, x.want) {
+					t.Errorf("%s was answered %s, want %s…", x.line, a, x.want)
+				}
+			}
+			inW.Close()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+			outR.Close()
+		})
+	}
 }

@@ -200,6 +200,14 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	ctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	var srv *http.Server
+	stdio := *httpAddr == "" || *alsoStdio
+	out := &watchedWriter{w: os.Stdout}
+	if stdio {
+		if f, restore := cuttableStdout(); f != nil {
+			defer restore() // after the close below
+			out = &watchedWriter{w: f, f: f}
+		}
+	}
 	defer func() {
 		// In this order, whatever ended the loop below: the HTTP server's
 		// shutdown, which gives its requests in flight a grace; then the gateway's
@@ -208,7 +216,10 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		// fronts' goroutines end, within what is left of the close's 15 s: a
 		// stdio front whose client reads no more answers never ends (the SDK's
 		// close of its session waits for a write to stdout), and serve exits
-		// without it.
+		// without it, unless stdout's writes can be cut short (cuttableStdout):
+		// then a write waits at most closeWriteGrace from here, and the close
+		// is not held by a client that reads no more.
+		out.cut(time.Now().Add(closeWriteGrace))
 		if srv != nil {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			_ = srv.Shutdown(sctx)
@@ -271,9 +282,9 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	// was over (up to its 30 s, a removed backend slow to close).
 	hostCtx, hostGone := context.WithCancel(ctx)
 	defer hostGone()
-	var hungUp <-chan struct{} // stdin's writer is gone
-	out := &watchedWriter{w: os.Stdout}
-	if *httpAddr == "" || *alsoStdio {
+	var hungUp <-chan struct{}     // stdin's writer is gone
+	var readerGone <-chan struct{} // stdout's reader is gone
+	if stdio {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -282,6 +293,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			hostGone()
 		}()
 		hungUp = watchHangup(ctx, 0, 250*time.Millisecond)
+		readerGone = watchReaderGone(ctx, 1, 250*time.Millisecond)
 	}
 	var unread <-chan time.Time // once stdin is hung up: is stdout read?
 
@@ -320,6 +332,13 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		case err := <-failed:
 			fmt.Fprintln(stderr, "mcpfsm serve:", err)
 			return 1
+		case <-readerGone:
+			// The host is gone (killed: stdin's end, and stdout broken): no
+			// answer can reach it, and the requests in flight are not given the
+			// 5 s at stdin's end (the front learnt of stdout's end only at a
+			// write, and a call that did not end wrote nothing).
+			fmt.Fprintln(stderr, "mcpfsm serve: stdout's reader is gone (a write would fail: broken pipe): exiting")
+			return 0
 		case <-hungUp:
 			// The host closed stdin. The stdio session ends once its requests
 			// are answered (or given up); but answers its host does not read
@@ -333,6 +352,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		case <-unread:
 			if d := out.blocked(); d > hungUpUnread {
 				fmt.Fprintf(stderr, "mcpfsm serve: stdin is closed, and stdout has not been read for %v: exiting\n", d.Round(time.Second))
+				out.cut(time.Now()) // the host is gone: nothing is to wait for it
 				return 0
 			}
 		case <-hup:
@@ -352,11 +372,30 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 const hungUpUnread = 30 * time.Second
 
 // A watchedWriter tells how long the write under way, if any, has waited (the stdio
-// front writes one message at a time).
+// front writes one message at a time), and cuts its writes short where its file
+// lets it.
 type watchedWriter struct {
 	w     io.Writer
+	f     *os.File     // w, where its writes can be cut short (cuttableStdout); or nil
+	cutAt time.Time    // the earliest cut asked for, if any
 	since atomic.Int64 // when the write under way began (Unix nanoseconds), or 0
 }
+
+// cut has a write under way, and any later one, fail once it waits past at (or at
+// once, at a time past), where the writer's file lets it; a failed write ends the
+// stdio session. An earlier cut stands. serve's goroutine alone calls it.
+func (w *watchedWriter) cut(at time.Time) {
+	if w.f == nil || !w.cutAt.IsZero() && w.cutAt.Before(at) {
+		return
+	}
+	w.cutAt = at
+	_ = w.f.SetWriteDeadline(at)
+}
+
+// closeWriteGrace is how long, once serve begins to close, a write to stdout may
+// wait (where it can be cut short): as long as the HTTP server's shutdown gives its
+// requests.
+const closeWriteGrace = 5 * time.Second
 
 func (w *watchedWriter) Write(p []byte) (int, error) {
 	w.since.Store(time.Now().UnixNano())

@@ -1,0 +1,95 @@
+package transport
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// errNotInitialized is a front's error for a request its session cannot take
+// before initialize.
+var errNotInitialized = errors.New("the session is not initialized: a session begins with initialize")
+
+// notInitialized returns the JSON-RPC error of a request that a session not yet
+// initialized refuses, or nil: a request (not a notification) other than
+// initialize, ping and the few others the go-sdk's server takes before initialize
+// (logging/setLevel, resources/subscribe and unsubscribe, server/discover), unless
+// its _meta names a protocol of 2026-07-28 or later (such a request carries what
+// initialize would say). The go-sdk's server refuses it too, with an error of code 0,
+// which is no JSON-RPC code (and an error record in the server's log each time): a
+// front refuses it first, with -32600 (invalid request). The TypeScript SDK's server
+// answers so over streamable HTTP (HTTP 400, with -32000).
+func notInitialized(req *jsonrpc.Request) *jsonrpc.Error {
+	if !req.IsCall() || initializes(req) {
+		return nil
+	}
+	switch req.Method {
+	case "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "server/discover":
+		return nil
+	}
+	return &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: "Invalid request: " + notInitializedCause(req).Error()}
+}
+
+// notInitializedCause is why req is refused before initialize (see notInitialized).
+func notInitializedCause(req *jsonrpc.Request) error {
+	return fmt.Errorf("%w (%.40q came first)", errNotInitialized, req.Method)
+}
+
+// initializes reports whether req begins its session: an initialize, or a request
+// whose _meta names a protocol of 2026-07-28 or later (as the go-sdk's server takes
+// it).
+func initializes(req *jsonrpc.Request) bool {
+	if req.Method == "initialize" {
+		return true
+	}
+	var p struct {
+		Meta map[string]json.RawMessage `json:"_meta"`
+	}
+	if len(req.Params) == 0 || unmarshal(req.Params, &p) != nil {
+		return false
+	}
+	var version string
+	return unmarshal(p.Meta[mcp.MetaKeyProtocolVersion], &version) == nil && NewProtocol(version)
+}
+
+// Uninitialized returns the error answering data (a message, or a batch of them)
+// sent on a session not yet initialized, with the ID to answer it under (the zero
+// ID for a batch), where it holds a request the session cannot take before
+// initialize and none that initializes the session; nil otherwise, and for data
+// that is no message (the go-sdk answers that). See the stdio front (ServerStdio)
+// for the requests refused.
+func Uninitialized(data []byte) (jsonrpc.ID, *jsonrpc.Error) {
+	msgs, batch, err := decodeLine(data, false)
+	if err != nil {
+		return jsonrpc.ID{}, nil
+	}
+	if _, refused := uninitialized(msgs); refused != nil {
+		if batch {
+			return jsonrpc.ID{}, notInitialized(refused)
+		}
+		return refused.ID, notInitialized(refused)
+	}
+	return jsonrpc.ID{}, nil
+}
+
+// uninitialized looks at the messages of a line (or body) read on a session not
+// yet initialized: it returns the first request that initializes the session, if
+// any, and otherwise the first request the session refuses, if any.
+func uninitialized(msgs []jsonrpc.Message) (initializer, refused *jsonrpc.Request) {
+	for _, msg := range msgs {
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok {
+			continue
+		}
+		if initializes(req) {
+			return req, nil
+		}
+		if refused == nil && notInitialized(req) != nil {
+			refused = req
+		}
+	}
+	return nil, refused
+}
