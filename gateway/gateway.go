@@ -312,9 +312,10 @@ func (g *Gateway) Close(ctx context.Context) error {
 	// The SDK's ServerSession.Close waits for the session's requests in flight,
 	// which wait for their backends: they are cancelled first.
 	g.inflight.close()
-	// The stateful sessions' POSTs carrying them answer them (the go-sdk ends a
-	// POST's stream when its session closes: the client got "request terminated
-	// without response" instead of its answer), for at most postsGrace.
+	// The POSTs carrying them answer them (the go-sdk ends a POST's stream when
+	// its session closes, a 2026-07-28 request's session included: the client got
+	// "request terminated without response" instead of its answer), for at most
+	// postsGrace.
 	grace := time.NewTimer(postsGrace)
 	select {
 	case <-g.inflight.postsEnded():
@@ -366,7 +367,7 @@ func (g *Gateway) Close(ctx context.Context) error {
 	return err
 }
 
-// postsGrace is how long Close waits for the stateful sessions' POSTs to write the
+// postsGrace is how long Close waits for the POSTs carrying requests to write the
 // answers to their requests it cancelled, before it closes the sessions.
 const postsGrace = time.Second
 

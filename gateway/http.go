@@ -117,6 +117,10 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 					return
 				}
 				defer done()
+			} else if r.Method == http.MethodPost {
+				// Close gives its answer time to be written, as a stateful
+				// session's POST's (see Close).
+				defer g.inflight.postServed()()
 			}
 			stateless.ServeHTTP(w, r)
 			return

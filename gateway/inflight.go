@@ -28,8 +28,9 @@ type inflight struct {
 	closed  bool                       // the gateway closed: requests are cancelled as they start
 	// sessions counts each front session's requests in flight (see maxSessionRequests)
 	sessions map[*mcp.ServerSession]int
-	// openPosts counts the stateful sessions' POSTs being served, and noPosts,
-	// if set, is closed when none is (see postsEnded).
+	// openPosts counts the POSTs carrying requests being served (a stateful
+	// session's, a 2026-07-28 request's but a listen), and noPosts, if set, is
+	// closed when none is (see postsEnded).
 	openPosts int
 	noPosts   chan struct{}
 }
@@ -110,7 +111,8 @@ func (f *inflight) postServed() (end func()) {
 	}
 }
 
-// postsEnded returns a channel closed once no stateful session's POST is served.
+// postsEnded returns a channel closed once no POST carrying requests is served (a
+// stateful session's, or a 2026-07-28 request's but a listen).
 func (f *inflight) postsEnded() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
