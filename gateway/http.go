@@ -180,6 +180,13 @@ func refuseUninitialized(w http.ResponseWriter, r *http.Request, maxBody int64) 
 	} else if r.Body != nil && r.Body != http.NoBody {
 		var err error
 		if data, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
+			// As the go-sdk answers a body it cannot read, and the body memory
+			// one over the limit (a 400 here said the client sent a bad request).
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				http.Error(w, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), http.StatusRequestEntityTooLarge)
+				return true
+			}
 			http.Error(w, "reading the request's body: "+err.Error(), http.StatusBadRequest)
 			return true
 		}

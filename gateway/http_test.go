@@ -530,6 +530,13 @@ func TestGateway_InitializeOutOfTurn(t *testing.T) {
 		if body := read(resp); resp.StatusCode != http.StatusOK || !strings.Contains(body, `{"jsonrpc":"2.0","id":10,"result":{}}`) {
 			t.Errorf("body memory %d: a ping before initialize: %s %s", memory, resp.Status, body)
 		}
+		// A body over the go-sdk's limit gets 413, as it does on a session (the
+		// body read whole to be looked at, without the body memory, got 400).
+		big := `{"jsonrpc":"2.0","id":12,"method":"initialize","params":{"pad":"` + strings.Repeat("x", mcp.DefaultMaxRequestBodyBytes) + `"}}`
+		resp = post(t, url, big, "", "")
+		if body := read(resp); resp.StatusCode != http.StatusRequestEntityTooLarge {
+			t.Errorf("body memory %d: a body over the limit without a session: %s %.200s, want 413", memory, resp.Status, body)
+		}
 		cs := httpFront(t, url, "2025-11-25", nil)
 		resp = post(t, url, `{"jsonrpc":"2.0","id":11,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`, "Mcp-Session-Id", cs.ID())
 		if body := read(resp); !strings.Contains(body, `{"jsonrpc":"2.0","id":11,"error":{"code":-32600,`) {

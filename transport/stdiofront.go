@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -165,7 +164,8 @@ const maxIDBytes = 256
 
 // An idScanner finds the top-level member "id" of a JSON object read in pieces,
 // keeping no more of it than the ID's own text (at most maxIDBytes): id is the
-// last such member's value, as JSON decoding takes it, if it is a string or a
+// last such member's value, as the front's decoding takes it (its name matched
+// exactly, once unescaped: see isIDName), if it is a string or a
 // number (or true, false, null: the answer's probe refuses them). It reads
 // whatever it is given without failing; for text that is not an object (a batch,
 // say) it finds nothing.
@@ -197,8 +197,8 @@ func (s *idScanner) step(b byte) {
 		if s.inKey {
 			if closing {
 				s.inKey = false
-				s.keyIsID = strings.EqualFold(string(s.key), "id") // as encoding/json matches names
-			} else if len(s.key) <= len("id") {
+				s.keyIsID = isIDName(s.key)
+			} else if len(s.key) <= maxIDName {
 				s.key = append(s.key, b)
 			}
 		}
@@ -259,6 +259,25 @@ func (s *idScanner) step(b byte) {
 	}
 }
 
+// maxIDName is the longest a member's name, as written, can be and be "id": each
+// of its letters escaped (\u0069\u0064).
+const maxIDName = 12
+
+// isIDName reports whether a member's name, as written between its quotes (its
+// first maxIDName+1 bytes at most), is "id" once unescaped: the front matches
+// names exactly, as the go-sdk does (see unmarshal), so "ID" is not one, and
+// "\u0069d" is.
+func isIDName(name []byte) bool {
+	if len(name) > maxIDName {
+		return false
+	}
+	if bytes.IndexByte(name, '\\') < 0 {
+		return string(name) == "id"
+	}
+	var v string
+	return json.Unmarshal(append(append([]byte{'"'}, name...), '"'), &v) == nil && v == "id"
+}
+
 func (s *idScanner) startID(b byte) {
 	s.inID, s.overlength, s.candidate = true, false, append(s.candidate[:0], b)
 }
@@ -312,16 +331,19 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 	// number the go-sdk's ID cannot hold exactly included: see exactID); null
 	// otherwise. An ID in use by a request not yet answered is no exception
 	// (see ServerStdio).
+	// Its member is named "id" exactly, as the front's decoding matches names
+	// (see unmarshal), after its escapes: encoding/json's struct fields match
+	// "ID" too, and a line holding both "id" and "ID" was refused under the
+	// "ID", whatever request that named. (A map, not unmarshal: a line refused
+	// for its depth must not reach a decoder without a bound on it.)
 	id := json.RawMessage("null")
-	var probe struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if json.Unmarshal(line, &probe) == nil {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(line, &probe) == nil && probe["id"] != nil {
 		var v any
-		if json.Unmarshal(probe.ID, &v) == nil {
+		if json.Unmarshal(probe["id"], &v) == nil {
 			switch v.(type) {
 			case string, float64:
-				id = probe.ID
+				id = probe["id"]
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -153,7 +154,11 @@ func TestIDScanner(t *testing.T) {
 		{` { "id" : -1.5e3 , "x":1}`, `-1.5e3`},
 		{`{"id":"a \"quoted\" \\ id"}`, `"a \"quoted\" \\ id"`},
 		{`{"pad":"\"id\":5","text":"\\","id":6}`, `6`},
-		{`{"ID":8}`, `8`}, // as encoding/json matches a member's name
+		{`{"ID":8}`, ``}, // no "id": the front matches names exactly (see unmarshal)
+		{`{"id":1,"ID":2}`, `1`},
+		{`{"\u0069d":4}`, `4`}, // its name, once unescaped, is "id"
+		{`{"id":1,"\u0069\u0064":2}`, `2`},
+		{`{"i\u0064":"x","\"id":3}`, `"x"`},
 		{`{"idx":1,"xid":2}`, ``},
 		{`{"id":1,"id":2}`, `2`}, // the last, as encoding/json takes it
 		{`{"id":{"id":1}}`, ``},
@@ -691,6 +696,10 @@ func TestServerStdioRefusedUnderTheirID(t *testing.T) {
 		{`{"jsonrpc":"1.0","id":50.0,"method":"ping"}`, `50.0`},
 		{`{"jsonrpc":"1.0","id":"s","method":"ping"}`, `"s"`},
 		{`{"jsonrpc":"1.0","id":52,"method":"ping"}`, `52`}, // an ID not in use
+		// The ID as the front read it: its names are matched exactly (an "ID"
+		// is no ID), escaped or not.
+		{`{"jsonrpc":"2.0","id":50,"method":"ping","ID":"s"}`, `50`},
+		{`{"jsonrpc":"2.0","\u0069d":"s","method":"ping"}`, `"s"`},
 	} {
 		send(tc.line)
 		if a := next(); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":`+tc.want+`,"error":{"code":-32600`) {
@@ -762,4 +771,49 @@ func TestServerStdioBeforeInitialize(t *testing.T) {
 			outR.Close()
 		})
 	}
+}
+
+// FuzzIDScanner: whatever it is fed, an idScanner does not panic, finds the same
+// ID fed the text whole or a byte at a time, and for a JSON object finds the ID
+// the front's decoding reads (its top-level member named "id" exactly, the last
+// of them), if that is no object or array and fits in maxIDBytes.
+func FuzzIDScanner(f *testing.F) {
+	for _, seed := range []string{
+		`{"jsonrpc":"2.0","id":7,"method":"ping"}`,
+		`{"method":"x","params":{"id":1},"id":"abc"}`,
+		`{"id":1,"ID":2}`, `{"\u0069d":4}`, `{"pad":"\"id\":5","id":6}`,
+		`{"id":-1.5e3}`, `{"id":"\ud83d\ude00"}`, `[{"id":1}]`, `{"id":{"id":1}}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, text []byte) {
+		var whole, bytewise idScanner
+		whole.feed(text)
+		for i := range text {
+			bytewise.feed(text[i : i+1])
+		}
+		if !bytes.Equal(whole.id, bytewise.id) {
+			t.Fatalf("%q: found %q whole, %q a byte at a time", text, whole.id, bytewise.id)
+		}
+		if i := firstNonSpace(text); i == len(text) || text[i] != '{' || !json.Valid(text) {
+			return
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(text, &m); err != nil {
+			t.Fatalf("%q: %v", text, err)
+		}
+		var want []byte
+		if v := m["id"]; v != nil && v[0] != '{' && v[0] != '[' && len(v) <= maxIDBytes {
+			want = v
+		}
+		var seg struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if checkDepth(text) == nil && unmarshal(text, &seg) == nil && !bytes.Equal(seg.ID, m["id"]) {
+			t.Fatalf("%q: the front reads the ID %q, a map %q", text, seg.ID, m["id"])
+		}
+		if !bytes.Equal(whole.id, want) {
+			t.Fatalf("%q: found %q, want %q", text, whole.id, want)
+		}
+	})
 }
