@@ -2,6 +2,7 @@ package effects
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -195,5 +196,69 @@ func TestBackoffFromANanosecond(t *testing.T) {
 	}
 	if took := time.Since(start); took > time.Second {
 		t.Errorf("one backoff took %s", took)
+	}
+}
+
+// TestGuardBooks: what each guard declares of the engine's books (Guard.Books, which
+// the validator's check of loops without a pause relies on) is exactly what its Test
+// computes, over every last cause, count and streak around the threshold; and the
+// guards that bound loops declare it.
+func TestGuardBooks(t *testing.T) {
+	declared := map[string]bool{}
+	for name, g := range guards {
+		b := g.Books
+		if len(b.LastCause) == 0 && !b.Tripped && b.Streak == states.CauseNone {
+			continue
+		}
+		declared[name] = true
+		for _, threshold := range []int{1, 2, 5} {
+			p := policies()
+			p.BreakerThreshold = threshold
+			for _, last := range states.AllCauses() {
+				for failures := range threshold + 2 {
+					for streak := range threshold + 2 {
+						v := &machine.Vars{LastCause: last, Failures: failures, Streak: streak}
+						var want bool
+						switch {
+						case len(b.LastCause) > 0:
+							want = slices.Contains(b.LastCause, last)
+						case b.Tripped:
+							want = failures >= threshold
+						default:
+							want = last == b.Streak && streak >= threshold
+						}
+						if got := g.Test(v, p); got != want {
+							t.Errorf("%s with %+v, breaker_threshold %d: Test says %v, its Books %+v say %v", name, *v, threshold, got, b, want)
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, name := range []string{"tripped", "unfixable", "unauthorized", "garbled"} {
+		if !declared[name] {
+			t.Errorf("guard %s declares nothing of the books: it would bound no loop", name)
+		}
+	}
+	if declared["planned"] {
+		t.Error("planned declares books: a planned teardown is asked for from outside")
+	}
+}
+
+// TestFailedOutcomes: the outcomes that report a failure are declared so (the
+// validator takes the others to carry no cause), and only those.
+func TestFailedOutcomes(t *testing.T) {
+	want := map[string][]states.Trigger{
+		"connect": {states.ConnectFailed}, "replace": {states.ConnectFailed}, "probe": {states.ProbeFailed},
+	}
+	for name, inv := range invokes {
+		if !slices.Equal(inv.Fails, want[name]) {
+			t.Errorf("%s: Fails = %v, want %v", name, inv.Fails, want[name])
+		}
+		for _, tr := range inv.Fails {
+			if !slices.Contains(inv.Outcomes, tr) {
+				t.Errorf("%s: %s in Fails is not an outcome", name, tr)
+			}
+		}
 	}
 }

@@ -38,6 +38,7 @@ var invokes = map[string]machine.Invoke{
 	"connect": {
 		Doc:      "Dial the server, initialize a session, restore what the user established on the last one (log level, subscriptions) and list what is listened for; calls use it from then on.",
 		Outcomes: []states.Trigger{states.Connected, states.ConnectFailed},
+		Fails:    []states.Trigger{states.ConnectFailed},
 		Run: func(ctx context.Context, fx machine.Effects, inv machine.Invocation) machine.Event {
 			return fx.(Effects).Connect(ctx, inv)
 		},
@@ -45,6 +46,7 @@ var invokes = map[string]machine.Invoke{
 	"replace": {
 		Doc:      "Connect a new session while the live one serves calls (make before break); once it is up and restored, calls move to it and the old one is left for retire.",
 		Outcomes: []states.Trigger{states.Connected, states.ConnectFailed},
+		Fails:    []states.Trigger{states.ConnectFailed},
 		Run: func(ctx context.Context, fx machine.Effects, inv machine.Invocation) machine.Event {
 			return fx.(Effects).Replace(ctx, inv)
 		},
@@ -52,6 +54,7 @@ var invokes = map[string]machine.Invoke{
 	"probe": {
 		Doc:      "Check the live session with a request that reaches the server (ping, or another request when ping is not implemented), unless a call answered within the keepalive interval; if it answered, recycle a session older than max_session_age.",
 		Outcomes: []states.Trigger{states.ProbeOK, states.ProbeFailed, states.Recycle},
+		Fails:    []states.Trigger{states.ProbeFailed},
 		Run: func(ctx context.Context, fx machine.Effects, inv machine.Invocation) machine.Event {
 			return fx.(Effects).Probe(ctx, inv)
 		},

@@ -93,24 +93,295 @@ func (l *loader) check() {
 
 // checkSpin reports a loop the machine would run without a pause: a cycle of
 // transitions each taken on the outcome of the invoked effect of the state it leaves
-// (no event from outside, no timer), none of them guarded. A connect that fails at once
-// (a refused connection takes microseconds) would be tried again and again, as fast as
-// it fails, with nothing to stop it but Close. A guarded cycle may end by itself (a
-// retry while the breaker has not tripped), and is left alone.
+// (no event from outside, no timer). A connect that fails at once (a refused
+// connection takes microseconds) would be tried again and again, as fast as it fails,
+// with nothing to stop it but Close. A cycle with no guard is refused as such. A
+// guarded one is refused unless its guards are proved to end it whatever the causes
+// of the outcomes (see spinEscape): a guard bounds the loop only by what it declares
+// of the engine's books (Guard.Books); one that declares nothing bounds nothing.
 func (l *loader) checkSpin(at map[*edge]*yaml.Node) {
 	s := l.spec
-	adj := make([][]*edge, len(s.states))
+	var edges []spinEdge
 	for _, e := range s.edges {
 		from := s.states[e.from]
-		if e.internal || e.delay != nil || e.broken || e.to == 0 || len(e.guards) > 0 || from.unsure || from.invoke == nil || s.states[e.to].invoke == nil {
+		if e.internal || e.delay != nil || e.broken || e.to == 0 || from.unsure || from.invoke == nil || s.states[e.to].invoke == nil {
 			continue
 		}
-		if slices.Contains(l.reg.Invokes[from.invoke.name].Outcomes, e.trigger) {
-			adj[e.from] = append(adj[e.from], e)
+		inv := l.reg.Invokes[from.invoke.name]
+		if !slices.Contains(inv.Outcomes, e.trigger) || !l.beforeClose(e) {
+			continue
+		}
+		edges = append(edges, l.spinEdge(e, slices.Contains(inv.Fails, e.trigger)))
+	}
+	var unguarded []spinEdge
+	for _, se := range edges {
+		if len(se.e.guards) == 0 {
+			unguarded = append(unguarded, se)
 		}
 	}
+	if loop := l.cycle(unguarded); loop != nil {
+		l.Errorf(at[loop[0]], "the machine would go round %s without a pause, as fast as the effects end (a connect refused at once: microseconds): take a timed edge (after) on the way, or guard one of these transitions", l.loopNames(loop))
+		return
+	}
+	region := l.spinEscape(edges, 0)
+	if region == nil {
+		return
+	}
+	var causes causeSet
+	acts := false
+	for _, se := range region {
+		causes |= se.causes
+		acts = acts || se.acts
+	}
+	loop := l.cycle(region)
+	reset := ""
+	if acts {
+		reset = " (an action on the way may reset the books, so only guards on the last cause count)"
+	}
+	l.Errorf(at[loop[0]], "the machine would go round %s without a pause, as fast as the effects end, for as long as outcomes with %s keep coming: its guards do not end the loop for them%s; take a timed edge (after) on the way, or add a guard that does (not tripped ends it for the causes that count; a guard on the last cause, for the causes it excludes)",
+		l.loopNames(loop), causes, reset)
+}
+
+// beforeClose reports whether e may fire before Close is asked for: it does not
+// require "closing". After Close, checkClose is the judge of cycles.
+func (l *loader) beforeClose(e *edge) bool {
+	for _, g := range e.guards {
+		if g.name == closingGuard && !g.negate {
+			return false
+		}
+	}
+	return true
+}
+
+// A causeSet is a set of causes, states.CauseNone among them: bit c is cause c.
+type causeSet uint32
+
+const counting = causeSet(1<<states.CauseLost | 1<<states.CauseTimeout | 1<<states.CauseExpired | 1<<states.CauseProtocol)
+
+func (cs causeSet) String() string {
+	var names []string
+	for _, c := range states.AllCauses() {
+		if cs&(1<<c) == 0 {
+			continue
+		}
+		if c == states.CauseNone {
+			names = append(names, "no cause (a success)")
+		} else {
+			names = append(names, "cause "+c.String())
+		}
+	}
+	switch len(names) {
+	case 0:
+		return "no cause"
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// A spinEdge is an edge taken on an outcome, with what its guards say of the causes
+// the outcome may carry when it is taken.
+type spinEdge struct {
+	e *edge
+	// causes are those the outcome may carry with the edge permitted, as far as its
+	// guards on the last cause tell: every cause but none for an outcome the invoke
+	// lists in Fails, every cause for another (none leaves the books as they were).
+	causes causeSet
+	// notTripped: the edge requires a guard declared Tripped to be false.
+	notTripped bool
+	// notStreak: the causes c for which it requires a guard declared Streak c to be false.
+	notStreak causeSet
+	// acts: an action runs as it is taken (the exit of the state it leaves, its own,
+	// the entry of the state it enters), which may reset the books.
+	acts bool
+}
+
+func (l *loader) spinEdge(e *edge, fails bool) spinEdge {
+	se := spinEdge{e: e, causes: 1<<uint(len(states.AllCauses())) - 1}
+	if fails {
+		se.causes &^= 1 << states.CauseNone
+	}
+	for _, g := range e.guards {
+		b := l.reg.Guards[g.name].Books
+		set := 0
+		for _, declared := range []bool{len(b.LastCause) > 0, b.Tripped, b.Streak != states.CauseNone} {
+			if declared {
+				set++
+			}
+		}
+		switch {
+		case set != 1:
+		case len(b.LastCause) > 0:
+			// An event with a cause makes it the last one before guards see it; one
+			// without leaves the last cause as it was, so none stays possible.
+			var last causeSet
+			for _, c := range b.LastCause {
+				last |= 1 << c
+			}
+			if g.negate {
+				last = ^last
+			}
+			se.causes &= last | 1<<states.CauseNone
+		case b.Tripped && g.negate:
+			se.notTripped = true
+		case b.Streak != states.CauseNone && g.negate:
+			se.notStreak |= 1 << b.Streak
+		}
+	}
+	se.acts = len(e.effects) > 0 || len(l.spec.states[e.from].exit) > 0 || len(l.spec.states[e.to].entry) > 0
+	return se
+}
+
+// spinEscape returns a set of edges that the machine may go round for ever without a
+// pause, taking each of them again and again, or nil if there is none. Only edges
+// permitted for some cause can be taken; such edges fall into strongly connected
+// regions, and each is judged by the engine's books (machine/core.go book), which
+// only events change while no action runs:
+//
+//   - Failures grows by one with each event whose cause counts and never shrinks. A
+//     run that takes an edge requiring "not tripped" for ever can meet only finitely
+//     many such events: from some point on, only the causes that do not count remain
+//     (judged again, in the region with them alone). A run that does not take such an
+//     edge for ever stays in the region without them (judged again).
+//   - A streak of cause c grows with each failure of c and starts over with an event
+//     of another cause. A run that takes an edge requiring "not" of a streak of c for
+//     ever must meet other causes (or none) for ever, unless every edge of the region
+//     permits c alone: then it cannot, and the region is judged again without those
+//     edges. Whether the other causes may come often enough depends on
+//     breaker_threshold, which a config may change: where any may come, the streak is
+//     taken to bound nothing.
+//   - An action may reset the books (healthy does): a region where one runs is judged
+//     by the guards on the last cause alone.
+//
+// done holds the rules already applied on the way down (bit 0: Failures; bit c: the
+// streak of c), so that each is applied once.
+func (l *loader) spinEscape(edges []spinEdge, done causeSet) []spinEdge {
+	var live []spinEdge
+	for _, se := range edges {
+		if se.causes != 0 {
+			live = append(live, se)
+		}
+	}
+	for _, region := range l.regions(live) {
+		if r := l.spinRegion(region, done); r != nil {
+			return r
+		}
+	}
+	return nil
+}
+
+func (l *loader) spinRegion(region []spinEdge, done causeSet) []spinEdge {
+	var notStreak, all causeSet
+	tripped := false
+	for _, se := range region {
+		if se.acts {
+			return region
+		}
+		tripped = tripped || se.notTripped
+		notStreak |= se.notStreak
+		all |= se.causes
+	}
+	if tripped && done&1 == 0 {
+		fewer := make([]spinEdge, 0, len(region))
+		var without []spinEdge
+		for _, se := range region {
+			se.causes &^= counting
+			fewer = append(fewer, se)
+			if !se.notTripped {
+				without = append(without, se)
+			}
+		}
+		if r := l.spinEscape(fewer, done|1); r != nil {
+			return r
+		}
+		return l.spinEscape(without, done|1)
+	}
+	for _, c := range states.AllCauses() {
+		if c == states.CauseNone || notStreak&(1<<c) == 0 || done&(1<<c) != 0 || all&^(1<<c) != 0 {
+			continue
+		}
+		var without []spinEdge
+		for _, se := range region {
+			if se.notStreak&(1<<c) == 0 {
+				without = append(without, se)
+			}
+		}
+		return l.spinEscape(without, done|1<<c)
+	}
+	return region
+}
+
+// regions returns the strongly connected regions of edges: each the edges between
+// states that can reach one another by them, a region holding at least one edge.
+func (l *loader) regions(edges []spinEdge) [][]spinEdge {
+	n := len(l.spec.states)
+	adj := make([][]sid, n)
+	for _, se := range edges {
+		adj[se.e.from] = append(adj[se.e.from], se.e.to)
+	}
+	// Tarjan's algorithm.
+	index := make([]int, n) // 0 unvisited, else its order of visit + 1
+	low := make([]int, n)
+	comp := make([]int, n) // component + 1, once assigned
+	var stack []sid
+	onStack := make([]bool, n)
+	next, comps := 1, 0
+	var visit func(v sid)
+	visit = func(v sid) {
+		index[v], low[v] = next, next
+		next++
+		stack = append(stack, v)
+		onStack[v] = true
+		for _, w := range adj[v] {
+			if index[w] == 0 {
+				visit(w)
+				low[v] = min(low[v], low[w])
+			} else if onStack[w] {
+				low[v] = min(low[v], index[w])
+			}
+		}
+		if low[v] == index[v] {
+			comps++
+			for {
+				w := stack[len(stack)-1]
+				stack = stack[:len(stack)-1]
+				onStack[w] = false
+				comp[w] = comps
+				if w == v {
+					break
+				}
+			}
+		}
+	}
+	for v := range adj {
+		if index[v] == 0 && len(adj[v]) > 0 {
+			visit(sid(v))
+		}
+	}
+	byComp := make([][]spinEdge, comps+1)
+	for _, se := range edges {
+		if c := comp[se.e.from]; c != 0 && c == comp[se.e.to] {
+			byComp[c] = append(byComp[c], se)
+		}
+	}
+	var out [][]spinEdge
+	for _, r := range byComp {
+		if len(r) > 0 {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// cycle returns a cycle of the edges given, in order, or nil if they have none.
+func (l *loader) cycle(edges []spinEdge) []*edge {
+	s := l.spec
+	adj := make([][]*edge, len(s.states))
+	for _, se := range edges {
+		adj[se.e.from] = append(adj[se.e.from], se.e)
+	}
 	color := make([]uint8, len(s.states)) // 0 unseen, 1 on the path, 2 done
-	var path []*edge
+	var path, loop []*edge
 	var visit func(n sid) bool
 	visit = func(n sid) bool {
 		color[n] = 1
@@ -121,11 +392,7 @@ func (l *loader) checkSpin(at map[*edge]*yaml.Node) {
 				for path[i].from != e.to {
 					i++
 				}
-				names := []string{string(s.states[e.to].name)}
-				for _, pe := range path[i:] {
-					names = append(names, fmt.Sprintf("%s (%s)", s.states[pe.to].name, pe.name))
-				}
-				l.Errorf(at[path[i]], "the machine would go round %s without a pause, as fast as the effects end (a connect refused at once: microseconds): take a timed edge (after) on the way, or guard one of these transitions", strings.Join(names, " → "))
+				loop = path[i:]
 				return true
 			}
 			if color[e.to] == 0 && visit(e.to) {
@@ -138,9 +405,19 @@ func (l *loader) checkSpin(at map[*edge]*yaml.Node) {
 	}
 	for _, ss := range s.states[1:] {
 		if color[ss.id] == 0 && visit(ss.id) {
-			return // one loop is enough to refuse the spec
+			return loop
 		}
 	}
+	return nil
+}
+
+// loopNames names the states of a cycle, and the transitions between them.
+func (l *loader) loopNames(loop []*edge) string {
+	names := []string{string(l.spec.states[loop[0].from].name)}
+	for _, e := range loop {
+		names = append(names, fmt.Sprintf("%s (%s)", l.spec.states[e.to].name, e.name))
+	}
+	return strings.Join(names, " → ")
 }
 
 // checkTwins reports transitions on one trigger that could fire together (stateless

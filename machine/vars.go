@@ -57,6 +57,26 @@ type Registry struct {
 type Guard struct {
 	Doc  string                          // one line, for graphs and errors
 	Test func(v *Vars, p *Policies) bool // whether the guard holds
+	// Books, if set, says how Test follows from the engine's books of failures, so
+	// that the validator can prove a loop run without a pause ends by itself (see
+	// Books). A guard that declares nothing is taken to bound nothing.
+	Books Books
+}
+
+// Books declares how a guard's value follows from the books the engine keeps of
+// failures (Vars.LastCause, Failures and Streak, which it updates before guards see an
+// event), for the validator's check of loops run without a pause. At most one field may
+// be set; a declaration must say exactly what Test computes (package effects tests its
+// own against Test). A guard that sets more than one is taken to declare nothing.
+type Books struct {
+	// LastCause: the guard holds exactly when Vars.LastCause is one of these.
+	LastCause []states.Cause
+	// Tripped: the guard holds exactly when Vars.Failures ≥ breaker_threshold (the
+	// failures whose cause counts, one each).
+	Tripped bool
+	// Streak, if not CauseNone: the guard holds exactly when Vars.LastCause is this
+	// cause and Vars.Streak ≥ breaker_threshold (that many failures of it in a row).
+	Streak states.Cause
 }
 
 // An Action is a named instant effect: bookkeeping on Vars, run on the owner
@@ -78,7 +98,12 @@ type Effects = any
 type Invoke struct {
 	Doc      string           // one line, for graphs and errors
 	Outcomes []states.Trigger // the triggers Run may return, each of which the state must handle
-	Run      func(ctx context.Context, fx Effects, inv Invocation) Event
+	// Fails lists the outcomes that report a failure: Run returns them only with a
+	// cause (Event.Cause is never CauseNone; any other cause may come). The validator
+	// relies on it: an outcome not listed may carry no cause, which leaves the books
+	// as they were, so no guard on them can end a loop through it.
+	Fails []states.Trigger
+	Run   func(ctx context.Context, fx Effects, inv Invocation) Event
 }
 
 // A Delay is a named delay function for a timed transition, such as the backoff for the
