@@ -63,7 +63,8 @@ func (p *configParser) serverAuth(f machine.Field, what, name string, t *transpo
 		return
 	}
 	has := func(key string) bool { return body[key].Value != nil }
-	a := &transport.Auth{LoginHint: fmt.Sprintf("mcpfsm auth login %s %s", p.r.File, name), RedirectURL: defaultRedirect}
+	a := &transport.Auth{LoginHint: fmt.Sprintf("mcpfsm auth login %s %s", p.r.File, name), RedirectURL: defaultRedirect,
+		LoginScopeHint: [2]string{"mcpfsm auth login --scope ", fmt.Sprintf(" %s %s", p.r.File, name)}}
 	if has("token") {
 		for _, key := range []string{"grant", "client_id", "client_secret", "client_metadata_url", "register", "redirect_url", "scopes", "store", "timeout"} {
 			if has(key) {

@@ -367,6 +367,11 @@ func (g *Gateway) Close(ctx context.Context) error {
 	return err
 }
 
+// ShutdownMessage is the message of the JSON-RPC error (-32603) answering a front
+// request cancelled because the gateway is shutting down: Close's, and that of
+// mcpfsm serve's stdio front (see transport.StdioFront.Shutdown).
+const ShutdownMessage = "mcpfsm gateway: shutting down: the request was cancelled"
+
 // postsGrace is how long Close waits for the POSTs carrying requests to write the
 // answers to their requests it cancelled, before it closes the sessions.
 const postsGrace = time.Second
@@ -721,7 +726,7 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				// Cancelled by Close: said so, where the go-sdk's server
 				// answered "context canceled" with code 0, which a host
 				// shows as if its user had cancelled the request.
-				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "mcpfsm gateway: shutting down: the request was cancelled"}
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: ShutdownMessage}
 			}
 			return res, err
 		}

@@ -92,6 +92,12 @@ type Auth struct {
 	// LoginHint says how to log in, for errors that need a login ("run
 	// `mcpfsm auth login servers.yaml files`").
 	LoginHint string
+	// LoginScopeHint, if set, says how to log in asking for more scope, for the
+	// errors of a step-up (403 insufficient_scope) that only a user can grant:
+	// the command is LoginScopeHint[0], the scopes (one argument, quoted for a
+	// POSIX shell), then LoginScopeHint[1]. ("mcpfsm auth login --scope ",
+	// " servers.yaml files".) Without it such errors say LoginHint.
+	LoginScopeHint [2]string
 	// Client makes the requests to the authorization server (metadata,
 	// registration, tokens); nil: a private client. It never follows a
 	// redirect to another origin.
@@ -274,14 +280,18 @@ func capText(s string, n int) string {
 // are what the login must ask for (the server's challenge, with what was
 // granted).
 type loginRequired struct {
-	hint   string
-	scopes []string
+	hint      string
+	scopeHint [2]string
+	scopes    []string
 }
 
 func (e *loginRequired) Error() string {
 	msg := "login required"
 	if len(e.scopes) > 0 {
 		msg = fmt.Sprintf("login required for more scope: the server asks for %q, more than was granted", strings.Join(e.scopes, " "))
+	}
+	if len(e.scopes) > 0 && e.scopeHint != [2]string{} {
+		return msg + ": run " + e.scopeHint[0] + shellQuote(strings.Join(e.scopes, " ")) + e.scopeHint[1]
 	}
 	if e.hint != "" {
 		if len(e.scopes) > 0 {
@@ -290,6 +300,41 @@ func (e *loginRequired) Error() string {
 		return msg + ": run " + e.hint
 	}
 	return msg + ", and no user to ask here (no Auth.Fetcher)"
+}
+
+// LoginCommand returns the command an error wrapping ErrLoginRequired says to
+// run (Auth.LoginHint, or for more scope Auth.LoginScopeHint with the scopes),
+// or "" if it says none: for a command line, which may cut the error's text
+// short, to show it whole on a line of its own.
+func LoginCommand(err error) string {
+	var e *loginRequired
+	if !errors.As(err, &e) {
+		return ""
+	}
+	if len(e.scopes) > 0 && e.scopeHint != [2]string{} {
+		return e.scopeHint[0] + shellQuote(strings.Join(e.scopes, " ")) + e.scopeHint[1]
+	}
+	return e.hint
+}
+
+// shellQuote quotes s as one argument for a POSIX shell: in single quotes, a
+// quote in it written '\”; a character that is not printable ASCII (scopes come
+// from the server's challenge) is written as \uXXXX, not sent to a terminal.
+func shellQuote(s string) string {
+	var b strings.Builder
+	b.WriteByte('\'')
+	for _, r := range s {
+		switch {
+		case r == '\'':
+			b.WriteString(`'\''`)
+		case r < 0x20 || r > 0x7e:
+			fmt.Fprintf(&b, "\\u%04x", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
 }
 
 func (e *loginRequired) Is(target error) bool { return target == ErrLoginRequired }

@@ -102,6 +102,15 @@ type lineConn struct {
 	inFlight map[jsonrpc.ID]inFlight
 	pending  int
 
+	// stopping is closed when a front's Shutdown begins: no more is read; and
+	// stopped once it has answered the requests left (then reads report the
+	// end). shutAnswered are the requests it answered, whose own answers are
+	// dropped (under cancelMu). Nil but on a front.
+	stopping     chan struct{}
+	stopped      chan struct{}
+	stopOnce     sync.Once
+	shutAnswered map[jsonrpc.ID]struct{}
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -177,6 +186,13 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if c.stopping != nil {
+		select {
+		case <-c.stopping:
+			return nil, c.awaitStopped(ctx)
+		default:
+		}
+	}
 	if len(c.queue) > 0 {
 		next := c.queue[0]
 		c.queue = c.queue[1:]
@@ -191,6 +207,8 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		case <-c.stopping: // nil but on a front
+			return nil, c.awaitStopped(ctx)
 		case v = <-c.incoming:
 			if v.err != nil {
 				select {
@@ -332,6 +350,8 @@ func (c *lineConn) hold(ctx context.Context, msg jsonrpc.Message) error {
 		return ctx.Err()
 	case <-c.closed:
 		return io.EOF
+	case <-c.stopping:
+		return c.awaitStopped(ctx)
 	}
 }
 
@@ -439,14 +459,20 @@ func (c *lineConn) awaited() int {
 	return n
 }
 
-// answered forgets, on a front, the ID of a request being answered.
-func (c *lineConn) answered(id jsonrpc.ID) {
+// answered forgets, on a front, the ID of a request being answered, and reports
+// whether the front's Shutdown answered it already (its own answer is then
+// dropped).
+func (c *lineConn) answered(id jsonrpc.ID) (shut bool) {
 	c.cancelMu.Lock()
+	defer c.cancelMu.Unlock()
+	if _, ok := c.shutAnswered[id]; ok {
+		return true
+	}
 	if r, ok := c.inFlight[id]; ok {
 		c.pending -= r.size
 		delete(c.inFlight, id)
 	}
-	c.cancelMu.Unlock()
+	return false
 }
 
 // idText is an ID as JSON writes it.
@@ -471,22 +497,7 @@ var drainGrace = 5 * time.Second
 // client then waiting for the server to exit), gets their answers: the end
 // reported at once had the go-sdk cancel them all, unanswered.
 func (c *lineConn) drain(ctx context.Context) {
-	if c.awaited() == 0 {
-		return
-	}
-	grace := time.NewTimer(drainGrace)
-	defer grace.Stop()
-	for c.awaited() > 0 {
-		select {
-		case <-c.answeredOne:
-		case <-grace.C:
-			return
-		case <-ctx.Done():
-			return
-		case <-c.closed:
-			return
-		}
-	}
+	c.settle(ctx, drainGrace)
 }
 
 // maxCancelled bounds the cancelled requests a front remembers: a client that
@@ -560,6 +571,19 @@ func (c *lineConn) dropAnswer(id jsonrpc.ID) bool {
 
 // Write implements mcp.Connection: one message, on one line.
 func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	return c.write(ctx, msg, false)
+}
+
+// write writes msg; shut is set for the answers of a front's Shutdown, which go
+// out whatever answered its ID before.
+func (c *lineConn) write(ctx context.Context, msg jsonrpc.Message, shut bool) error {
+	if resp, ok := msg.(*jsonrpc.Response); ok && c.front {
+		// Before its answer goes out: the client may use the ID again once it
+		// has it. One the front's Shutdown answered is not answered again.
+		if c.answered(resp.ID) && !shut {
+			return nil
+		}
+	}
 	if _, ok := msg.(*jsonrpc.Response); ok && c.unanswered != nil {
 		defer func() { // once written, or not to be: its request is answered
 			select {
@@ -573,7 +597,6 @@ func (c *lineConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 		}()
 	}
 	if resp, ok := msg.(*jsonrpc.Response); ok && c.front {
-		c.answered(resp.ID) // before its answer goes out: the client may use the ID again once it has it
 		if c.init.Load() == initBegun {
 			c.initAnswered(resp)
 		}

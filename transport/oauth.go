@@ -1071,7 +1071,7 @@ func (o *OAuth) authorizeLocked(ctx context.Context, req *http.Request, resp *ht
 			// it is what is needed, each time. (It was counted as asked: the next
 			// request said "asked for once: not asking again", no longer a
 			// login required, though nothing had been asked.)
-			return &loginRequired{hint: o.cfg.LoginHint, scopes: want}
+			return &loginRequired{hint: o.cfg.LoginHint, scopeHint: o.cfg.LoginScopeHint, scopes: want}
 		}
 		key := strings.Join(slices.Sorted(slices.Values(want)), " ")
 		o.mu.Lock()

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -57,22 +59,132 @@ import (
 // answered (a client that writes its requests and closes its end, as a script
 // or MCP's stdio shutdown does, gets their answers), then the session ends; a
 // 2026-07-28 subscriptions/listen, answered only when it ends, is not waited for.
-func ServerStdio(r io.ReadCloser, w io.Writer) mcp.Transport {
-	return &stdioFront{r: r, w: w}
+// A server that stops (a signal) ends the session with StdioFront.Shutdown.
+func ServerStdio(r io.ReadCloser, w io.Writer) *StdioFront {
+	return &StdioFront{r: r, w: w}
 }
 
-type stdioFront struct {
+// A StdioFront is ServerStdio's transport: it connects once.
+type StdioFront struct {
 	r io.ReadCloser
 	w io.Writer
+
+	mu   sync.Mutex
+	conn *lineConn
 }
 
 // Connect implements mcp.Transport.
-func (t *stdioFront) Connect(context.Context) (mcp.Connection, error) {
+func (t *StdioFront) Connect(context.Context) (mcp.Connection, error) {
 	incoming := make(chan lineOrErr)
 	c := &lineConn{r: t.r, w: openWriter{t.w}, incoming: incoming, closed: make(chan struct{}), front: true,
-		unanswered: make(chan struct{}, maxUnanswered), answeredOne: make(chan struct{}, 1)}
+		unanswered: make(chan struct{}, maxUnanswered), answeredOne: make(chan struct{}, 1),
+		stopping: make(chan struct{}), stopped: make(chan struct{})}
+	t.mu.Lock()
+	t.conn = c
+	t.mu.Unlock()
 	go c.readLines(incoming)
 	return c, nil
+}
+
+// Shutdown ends the front's session for a server that stops, as the HTTP front's
+// shutdown ends its requests: nothing more is read; the requests read and not yet
+// answered get up to grace to be answered (a 2026-07-28 subscriptions/listen,
+// answered only when it ends, is not waited for); then each still unanswered
+// gets a JSON-RPC error (-32603, message) written by the front (its own answer,
+// if it comes later, is dropped; a request its client cancelled gets none), and
+// the session's reads report the end, which has the go-sdk cancel its
+// handlers. It returns once the errors are written (or a write failed: a
+// write to stdout is bounded only by its file's deadline) or ctx ends, and at
+// once if the session has not connected or has closed. It is safe to call more
+// than once: later calls wait for the first.
+func (t *StdioFront) Shutdown(ctx context.Context, grace time.Duration, message string) error {
+	t.mu.Lock()
+	c := t.conn
+	t.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	return c.shutdown(ctx, grace, message)
+}
+
+func (c *lineConn) shutdown(ctx context.Context, grace time.Duration, message string) error {
+	first := false
+	c.stopOnce.Do(func() {
+		first = true
+		close(c.stopping)
+	})
+	if !first {
+		select {
+		case <-c.stopped:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		return nil
+	}
+	defer close(c.stopped)
+	c.settle(ctx, grace)
+	c.cancelMu.Lock()
+	ids := make([]jsonrpc.ID, 0, len(c.inFlight))
+	for id := range c.inFlight {
+		ids = append(ids, id)
+	}
+	if len(ids) > 0 && c.shutAnswered == nil {
+		c.shutAnswered = make(map[jsonrpc.ID]struct{}, len(ids))
+	}
+	for _, id := range ids {
+		c.shutAnswered[id] = struct{}{}
+	}
+	c.cancelMu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		select {
+		case <-c.closed:
+			return errors.Join(errs...)
+		default:
+		}
+		resp := &jsonrpc.Response{ID: id, Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: message}}
+		if err := c.write(ctx, resp, true); err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// settle waits until every request read has been answered (a 2026-07-28 listen
+// aside), for at most grace, and until ctx ends or the connection is closed.
+func (c *lineConn) settle(ctx context.Context, grace time.Duration) {
+	if c.awaited() == 0 {
+		return
+	}
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for c.awaited() > 0 {
+		select {
+		case <-c.answeredOne:
+		case <-t.C:
+			return
+		case <-ctx.Done():
+			return
+		case <-c.closed:
+			return
+		}
+	}
+}
+
+// awaitStopped is a read once a front's Shutdown has begun: it waits until the
+// requests left are answered, then reports the end.
+func (c *lineConn) awaitStopped(ctx context.Context) error {
+	select {
+	case <-c.stopped:
+		return io.EOF
+	case <-c.closed:
+		return io.EOF
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // openWriter leaves a front's stdout open when its connection closes.

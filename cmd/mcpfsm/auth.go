@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,7 +39,7 @@ func runAuth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
-const authUsage = `Usage: mcpfsm auth login [--force] [--timeout 5m] CONFIG SERVER
+const authUsage = `Usage: mcpfsm auth login [--force] [--scope "a b"] [--timeout 5m] CONFIG SERVER
        mcpfsm auth status [--json] CONFIG
 
 login   log in to a server of a config (the OAuth authorization code flow): prints
@@ -51,7 +52,7 @@ Run "mcpfsm auth login --help" or "mcpfsm auth status --help" for their flags.
 `
 
 func runAuthLogin(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("auth login", "[--force] [--timeout 5m] CONFIG SERVER", `
+	fs := newFlags("auth login", "[--force] [--scope \"a b\"] [--timeout 5m] CONFIG SERVER", `
 Log in to SERVER of a servers config with the OAuth authorization code flow (PKCE),
 as its auth block says: print the authorization URL to open in a browser, listen on
 the redirect_url (a loopback address: http://127.0.0.1:8976/callback by default) for
@@ -61,11 +62,23 @@ before are kept until then. A running mcpfsm picks the new token up at its next
 re-check (auth_recheck_interval), or at once through Conn.CredentialsChanged.
 
 If the stored token works already, nothing is done (--force logs in anew).
+
+--scope "a b" asks for these scopes (separated by spaces) besides the auth block's
+scopes, for this login: what a server answering 403 insufficient_scope asks for
+(its error names the command to run). The stored credentials then carry them, and
+keep them when refreshed. A stored token that was not granted them all is not
+taken for a working one: the login is made anew, as with --force.
 Exits 0 when logged in (or already), 1 when the login failed, 2 on a usage error.`, stderr)
 	force := fs.Bool("force", false, "log in even if the stored token works")
 	timeout := fs.Duration("timeout", 5*time.Minute, "give up after this long, the user's part included")
+	scope := fs.String("scope", "", "ask for these scopes (space-separated) besides the auth block's")
 	if code, done := parse(fs, args, stdout); done {
 		return code
+	}
+	extra := strings.Fields(*scope)
+	if *scope != "" && len(extra) == 0 {
+		fmt.Fprintln(stderr, "mcpfsm auth login: --scope is empty: give the scopes to ask for, separated by spaces")
+		return 2
 	}
 	if fs.NArg() != 2 {
 		fmt.Fprintln(stderr, "mcpfsm auth login: want CONFIG SERVER")
@@ -98,6 +111,19 @@ Exits 0 when logged in (or already), 1 when the login failed, 2 on a usage error
 		return 1
 	}
 	store := a.Store
+	if len(extra) > 0 {
+		a.Scopes = slices.Clone(a.Scopes)
+		for _, x := range extra {
+			if !slices.Contains(a.Scopes, x) {
+				a.Scopes = append(a.Scopes, x)
+			}
+		}
+		// A stored token without them works for what it was granted, and the
+		// login would have done nothing.
+		if c, _ := store.Load(ctx, keyOf(sc.Transport, &a)); c == nil || !holds(c.Scopes, extra) {
+			*force = true
+		}
+	}
 	if *force {
 		a.Store = freshStore{store}
 	}
@@ -291,6 +317,16 @@ func loadServer(cmd, cfgPath, server string, stderr io.Writer) (mcpfsm.ServerCon
 		return sc, 1
 	}
 	return sc, 0
+}
+
+// holds reports whether granted has every scope of want.
+func holds(granted, want []string) bool {
+	for _, s := range want {
+		if !slices.Contains(granted, s) {
+			return false
+		}
+	}
+	return true
 }
 
 // freshStore is a store that holds nothing to start with (a forced login) but saves

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -126,5 +128,103 @@ func TestAuthStatusClientCredentials(t *testing.T) {
 	_, errOut, code = runCLI(t, "auth", "login", cfg, "jobs")
 	if code != 1 || !strings.Contains(errOut, "nothing to log in to") {
 		t.Errorf("login to a client credentials server: exit %d\n%s", code, errOut)
+	}
+}
+
+// browserLogin runs mcpfsm auth login with args and plays the browser: it opens the
+// authorization URL printed, which redirects to the loopback listener. It returns
+// the login's stdout and stderr.
+func browserLogin(t *testing.T, args ...string) (string, string) {
+	t.Helper()
+	login := startCLI(t, append([]string{"auth", "login"}, args...)...)
+	var authURL string
+	login.waitFor(t, "the authorization URL", func(stdout string) bool {
+		m := regexp.MustCompile(`(?m)^  (http://\S+/authorize\S*)$`).FindStringSubmatch(stdout)
+		if m != nil {
+			authURL = m[1]
+		}
+		return m != nil
+	})
+	resp, err := http.Get(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if code := <-login.code; code != 0 {
+		t.Fatalf("login %v: exit %d\n%s\n%s", args, code, login.stdout.String(), login.stderr.String())
+	}
+	login.code <- 0
+	return login.stdout.String(), login.stderr.String()
+}
+
+// TestAuthLoginScope: a server that answers a call 403 insufficient_scope (it needs
+// more than the login was granted) fails the call with the exact command to run,
+// auth login --scope naming the scopes; that command logs in anew (the stored token,
+// which works for what it was granted, is not taken for enough), asking for them;
+// the stored credentials carry them; the call then works. No token shows anywhere.
+func TestAuthLoginScope(t *testing.T) {
+	ms := authtest.MCPServer()
+	t.Cleanup(func() { authtest.CloseSessions(ms) })
+	srv := authtest.New(authtest.Options{Scopes: []string{"mcp"}, CallScopes: []string{"write"}}, authtest.Streamable(ms)).Start(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "servers.yaml")
+	text := fmt.Sprintf("version: 1\nservers:\n  remote:\n    url: %s\n    auth:\n      store: tokens\n      redirect_url: http://127.0.0.1:0/callback\n", srv.MCPURL())
+	if err := os.WriteFile(cfg, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var outputs []string
+	o1, e1 := browserLogin(t, cfg, "remote")
+	outputs = append(outputs, o1, e1)
+	tokenFile := filepath.Join(dir, "tokens", "remote.json")
+	first := regexp.MustCompile(`"access_token": "([^"]+)"`).FindStringSubmatch(readFile(t, tokenFile))
+	if first == nil {
+		t.Fatal("no access token stored")
+	}
+
+	_, errOut, code := runCLI(t, "call", "--timeout", "10s", cfg, "remote", "echo", `{"text":"hi"}`)
+	outputs = append(outputs, errOut)
+	want := "to log in, run: mcpfsm auth login --scope 'mcp write' " + cfg + " remote\n"
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Fatalf("call needing more scope: exit %d, want the error to say %q:\n%s", code, want, errOut)
+	}
+
+	_, errOut, code = runCLI(t, "auth", "login", "--scope", " ", cfg, "remote")
+	if code != 2 || !strings.Contains(errOut, "--scope is empty") {
+		t.Errorf("login --scope ' ': exit %d\n%s", code, errOut)
+	}
+
+	o2, e2 := browserLogin(t, "--scope", "mcp write", cfg, "remote")
+	outputs = append(outputs, o2, e2)
+	if !strings.Contains(o2, "logged in") || !strings.Contains(o2, "write") {
+		t.Errorf("login --scope says:\n%s%s", o2, e2)
+	}
+	stored := readFile(t, tokenFile)
+	var creds struct{ Scopes []string }
+	if err := json.Unmarshal([]byte(stored), &creds); err != nil || !slices.Contains(creds.Scopes, "write") || !slices.Contains(creds.Scopes, "mcp") {
+		t.Errorf("stored scopes %v (%v), want mcp and write", creds.Scopes, err)
+	}
+	second := regexp.MustCompile(`"access_token": "([^"]+)"`).FindStringSubmatch(stored)
+
+	out, errOut, code := runCLI(t, "call", "--timeout", "10s", cfg, "remote", "echo", `{"text":"hi"}`)
+	outputs = append(outputs, out, errOut)
+	if code != 0 || strings.TrimSpace(out) != "hi" {
+		t.Errorf("call after login --scope: exit %d\n%s%s", code, out, errOut)
+	}
+	if n := srv.Authorizations.Load(); n != 2 {
+		t.Errorf("%d authorizations, want 2 (the first login, the one asking for more)", n)
+	}
+	// Logged in with the scope already: nothing more to do.
+	out, errOut, code = runCLI(t, "auth", "login", "--scope", "write", cfg, "remote")
+	outputs = append(outputs, out, errOut)
+	if code != 0 || !strings.Contains(out, "already logged in") {
+		t.Errorf("login --scope with the scope held: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, o := range outputs {
+		for _, tok := range [][]string{first, second} {
+			if tok != nil && strings.Contains(o, tok[1]) {
+				t.Errorf("a token shows:\n%s", o)
+			}
+		}
 	}
 }

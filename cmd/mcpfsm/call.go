@@ -13,6 +13,7 @@ import (
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -118,6 +119,10 @@ func openServer(cmd, cfgPath, server string, stderr io.Writer) (*mcpfsm.Conn, *l
 // error does not say it already.
 func (l *lastFailure) report(cmd, server string, err error, stderr io.Writer) {
 	fmt.Fprintln(stderr, errorText(err))
+	if login := transport.LoginCommand(err); login != "" {
+		// On a line of its own: the error's may be cut short before it.
+		fmt.Fprintf(stderr, "mcpfsm %s: to log in, run: %s\n", cmd, printable(login, 4*maxLine))
+	}
 	if reason := l.get(); reason != nil && !strings.Contains(err.Error(), reason.Err.Error()) {
 		fmt.Fprintf(stderr, "mcpfsm %s: the last failure of %s: %s: %s\n", cmd, server, reason.Cause, printable(reason.Err.Error(), maxLine))
 	}

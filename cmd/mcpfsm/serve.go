@@ -53,7 +53,10 @@ By default the gateway speaks MCP over stdin and stdout, for a host that launche
 it as a command, and exits when its client closes stdin or stdout (at
 stdin's end the requests in flight first get up to 5 s to be answered; a client
 that closes stdin and leaves an answer unread for 30 s is gone); a line that is
-not a message gets a JSON-RPC error and is skipped. With --http it
+not a message gets a JSON-RPC error and is skipped. At Ctrl-C or SIGTERM the
+requests in flight (on stdio as over HTTP) get up to 5 s to be answered; those
+left are then cancelled and answered with a JSON-RPC error (-32603) saying the
+gateway is shutting down. With --http it
 serves streamable HTTP on ADDR (a host without an address, such as :8080, binds
 127.0.0.1; write 0.0.0.0:8080 to listen on every interface): stateful sessions
 for clients before protocol 2026-07-28, stateless requests for clients on it.
@@ -208,22 +211,48 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			out = &watchedWriter{w: f, f: f}
 		}
 	}
+	var front *transport.StdioFront
+	signalled := false // the loop ended at Ctrl-C or SIGTERM
+	// The stdio session runs under a context of its own, not the signal's: the
+	// go-sdk's Run closed the session at once as its context ended, and no answer
+	// could be written then (see front.Shutdown below).
+	frontCtx, stopFront := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopFront()
 	defer func() {
-		// In this order, whatever ended the loop below: the HTTP server's
-		// shutdown, which gives its requests in flight a grace; then the gateway's
+		// In this order, whatever ended the loop below: at a signal, the HTTP
+		// server's shutdown and the stdio front's, side by side, each giving its
+		// requests in flight shutdownGrace to be answered (the stdio front then
+		// answers those left with the shutdown error itself, and ends its
+		// session, which cancels them); then the gateway's
 		// close, which cancels the requests still in flight, closes the front's
 		// sessions (a stdio front's Run returns then) and the backends; then the
 		// fronts' goroutines end, within what is left of the close's 15 s: a
 		// stdio front whose client reads no more answers never ends (the SDK's
 		// close of its session waits for a write to stdout), and serve exits
 		// without it, unless stdout's writes can be cut short (cuttableStdout):
-		// then a write waits at most closeWriteGrace from here, and the close
-		// is not held by a client that reads no more.
-		out.cut(time.Now().Add(closeWriteGrace))
+		// then a write waits at most closeWriteGrace past the grace (so the
+		// shutdown's answers, written once it is over, get it whole), and the
+		// close is not held by a client that reads no more.
+		cutAt := time.Now().Add(closeWriteGrace)
+		var frontDone chan struct{}
+		if front != nil && signalled {
+			cutAt = cutAt.Add(shutdownGrace)
+			frontDone = make(chan struct{})
+			go func() {
+				defer close(frontDone)
+				fctx, cancel := context.WithDeadline(context.Background(), cutAt)
+				defer cancel()
+				_ = front.Shutdown(fctx, shutdownGrace, gateway.ShutdownMessage)
+			}()
+		}
+		out.cut(cutAt)
 		if srv != nil {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
 			_ = srv.Shutdown(sctx)
 			cancel()
+		}
+		if frontDone != nil {
+			<-frontDone
 		}
 		cctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
@@ -237,6 +266,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			fmt.Fprintln(stderr, "mcpfsm serve: closing:", errorText(err))
 		}
 		stop()
+		stopFront()
 		fronts := make(chan struct{})
 		go func() {
 			wg.Wait()
@@ -285,10 +315,11 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	var hungUp <-chan struct{}     // stdin's writer is gone
 	var readerGone <-chan struct{} // stdout's reader is gone
 	if stdio {
+		front = transport.ServerStdio(os.Stdin, out)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := g.Server().Run(ctx, transport.ServerStdio(os.Stdin, out))
+			err := g.Server().Run(frontCtx, front)
 			stdioDone <- err
 			hostGone()
 		}()
@@ -322,6 +353,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	for {
 		select {
 		case <-ctx.Done():
+			signalled = true
 			return 0
 		case err := <-stdioDone:
 			// The client closed stdin: the host that launched the gateway is gone.
@@ -410,6 +442,11 @@ func (w *watchedWriter) blocked() time.Duration {
 	}
 	return 0
 }
+
+// shutdownGrace is how long, at Ctrl-C or SIGTERM, the requests in flight of each
+// front (HTTP and stdio, side by side) are given to be answered before they are
+// cancelled and answered with the shutdown error.
+const shutdownGrace = 5 * time.Second
 
 // frontsGrace is how long, at least, serve waits for its fronts to end once the
 // gateway has closed.

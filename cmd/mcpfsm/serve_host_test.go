@@ -356,3 +356,68 @@ func TestServeStdioInitializeOutOfTurn(t *testing.T) {
 		t.Errorf("a host's requests out of turn logged errors:\n%s", h.stderr)
 	}
 }
+
+// TestServeStdioAnswersAtSIGTERM: at SIGTERM the stdio front's requests in flight are
+// given the HTTP front's grace (5 s) to be answered, as the HTTP front's are: a call
+// that ends within it gets its real answer; one to a backend that holds it past the
+// grace is cancelled and answered with the gateway's shutdown error under its ID
+// (the go-sdk's Run, under the signal's context, closed the session at once, and the
+// host got nothing for either); then the gateway exits within its bounds (the grace,
+// and the close's 15 s). With --http --stdio as well: the HTTP front's shutdown runs
+// beside the stdio front's, and stdout's write deadline starts after both.
+func TestServeStdioAnswersAtSIGTERM(t *testing.T) {
+	for _, mode := range []string{"stdio", "http+stdio"} {
+		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
+			cfg := serveConfig(t, t.TempDir(), "a")
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			args := []string{cfg}
+			if mode == "http+stdio" {
+				args = []string{"--http", "127.0.0.1:0", "--stdio", cfg}
+			}
+			h := startHost(ctx, t, false, args...)
+			h.initialize()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+				if a := h.answer(`"list"`, 10*time.Second); strings.Contains(a, `"a__hold"`) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("a__hold never listed\nstderr:\n%s", h.stderr)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			h.send(`{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"a__hold","arguments":{"ms":600000}}}`,
+				`{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"a__slow","arguments":{"ms":1500}}}`)
+			time.Sleep(500 * time.Millisecond) // the calls reach the backend
+			start := time.Now()
+			if err := h.cmd.Process.Signal(unix.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if a := h.answer(`"slow"`, 10*time.Second); !strings.Contains(a, `"result"`) || !strings.Contains(a, "slept") {
+				t.Errorf("the call ending within the grace was answered %q, want its result\nstderr:\n%s", a, h.stderr)
+			}
+			a := h.answer(`"held"`, 15*time.Second)
+			var e struct {
+				Error *struct {
+					Code    int
+					Message string
+				}
+			}
+			if json.Unmarshal([]byte(a), &e) != nil || e.Error == nil || e.Error.Code != -32603 || !strings.Contains(e.Error.Message, "mcpfsm gateway: shutting down") {
+				t.Errorf("the held call was answered %q, want -32603 naming the gateway's shutdown\nstderr:\n%s", a, h.stderr)
+			}
+			if d := time.Since(start); d < 4*time.Second {
+				t.Errorf("the held call was cancelled %v after SIGTERM, want the 5 s grace first", d)
+			}
+			if err := exited(t, h.cmd, 25*time.Second, "mcpfsm serve after SIGTERM", h.stderr); err != nil {
+				t.Errorf("exit: %v\nstderr:\n%s", err, h.stderr)
+			}
+			if d := time.Since(start); d > 25*time.Second {
+				t.Errorf("exited %v after SIGTERM, want within the 5 s grace and the 15 s close", d)
+			}
+		})
+	}
+}
