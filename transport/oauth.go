@@ -59,7 +59,7 @@ type OAuth struct {
 	loaded     bool       // the store was read since the last Reset (or there is none)
 	reading    *storeRead // the read of the store under way, if any
 	reads      uint64     // counts the reads of the store begun (storeRead.seq)
-	stuck      bool       // a call of the store was abandoned and has not returned (see storeCall)
+	stuck      int        // the calls of the store abandoned that have not returned (see storeCall)
 	resets     uint64     // counts the Resets (and reloads): a read begun before the last is not taken for the store's content
 	pending    bool       // creds came from a new authorization and are not saved yet
 	badRefresh uint64     // gen+1 of the credentials whose refresh failed; 0: none
@@ -582,7 +582,7 @@ func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) 
 	}
 	var zero T
 	o.mu.Lock()
-	if o.stuck {
+	if o.stuck > 0 {
 		o.mu.Unlock()
 		return zero, fmt.Errorf("token store: not called: an earlier call has not returned, and %w", errStoreSilent)
 	}
@@ -596,7 +596,7 @@ func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) 
 		done <- answer{v, err}
 		o.mu.Lock()
 		if abandoned {
-			o.stuck = false
+			o.stuck-- // the store is called again once every abandoned call has returned
 		}
 		o.mu.Unlock()
 	}()
@@ -619,7 +619,8 @@ func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) 
 		return a.v, a.err
 	default:
 	}
-	abandoned, o.stuck = true, true
+	abandoned = true
+	o.stuck++
 	o.mu.Unlock()
 	err := fmt.Errorf("token store: no answer %v after the end of its context (%v): abandoned: %w", storeGrace, context.Cause(ctx), errStoreSilent)
 	o.log.Warn("mcpfsm: the token store did not return: its call is abandoned, and the store is not called again until it returns", "server", o.server, "error", err)

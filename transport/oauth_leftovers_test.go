@@ -208,8 +208,49 @@ func TestStoreThatHangsIsAbandoned(t *testing.T) {
 		o.mu.Lock()
 		stuck := o.stuck
 		o.mu.Unlock()
-		if stuck {
+		if stuck != 0 {
 			t.Error("still stuck once the store returned")
+		}
+	})
+}
+
+// TestStoreStuckUntilEveryAbandonedCallReturns: two calls of the store that ignore
+// their context (a read and a save at once, say) are both abandoned; the store is
+// called again only once both have returned, not as soon as the first has (stuck
+// was one flag, which the first call's return cleared while the second still hung).
+func TestStoreStuckUntilEveryAbandonedCallReturns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
+		o, err := NewOAuth(p.config(&Auth{Store: &hungStore{}}, false), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close(context.Background())
+		release := []chan struct{}{make(chan struct{}), make(chan struct{})}
+		var wg sync.WaitGroup
+		for _, r := range release {
+			wg.Go(func() {
+				_, err := storeCall(o, func(context.Context) (int, error) { <-r; return 0, nil }) // ignores its context
+				if !errors.Is(err, errStoreSilent) {
+					t.Errorf("a hung call: %v, want it abandoned", err)
+				}
+			})
+		}
+		wg.Wait() // both abandoned, storeTimeout and storeGrace later
+		called := func() bool {
+			ran := false
+			_, err := storeCall(o, func(context.Context) (int, error) { ran = true; return 0, nil })
+			return ran && err == nil
+		}
+		close(release[0])
+		synctest.Wait()
+		if called() {
+			t.Error("the store was called again while an abandoned call still hangs")
+		}
+		close(release[1])
+		synctest.Wait()
+		if !called() {
+			t.Error("the store was not called again once every abandoned call returned")
 		}
 	})
 }
