@@ -43,13 +43,40 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == "serve" {
 		gatewayGC(os.Getenv)
 	}
+	finished := make(chan struct{})
+	go secondSignal(ctx, finished)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	close(finished)
 	stop()
 	// A stdio server still closing (a command's shutdown is bounded, a server's
 	// teardown timeout may be longer) is killed with everything it started: the
 	// kernel kills the server when mcpfsm exits, but not its process group.
 	transport.KillAll()
 	os.Exit(code)
+}
+
+// secondSignal ends mcpfsm at once at a second Ctrl-C or SIGTERM, once the first
+// (which ended ctx) has begun a graceful stop: a user who presses Ctrl-C again does
+// not want to wait out the stop's grace (mcpfsm serve's 5 s, and its close's 15 s).
+// signal.NotifyContext catches the signals until its stop is called, so without this
+// the second did nothing. The stdio servers started are killed with what they
+// started, as at a normal exit; the exit code is 1.
+func secondSignal(ctx context.Context, finished <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+	case <-finished:
+		return
+	}
+	again := make(chan os.Signal, 1)
+	signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+	select {
+	case <-again:
+		fmt.Fprintln(os.Stderr, "mcpfsm: a second signal: exiting at once")
+		transport.KillAll()
+		os.Exit(1)
+	case <-finished:
+		signal.Stop(again)
+	}
 }
 
 // run executes one command line and returns the exit code: 0 for success, 1 when the

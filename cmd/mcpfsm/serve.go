@@ -56,7 +56,8 @@ that closes stdin and leaves an answer unread for 30 s is gone); a line that is
 not a message gets a JSON-RPC error and is skipped. At Ctrl-C or SIGTERM the
 requests in flight (on stdio as over HTTP) get up to 5 s to be answered; those
 left are then cancelled and answered with a JSON-RPC error (-32603) saying the
-gateway is shutting down. With --http it
+gateway is shutting down; a second Ctrl-C or SIGTERM exits at
+once (1). With --http it
 serves streamable HTTP on ADDR (a host without an address, such as :8080, binds
 127.0.0.1; write 0.0.0.0:8080 to listen on every interface): stateful sessions
 for clients before protocol 2026-07-28, stateless requests for clients on it.

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -419,5 +420,49 @@ func TestServeStdioAnswersAtSIGTERM(t *testing.T) {
 				t.Errorf("exited %v after SIGTERM, want within the 5 s grace and the 15 s close", d)
 			}
 		})
+	}
+}
+
+// TestServeSecondSignalExitsAtOnce: a second Ctrl-C or SIGTERM during the shutdown's
+// grace ends mcpfsm at once (exit 1, its stdio servers killed), as a user pressing
+// Ctrl-C again expects: signal.NotifyContext kept catching signals until run
+// returned, so the second one did nothing and the user waited out the 5 s grace and
+// up to the 15 s close.
+func TestServeSecondSignalExitsAtOnce(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	h := startHost(ctx, t, false, cfg)
+	h.initialize()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+		if a := h.answer(`"list"`, 10*time.Second); strings.Contains(a, `"a__hold"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a__hold never listed\nstderr:\n%s", h.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.send(`{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"a__hold","arguments":{"ms":600000}}}`)
+	time.Sleep(500 * time.Millisecond) // the call reaches the backend
+	if err := h.cmd.Process.Signal(unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the first is taken
+	start := time.Now()
+	if err := h.cmd.Process.Signal(unix.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	// Within the grace (5 s) that the first signal began: without the fix it is
+	// waited out whole.
+	err := exited(t, h.cmd, 4*time.Second, "mcpfsm serve after a second signal", h.stderr)
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Errorf("after a second signal: %v (%v), want exit 1 within the grace\nstderr:\n%s", err, time.Since(start), h.stderr)
+	}
+	if !strings.Contains(h.stderr.String(), "second signal") {
+		t.Errorf("stderr does not say why it exited at once:\n%s", h.stderr)
 	}
 }
