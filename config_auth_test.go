@@ -1,11 +1,13 @@
 package mcpfsm_test
 
 import (
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/transport"
 )
@@ -92,4 +94,38 @@ func FuzzParseConfigAuth(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestLoginHintQuoted: the login command an error tells a user to run names the
+// config file and the server as a POSIX shell reads them back, whatever the file's
+// path holds (a space, a quote, "$(...)"): it was printed as it was, and pasted it
+// ran something else. A plain path stays as it is.
+func TestLoginHintQuoted(t *testing.T) {
+	text := "version: 1\nservers:\n  code:\n    url: https://example.com/mcp\n    auth: {client_id: app}\n"
+	for _, file := range []string{"/etc/mcp/servers.yaml", "/tmp/my servers.yaml", "/tmp/it's $(exit 7) `true`;.yaml"} {
+		cfg, err := mcpfsm.ParseConfig(file, []byte(text), env(nil))
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, _ := cfg.Server("code")
+		hint := code.Transport.HTTP.Auth.LoginHint
+		args, ok := strings.CutPrefix(hint, "mcpfsm auth login ")
+		if !ok {
+			t.Fatalf("hint %q", hint)
+		}
+		out, err := exec.Command("sh", "-c", `printf '%s\n' `+args).Output()
+		if err != nil {
+			t.Fatalf("sh: %v (hint %q)", err, hint)
+		}
+		if diff := cmp.Diff([]string{file, "code"}, strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")); diff != "" {
+			t.Errorf("the shell reads %q back otherwise (-want +got):\n%s", hint, diff)
+		}
+		if file == "/etc/mcp/servers.yaml" && hint != "mcpfsm auth login /etc/mcp/servers.yaml code" {
+			t.Errorf("a plain path is quoted: %q", hint)
+		}
+		scope := code.Transport.HTTP.Auth.LoginScopeHint
+		if scope[1] != " "+args {
+			t.Errorf("the scope hint's tail %q, want %q", scope[1], " "+args)
+		}
+	}
 }
