@@ -102,14 +102,16 @@ type lineConn struct {
 	inFlight map[jsonrpc.ID]inFlight
 	pending  int
 
-	// stopping is closed when a front's Shutdown begins: no more is read; and
-	// stopped once it has answered the requests left (then reads report the
-	// end). shutAnswered are the requests it answered, whose own answers are
+	// stopping is closed when a front's Shutdown begins: reading goes on
+	// through its grace, but a new request is answered at once with its error
+	// (see refuseCalls); and stopped once it has answered the requests left
+	// (then reads report the end). shutAnswered are the requests it answered, whose own answers are
 	// dropped (under cancelMu). Nil but on a front.
 	stopping     chan struct{}
 	stopped      chan struct{}
 	stopOnce     sync.Once
 	shutAnswered map[jsonrpc.ID]struct{}
+	shutMessage  string // Shutdown's error message, set before stopping is closed
 
 	closeOnce sync.Once
 	closeErr  error
@@ -186,17 +188,19 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if c.stopping != nil {
+	if c.stopped != nil {
 		select {
-		case <-c.stopping:
-			return nil, c.awaitStopped(ctx)
+		case <-c.stopped:
+			return nil, io.EOF
 		default:
 		}
 	}
-	if len(c.queue) > 0 {
+	for len(c.queue) > 0 {
 		next := c.queue[0]
 		c.queue = c.queue[1:]
-		if err := c.hold(ctx, next); err != nil {
+		if err := c.hold(ctx, next); errors.Is(err, errStopping) {
+			continue // in flight: Shutdown answers it at the grace's end
+		} else if err != nil {
 			return nil, err
 		}
 		c.noteCancel(next)
@@ -207,14 +211,17 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-c.stopping: // nil but on a front
-			return nil, c.awaitStopped(ctx)
+		case <-c.stopped: // nil but on a front
+			return nil, io.EOF
 		case v = <-c.incoming:
 			if v.err != nil {
 				select {
 				case <-c.closed:
 					return nil, io.EOF // the read failed because we closed the stream
 				default:
+				}
+				if c.isStopping() {
+					return nil, c.awaitStopped(ctx) // Shutdown reports the end
 				}
 				if c.front && errors.Is(v.err, io.EOF) {
 					c.drain(ctx)
@@ -231,6 +238,21 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			continue
 		}
 		msgs, batch, err := decodeLine(v.raw, c.front)
+		if err == nil && c.isStopping() {
+			// Shutdown's grace: a new request is answered at once with its
+			// error; the rest (a cancel, the answer to a request of the
+			// server) goes to the go-sdk, as the requests in flight may wait
+			// for it.
+			if msgs, err = c.refuseCalls(msgs, batch); err != nil {
+				return nil, err
+			}
+			if len(msgs) == 0 {
+				continue
+			}
+			c.queue = msgs[1:]
+			c.noteCancel(msgs[0])
+			return msgs[0], nil
+		}
 		var initializer *jsonrpc.Request
 		if err == nil && c.front && c.init.Load() == initNone {
 			var refused *jsonrpc.Request
@@ -258,7 +280,11 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			}
 		}
 		if err == nil {
-			if err := c.hold(ctx, msgs[0]); err != nil {
+			if err := c.hold(ctx, msgs[0]); errors.Is(err, errStopping) {
+				// In flight: Shutdown answers it at the grace's end; the rest
+				// of its batch, queued, is read as the grace reads.
+				return c.Read(ctx)
+			} else if err != nil {
 				return nil, err
 			}
 			c.noteCancel(msgs[0])
@@ -351,7 +377,7 @@ func (c *lineConn) hold(ctx context.Context, msg jsonrpc.Message) error {
 	case <-c.closed:
 		return io.EOF
 	case <-c.stopping:
-		return c.awaitStopped(ctx)
+		return errStopping
 	}
 }
 

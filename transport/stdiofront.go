@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -87,15 +88,19 @@ func (t *StdioFront) Connect(context.Context) (mcp.Connection, error) {
 }
 
 // Shutdown ends the front's session for a server that stops, as the HTTP front's
-// shutdown ends its requests: nothing more is read; the requests read and not yet
-// answered get up to grace to be answered (a 2026-07-28 subscriptions/listen,
+// shutdown ends its requests: the requests read and not yet answered get up to
+// grace to be answered (a 2026-07-28 subscriptions/listen,
 // answered only when it ends, is not waited for); then each still unanswered
 // gets a JSON-RPC error (-32603, message) written by the front (its own answer,
 // if it comes later, is dropped; a request its client cancelled gets none), and
 // the session's reads report the end, which has the go-sdk cancel its
 // handlers. It returns once the errors are written (or a write failed: a
 // write to stdout is bounded only by its file's deadline) or ctx ends, and at
-// once if the session has not connected or has closed. It is safe to call more
+// once if the session has not connected or has closed. Reading goes on through
+// the grace: a notification (a cancel: the request gets no answer) or a response
+// (the client's answer to a request of the server, such as sampling, a request in
+// flight waits for) goes to the go-sdk as usual; a new request is answered at
+// once with the same error, and not handed on. It is safe to call more
 // than once: later calls wait for the first.
 func (t *StdioFront) Shutdown(ctx context.Context, grace time.Duration, message string) error {
 	t.mu.Lock()
@@ -111,6 +116,7 @@ func (c *lineConn) shutdown(ctx context.Context, grace time.Duration, message st
 	first := false
 	c.stopOnce.Do(func() {
 		first = true
+		c.shutMessage = message
 		close(c.stopping)
 	})
 	if !first {
@@ -151,6 +157,66 @@ func (c *lineConn) shutdown(ctx context.Context, grace time.Duration, message st
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// errStopping is hold's error for a request read as a front's Shutdown begins:
+// the request is in flight, and Shutdown answers it at the grace's end.
+var errStopping = errors.New("the front is shutting down")
+
+// isStopping reports whether a front's Shutdown has begun.
+func (c *lineConn) isStopping() bool {
+	if c.stopping == nil {
+		return false
+	}
+	select {
+	case <-c.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// refuseCalls answers, during a front's Shutdown grace, the requests (calls) of
+// a line read at once with Shutdown's error (-32603): they are not handed to the
+// go-sdk, nor noted in flight, so that nothing else answers them and Shutdown
+// does not wait for them. The calls of a batch are answered in one array, as a
+// batch is. It returns the line's other messages (notifications, among them a
+// cancel of a request in flight, and responses, such as the client's answer to
+// a sampling request a call in flight waits for), to be handed on as usual.
+func (c *lineConn) refuseCalls(msgs []jsonrpc.Message, batch bool) ([]jsonrpc.Message, error) {
+	var rest []jsonrpc.Message
+	var answers []json.RawMessage
+	for _, msg := range msgs {
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || !req.IsCall() {
+			rest = append(rest, msg)
+			continue
+		}
+		c.noteCancel(req) // a cancelled request's ID used again: forgotten
+		raw, err := jsonrpc.EncodeMessage(&jsonrpc.Response{ID: req.ID,
+			Error: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: c.shutMessage}})
+		if err != nil {
+			return nil, fmt.Errorf("encoding the answer to a request read during the shutdown: %w", err)
+		}
+		answers = append(answers, raw)
+	}
+	if len(answers) == 0 {
+		return rest, nil
+	}
+	data := []byte(answers[0])
+	if batch {
+		var err error
+		if data, err = json.Marshal(answers); err != nil {
+			return nil, err
+		}
+	}
+	data = append(data, '\n')
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	if _, err := c.w.Write(data); err != nil {
+		return nil, err
+	}
+	return rest, nil
 }
 
 // settle waits until every request read has been answered (a 2026-07-28 listen

@@ -466,3 +466,94 @@ func TestServeSecondSignalExitsAtOnce(t *testing.T) {
 		t.Errorf("stderr does not say why it exited at once:\n%s", h.stderr)
 	}
 }
+
+// TestServeStdioReadsDuringTheGrace: after SIGTERM the stdio front goes on reading
+// through the shutdown's grace. A new request is answered at once with the shutdown
+// error (-32603); a call the host cancels gets no answer (MCP: a cancelled request
+// is not answered); and a call that waits on the host's answer to a sampling
+// request the gateway sent it gets that answer and its real result. Nothing was
+// read during the grace: the new request waited out the 5 s unanswered, then the
+// cancelled call and the sampling one both got the shutdown error.
+func TestServeStdioReadsDuringTheGrace(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	h := startHost(ctx, t, false, cfg)
+	h.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{"sampling":{}},"clientInfo":{"name":"host","version":"1"}}}`)
+	if a := h.answer(`"init"`, 30*time.Second); !strings.Contains(a, `"result"`) {
+		t.Fatalf("initialize was answered %q\nstderr:\n%s", a, h.stderr)
+	}
+	h.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+		if a := h.answer(`"list"`, 10*time.Second); strings.Contains(a, `"a__hold"`) && strings.Contains(a, `"a__sample"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a__hold and a__sample never listed\nstderr:\n%s", h.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	h.send(`{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"a__hold","arguments":{"ms":600000}}}`,
+		`{"jsonrpc":"2.0","id":"sampled","method":"tools/call","params":{"name":"a__sample","arguments":{"prompt":"hi"}}}`)
+	var sampleID json.RawMessage
+	for timeout := time.After(15 * time.Second); sampleID == nil; {
+		select {
+		case line, ok := <-h.lines:
+			if !ok {
+				t.Fatalf("the gateway's stdout ended\nstderr:\n%s", h.stderr)
+			}
+			var m struct {
+				ID     json.RawMessage
+				Method string
+			}
+			if json.Unmarshal([]byte(line), &m) == nil && m.Method == "sampling/createMessage" {
+				sampleID = m.ID
+			}
+		case <-timeout:
+			t.Fatalf("the gateway never asked for sampling\nstderr:\n%s", h.stderr)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the held call reaches the backend
+	start := time.Now()
+	if err := h.cmd.Process.Signal(unix.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the signal is taken
+
+	// (b) A new request during the grace: the shutdown error, at once.
+	h.send(`{"jsonrpc":"2.0","id":"late","method":"tools/list"}`)
+	a := h.answer(`"late"`, 2*time.Second)
+	var e struct {
+		Error *struct {
+			Code    int
+			Message string
+		}
+	}
+	if json.Unmarshal([]byte(a), &e) != nil || e.Error == nil || e.Error.Code != -32603 || !strings.Contains(e.Error.Message, "mcpfsm gateway: shutting down") {
+		t.Errorf("a request sent during the grace was answered %q (%v after SIGTERM), want -32603 naming the shutdown at once\nstderr:\n%s", a, time.Since(start), h.stderr)
+	}
+
+	// (a) and (c): the held call cancelled, the sampling answered.
+	h.send(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"held","reason":"host gave up"}}`,
+		`{"jsonrpc":"2.0","id":`+string(sampleID)+`,"result":{"role":"assistant","model":"m","content":{"type":"text","text":"sampled: hi"}}}`)
+	var sampled string
+	for line := range h.lines { // to the end of stdout
+		switch {
+		case strings.HasPrefix(line, `{"jsonrpc":"2.0","id":"held",`):
+			t.Errorf("the call cancelled during the grace was answered: %s", line)
+		case strings.HasPrefix(line, `{"jsonrpc":"2.0","id":"sampled",`):
+			sampled = line
+		}
+	}
+	if !strings.Contains(sampled, `"result"`) || !strings.Contains(sampled, "sampled: hi") {
+		t.Errorf("the call whose sampling was answered during the grace was answered %q, want its result\nstderr:\n%s", sampled, h.stderr)
+	}
+	if err := exited(t, h.cmd, 25*time.Second, "mcpfsm serve after SIGTERM", h.stderr); err != nil {
+		t.Errorf("exit: %v\nstderr:\n%s", err, h.stderr)
+	}
+	if d := time.Since(start); d > 25*time.Second {
+		t.Errorf("exited %v after SIGTERM, want within the 5 s grace and the 15 s close", d)
+	}
+}
