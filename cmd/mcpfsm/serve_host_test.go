@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +113,23 @@ func (h *stdioHost) answer(id string, d time.Duration) string {
 }
 
 // initialize opens the host's session (protocol 2025-11-25).
+// waitTools asks tools/list until every name is listed (30 s at most).
+func (h *stdioHost) waitTools(t *testing.T, names ...string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
+		a := h.answer(`"list"`, 10*time.Second)
+		if !slices.ContainsFunc(names, func(n string) bool { return !strings.Contains(a, strconv.Quote(n)) }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%v never listed\nstderr:\n%s", names, h.stderr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (h *stdioHost) initialize() {
 	h.t.Helper()
 	h.send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"host","version":"1"}}}`)
@@ -379,17 +398,7 @@ func TestServeStdioAnswersAtSIGTERM(t *testing.T) {
 			}
 			h := startHost(ctx, t, false, args...)
 			h.initialize()
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
-				if a := h.answer(`"list"`, 10*time.Second); strings.Contains(a, `"a__hold"`) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("a__hold never listed\nstderr:\n%s", h.stderr)
-				}
-				time.Sleep(100 * time.Millisecond)
-			}
+			h.waitTools(t, "a__hold")
 			h.send(`{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"a__hold","arguments":{"ms":600000}}}`,
 				`{"jsonrpc":"2.0","id":"slow","method":"tools/call","params":{"name":"a__slow","arguments":{"ms":1500}}}`)
 			time.Sleep(500 * time.Millisecond) // the calls reach the backend
@@ -434,17 +443,7 @@ func TestServeSecondSignalExitsAtOnce(t *testing.T) {
 	defer cancel()
 	h := startHost(ctx, t, false, cfg)
 	h.initialize()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
-		if a := h.answer(`"list"`, 10*time.Second); strings.Contains(a, `"a__hold"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a__hold never listed\nstderr:\n%s", h.stderr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	h.waitTools(t, "a__hold")
 	h.send(`{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"a__hold","arguments":{"ms":600000}}}`)
 	time.Sleep(500 * time.Millisecond) // the call reaches the backend
 	if err := h.cmd.Process.Signal(unix.SIGTERM); err != nil {
@@ -484,17 +483,7 @@ func TestServeStdioReadsDuringTheGrace(t *testing.T) {
 		t.Fatalf("initialize was answered %q\nstderr:\n%s", a, h.stderr)
 	}
 	h.send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		h.send(`{"jsonrpc":"2.0","id":"list","method":"tools/list"}`)
-		if a := h.answer(`"list"`, 10*time.Second); strings.Contains(a, `"a__hold"`) && strings.Contains(a, `"a__sample"`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("a__hold and a__sample never listed\nstderr:\n%s", h.stderr)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	h.waitTools(t, "a__hold", "a__sample")
 	h.send(`{"jsonrpc":"2.0","id":"held","method":"tools/call","params":{"name":"a__hold","arguments":{"ms":600000}}}`,
 		`{"jsonrpc":"2.0","id":"sampled","method":"tools/call","params":{"name":"a__sample","arguments":{"prompt":"hi"}}}`)
 	var sampleID json.RawMessage
