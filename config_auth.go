@@ -1,7 +1,6 @@
 package mcpfsm
 
 import (
-	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -63,7 +62,7 @@ func (p *configParser) serverAuth(f machine.Field, what, name string, t *transpo
 		return
 	}
 	has := func(key string) bool { return body[key].Value != nil }
-	args := shellWord(p.r.File) + " " + shellWord(name)
+	args := transport.ShellWord(p.r.File) + " " + transport.ShellWord(name)
 	a := &transport.Auth{LoginHint: "mcpfsm auth login " + args, RedirectURL: defaultRedirect,
 		LoginScopeHint: [2]string{"mcpfsm auth login --scope ", " " + args}}
 	if has("token") {
@@ -180,31 +179,4 @@ func unwrapConfig(err error) string {
 		err = te.Err
 	}
 	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), "http: "), "auth: ")
-}
-
-// shellWord is s as one word of a POSIX shell's command line, for the login
-// commands errors tell a user to run: as it is if it needs no quoting (a plain
-// path or name), else in single quotes (a path with a space, a quote or a "$(...)"
-// pasted as it was printed ran something else). A control character, which a
-// shell would take as it is but a log line should not carry, is written \uXXXX.
-func shellWord(s string) string {
-	if s != "" && strings.IndexFunc(s, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./:@%+=,-", r))
-	}) < 0 {
-		return s
-	}
-	var b strings.Builder
-	b.WriteByte('\'')
-	for _, r := range s {
-		switch {
-		case r == '\'':
-			b.WriteString(`'\''`)
-		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, "\\u%04x", r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
 }

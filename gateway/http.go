@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/transport"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -192,22 +190,9 @@ func refuseUninitialized(w http.ResponseWriter, r *http.Request, maxBody int64) 
 		}
 		r.Body = &heldBody{data: data}
 	}
-	id, jerr := transport.Uninitialized(data)
-	if jerr == nil {
+	body := transport.Uninitialized(data)
+	if body == nil {
 		return false
-	}
-	raw, err := json.Marshal(id.Raw())
-	if err != nil {
-		raw = []byte("null")
-	}
-	body, err := json.Marshal(struct {
-		Version string          `json:"jsonrpc"`
-		ID      json.RawMessage `json:"id"`
-		Error   *jsonrpc.Error  `json:"error"`
-	}{"2.0", raw, jerr})
-	if err != nil {
-		http.Error(w, jerr.Message, http.StatusBadRequest)
-		return true
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusBadRequest)

@@ -290,8 +290,8 @@ func (e *loginRequired) Error() string {
 	if len(e.scopes) > 0 {
 		msg = fmt.Sprintf("login required for more scope: the server asks for %q, more than was granted", strings.Join(e.scopes, " "))
 	}
-	if len(e.scopes) > 0 && e.scopeHint != [2]string{} {
-		return msg + ": run " + e.scopeHint[0] + shellQuote(strings.Join(e.scopes, " ")) + e.scopeHint[1]
+	if cmd := e.scopeCommand(); cmd != "" {
+		return msg + ": run " + cmd
 	}
 	if e.hint != "" {
 		if len(e.scopes) > 0 {
@@ -311,10 +311,31 @@ func LoginCommand(err error) string {
 	if !errors.As(err, &e) {
 		return ""
 	}
-	if len(e.scopes) > 0 && e.scopeHint != [2]string{} {
-		return e.scopeHint[0] + shellQuote(strings.Join(e.scopes, " ")) + e.scopeHint[1]
+	if cmd := e.scopeCommand(); cmd != "" {
+		return cmd
 	}
 	return e.hint
+}
+
+// scopeCommand is the login command asking for e.scopes (Auth.LoginScopeHint with
+// them), or "" if e names no scope or has no such hint.
+func (e *loginRequired) scopeCommand() string {
+	if len(e.scopes) == 0 || e.scopeHint == [2]string{} {
+		return ""
+	}
+	return e.scopeHint[0] + shellQuote(strings.Join(e.scopes, " ")) + e.scopeHint[1]
+}
+
+// ShellWord is s as one word of a POSIX shell's command line, for the commands
+// errors tell a user to run (Auth.LoginHint's config file and server): as it is if
+// it needs no quoting (a plain path or name), else quoted as shellQuote does.
+func ShellWord(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("_./:@%+=,-", r))
+	}) < 0 {
+		return s
+	}
+	return shellQuote(s)
 }
 
 // shellQuote quotes s as one argument for a POSIX shell: in single quotes, a

@@ -505,15 +505,27 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 	if errors.Is(cause, errPendingFull) {
 		code, message = jsonrpc.CodeInternalError, cause.Error()
 	}
-	// The line's ID as it was written, where it is a string or a number (a
-	// number the go-sdk's ID cannot hold exactly included: see exactID); null
-	// otherwise. An ID in use by a request not yet answered is no exception
-	// (see ServerStdio).
-	// Its member is named "id" exactly, as the front's decoding matches names
-	// (see unmarshal), after its escapes: encoding/json's struct fields match
-	// "ID" too, and a line holding both "id" and "ID" was refused under the
-	// "ID", whatever request that named. (A map, not unmarshal: a line refused
-	// for its depth must not reach a decoder without a bound on it.)
+	data, err := refusal(line, &jsonrpc.Error{Code: code, Message: message})
+	if err != nil {
+		return err
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	_, err = c.w.Write(append(data, '\n'))
+	return err
+}
+
+// refusal encodes the JSON-RPC error e answering line, a message (or a batch) a
+// front refuses, under the line's ID as it was written, where it is a string or a
+// number (a number the go-sdk's ID cannot hold exactly included: see exactID);
+// null otherwise (a batch, a line with no readable ID). An ID in use by a request
+// not yet answered is no exception (see ServerStdio).
+// Its member is named "id" exactly, as the front's decoding matches names (see
+// unmarshal), after its escapes: encoding/json's struct fields match "ID" too, and
+// a line holding both "id" and "ID" was refused under the "ID", whatever request
+// that named. (A map, not unmarshal: a line refused for its depth must not reach a
+// decoder without a bound on it.)
+func refusal(line []byte, e *jsonrpc.Error) ([]byte, error) {
 	id := json.RawMessage("null")
 	var probe map[string]json.RawMessage
 	if json.Unmarshal(line, &probe) == nil && probe["id"] != nil {
@@ -525,16 +537,9 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 			}
 		}
 	}
-	data, err := json.Marshal(struct {
+	return json.Marshal(struct {
 		Version string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
 		Error   *jsonrpc.Error  `json:"error"`
-	}{"2.0", id, &jsonrpc.Error{Code: code, Message: message}})
-	if err != nil {
-		return err
-	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	_, err = c.w.Write(append(data, '\n'))
-	return err
+	}{"2.0", id, e})
 }

@@ -329,6 +329,34 @@ func lineReader(t *testing.T, r io.Reader) func() string {
 	}
 }
 
+// timedLineReader returns a function that reads the next line from r (its newline
+// kept), failing the test if none comes within 5 s, and "" once r has ended. The
+// lines are read on a goroutine of their own, which ends with r.
+func timedLineReader(t *testing.T, r io.Reader) func(what string) string {
+	lines := make(chan string, 100)
+	go func() {
+		defer close(lines)
+		answers := bufio.NewReader(r)
+		for {
+			line, err := answers.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- line
+		}
+	}()
+	return func(what string) string {
+		t.Helper()
+		select {
+		case line := <-lines:
+			return line
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no answer in 5s", what)
+			return ""
+		}
+	}
+}
+
 // lineSender returns a function that writes a line to w, failing the test if it cannot.
 func lineSender(t *testing.T, w io.Writer) func(line string) {
 	return func(line string) {
@@ -358,27 +386,10 @@ func TestServerStdioRequestIDs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	inW, outR, done := runStdioFront(ctx, srv)
-	lines := make(chan string, 100)
-	go func() {
-		defer close(lines)
-		answers := bufio.NewReader(outR)
-		for {
-			line, err := answers.ReadString('\n')
-			if err != nil {
-				return
-			}
-			lines <- strings.TrimSpace(line)
-		}
-	}()
+	read := timedLineReader(t, outR)
 	next := func(what string) string {
 		t.Helper()
-		select {
-		case line := <-lines:
-			return line
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: no answer in 5s", what)
-			return ""
-		}
+		return strings.TrimSpace(read(what))
 	}
 	send := lineSender(t, inW)
 	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
@@ -588,28 +599,11 @@ func TestServerStdioPendingBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	inW, outR, done := runStdioFront(ctx, srv)
-	lines := make(chan string, 10)
-	go func() {
-		answers := bufio.NewReader(outR)
-		for {
-			line, err := answers.ReadString('\n')
-			if err != nil {
-				close(lines)
-				return
-			}
-			lines <- line
-		}
-	}()
+	read := timedLineReader(t, outR)
 	send := lineSender(t, inW)
 	next := func() string {
 		t.Helper()
-		select {
-		case line := <-lines:
-			return line
-		case <-time.After(5 * time.Second):
-			t.Fatal("no answer in 5s")
-			return ""
-		}
+		return read("an answer")
 	}
 	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
 	next()

@@ -55,24 +55,26 @@ func initializes(req *jsonrpc.Request) bool {
 	return unmarshal(p.Meta[mcp.MetaKeyProtocolVersion], &version) == nil && NewProtocol(version)
 }
 
-// Uninitialized returns the error answering data (a message, or a batch of them)
-// sent on a session not yet initialized, with the ID to answer it under (the zero
-// ID for a batch), where it holds a request the session cannot take before
-// initialize and none that initializes the session; nil otherwise, and for data
-// that is no message (the go-sdk answers that). See the stdio front (ServerStdio)
-// for the requests refused.
-func Uninitialized(data []byte) (jsonrpc.ID, *jsonrpc.Error) {
-	msgs, batch, err := decodeLine(data, false)
+// Uninitialized returns the JSON-RPC error answering data (a message, or a batch of
+// them) sent on a session not yet initialized, encoded as the stdio front writes it
+// (under the message's ID; null for a batch), where data holds a request the session
+// cannot take before initialize and none that initializes the session; nil
+// otherwise, and for data that is no message (the go-sdk answers that). See the
+// stdio front (ServerStdio) for the requests refused.
+func Uninitialized(data []byte) []byte {
+	msgs, _, err := decodeLine(data, false)
 	if err != nil {
-		return jsonrpc.ID{}, nil
+		return nil
 	}
-	if _, refused := uninitialized(msgs); refused != nil {
-		if batch {
-			return jsonrpc.ID{}, notInitialized(refused)
-		}
-		return refused.ID, notInitialized(refused)
+	_, refused := uninitialized(msgs)
+	if refused == nil {
+		return nil
 	}
-	return jsonrpc.ID{}, nil
+	answer, err := refusal(data, notInitialized(refused))
+	if err != nil {
+		return nil // left to the go-sdk, which refuses it too
+	}
+	return answer
 }
 
 // uninitialized looks at the messages of a line (or body) read on a session not

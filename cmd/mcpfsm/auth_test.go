@@ -40,29 +40,10 @@ func TestAuthLoginAndStatus(t *testing.T) {
 		t.Errorf("call before login: exit %d\n%s", code, errOut)
 	}
 
-	login := startCLI(t, "auth", "login", cfg, "remote")
-	var authURL string
-	login.waitFor(t, "the authorization URL", func(stdout string) bool {
-		m := regexp.MustCompile(`(?m)^  (http://\S+/authorize\S*)$`).FindStringSubmatch(stdout)
-		if m != nil {
-			authURL = m[1]
-		}
-		return m != nil
-	})
-	// The browser: the authorization server redirects to the loopback listener.
-	resp, err := http.Get(authURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	page, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(page), "Logged in") {
+	loginOut, loginErr, page := browserLogin(t, cfg, "remote") // the browser: the authorization server redirects to the loopback listener
+	if !strings.Contains(page, "Logged in") {
 		t.Errorf("the redirect page says %q", page)
 	}
-	if code := <-login.code; code != 0 {
-		t.Fatalf("login: exit %d\n%s\n%s", code, login.stdout.String(), login.stderr.String())
-	}
-	login.code <- 0
 	info, err := os.Stat(filepath.Join(dir, "tokens", "remote.json"))
 	if err != nil || info.Mode().Perm() != 0o600 {
 		t.Fatalf("token file: %v, %v", info, err)
@@ -78,7 +59,7 @@ func TestAuthLoginAndStatus(t *testing.T) {
 		t.Errorf("status after login: exit %d\n%s%s", code, out, errOut)
 	}
 	out2, _, _ := runCLI(t, "auth", "status", "--json", cfg)
-	for _, o := range []string{out, out2, login.stdout.String(), login.stderr.String()} {
+	for _, o := range []string{out, out2, loginOut, loginErr} {
 		if strings.Contains(o, token[1]) {
 			t.Errorf("the token shows:\n%s", o)
 		}
@@ -133,8 +114,8 @@ func TestAuthStatusClientCredentials(t *testing.T) {
 
 // browserLogin runs mcpfsm auth login with args and plays the browser: it opens the
 // authorization URL printed, which redirects to the loopback listener. It returns
-// the login's stdout and stderr.
-func browserLogin(t *testing.T, args ...string) (string, string) {
+// the login's stdout and stderr, and the page the redirect showed.
+func browserLogin(t *testing.T, args ...string) (stdout, stderr, page string) {
 	t.Helper()
 	login := startCLI(t, append([]string{"auth", "login"}, args...)...)
 	var authURL string
@@ -149,13 +130,13 @@ func browserLogin(t *testing.T, args ...string) (string, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if code := <-login.code; code != 0 {
 		t.Fatalf("login %v: exit %d\n%s\n%s", args, code, login.stdout.String(), login.stderr.String())
 	}
 	login.code <- 0
-	return login.stdout.String(), login.stderr.String()
+	return login.stdout.String(), login.stderr.String(), string(body)
 }
 
 // TestAuthLoginScope: a server that answers a call 403 insufficient_scope (it needs
@@ -174,7 +155,7 @@ func TestAuthLoginScope(t *testing.T) {
 		t.Fatal(err)
 	}
 	var outputs []string
-	o1, e1 := browserLogin(t, cfg, "remote")
+	o1, e1, _ := browserLogin(t, cfg, "remote")
 	outputs = append(outputs, o1, e1)
 	tokenFile := filepath.Join(dir, "tokens", "remote.json")
 	first := regexp.MustCompile(`"access_token": "([^"]+)"`).FindStringSubmatch(readFile(t, tokenFile))
@@ -194,7 +175,7 @@ func TestAuthLoginScope(t *testing.T) {
 		t.Errorf("login --scope ' ': exit %d\n%s", code, errOut)
 	}
 
-	o2, e2 := browserLogin(t, "--scope", "mcp write", cfg, "remote")
+	o2, e2, _ := browserLogin(t, "--scope", "mcp write", cfg, "remote")
 	outputs = append(outputs, o2, e2)
 	if !strings.Contains(o2, "logged in") || !strings.Contains(o2, "write") {
 		t.Errorf("login --scope says:\n%s%s", o2, e2)
