@@ -155,7 +155,6 @@ func (s stubClient) InitializeResult() *mcp.InitializeResult   { return &mcp.Ini
 func (s stubClient) ID() string                                { return "" }
 func (s stubClient) Probe(context.Context) error               { return nil }
 func (s stubClient) Close(context.Context) error               { return nil }
-func (s stubClient) Closing() bool                             { return false }
 
 // BenchmarkCallOverhead isolates what a call through a Conn costs beyond the session's
 // own call: the same call on a stub session that answers at once, made directly

@@ -17,8 +17,6 @@ type Client interface {
 	Probe(ctx context.Context) error
 	// Close ends the session, by force once ctx ends (see Session.Close).
 	Close(ctx context.Context) error
-	// Closing reports whether Close has been called.
-	Closing() bool
 	// Request runs f on the SDK session (see Session.Request).
 	Request(ctx context.Context, op, name string, f func(ctx context.Context, cs *mcp.ClientSession) error) error
 	// Subscribe and Unsubscribe change the session's resource subscriptions (see
