@@ -673,7 +673,12 @@ func TestRestoreRefusedSubscriptionDropped(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			updates := make(chan string, 16)
-			c := open(t, tc.cfg, nil, func(o *Options) {
+			// No probe: one answered resets the failures counted (the connection
+			// healthy again), which a loaded machine let happen before the count
+			// below was read.
+			pol := fastPolicies()
+			pol.KeepaliveInterval = 0
+			c := open(t, tc.cfg, pol, func(o *Options) {
 				o.Handlers.ResourceUpdated = func(_ context.Context, p *mcp.ResourceUpdatedNotificationParams) { updates <- p.URI }
 			})
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
