@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -244,5 +245,62 @@ func TestReloadRemovingAServerCancelsItsCalls(t *testing.T) {
 			h.cancelledWithin(t, srv, start)
 			h.cutError(t, srv)
 		})
+	}
+}
+
+// TestCloseCancelsARelistInFlight: a re-list (after the server said its tools
+// changed) still running when the connection closes is cancelled before the close,
+// as a call is (cutCalls), over streamable HTTP on 2025-11-25: the server is told,
+// and the close returns at once. (It ran under a context of its own, ended only by
+// its 10 s bound: the close was made under it, the server ran the listing on and
+// held the session's DELETE, and the close took its whole bound.)
+func TestCloseCancelsARelistInFlight(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "relist", Version: "1"}, nil)
+	mcp.AddTool(srv, &mcp.Tool{Name: "one"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{}, nil, nil
+	})
+	var lists atomic.Int32
+	held, told, ended := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	srv.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" && lists.Add(1) == 2 { // the re-list: held until cancelled
+				close(held)
+				select {
+				case <-ctx.Done():
+					close(told)
+				case <-ended: // the test's end: for the server's close
+				}
+				return nil, ctx.Err()
+			}
+			return next(ctx, method, req)
+		}
+	})
+	hs := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	t.Cleanup(func() { close(ended) }) // before hs.Close
+	pol := cutPolicies()
+	c := open(t, transport.Config{Name: "relist", HTTP: &transport.HTTP{URL: hs.URL}, ProtocolVersion: "2025-11-25"}, pol, nil)
+	c.waitState("ready", 10*time.Second)
+	mcp.AddTool(srv, &mcp.Tool{Name: "two"}, func(context.Context, *mcp.CallToolRequest, struct{}) (*mcp.CallToolResult, any, error) {
+		return &mcp.CallToolResult{}, nil, nil
+	}) // notifications/tools/list_changed
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server's list_changed brought no re-list")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := c.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if took := time.Since(start); took > pol.TeardownTimeout/2 {
+		t.Errorf("Close took %v: the re-list in flight was not cancelled, and held the close", took.Round(time.Millisecond))
+	}
+	select {
+	case <-told:
+	case <-time.After(cutBound):
+		t.Errorf("the server was not told the re-list was cancelled within %v", cutBound)
 	}
 }

@@ -40,7 +40,7 @@ type session struct {
 
 	reported atomic.Bool  // a failure of this session has been reported to the machine
 	closing  atomic.Bool  // closeNow has begun: a call's error from now on is our own close's
-	inflight atomic.Int64 // calls in flight on it
+	inflight atomic.Int64 // requests of ours in flight on it: calls, and re-lists
 	draining atomic.Bool  // no new call may start on it
 	drained  chan struct{}
 	answered atomic.Int64 // UnixNano of the last answer a caller's request got on it
@@ -714,7 +714,7 @@ func (c *Conn) closeNow(ctx context.Context, s *session, final bool) error {
 	return err
 }
 
-// cutCalls cancels the calls still in flight on s, which is being closed (a teardown,
+// cutCalls cancels the calls (and re-lists) still in flight on s, which is being closed (a teardown,
 // a retirement past its drain window, Close, a Manager's reload removing or replacing
 // the server), and waits for them to return, up to cutGrace within ctx: the go-sdk
 // then tells the server that each is cancelled (notifications/cancelled; over
@@ -808,9 +808,14 @@ func (r *relister[T]) loop(c *Conn, s *session) {
 		}
 		r.dirty = false
 		r.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), relistTimeout)
+		// The listing is a request in flight on s, as a call is: it ends with the
+		// session's life, and a close cancels it and waits for it (cutCalls), so that
+		// the server is told rather than closed under it.
+		s.inflight.Add(1)
+		ctx, cancel := context.WithTimeout(s.life, relistTimeout)
 		items, err := relist[T](ctx, s)
 		cancel()
+		c.release(s)
 		if err != nil {
 			// The session is failing; its watcher or a probe will tell. A later
 			// notification may try again.
