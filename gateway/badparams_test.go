@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -120,6 +121,23 @@ func TestGateway_InvalidParams(t *testing.T) {
 			for _, c := range cases {
 				send(c.line())
 				c.check(t, answer(c.id))
+			}
+			// Params that decode, of names no server shows, quote at most 128
+			// characters of them.
+			for i, p := range []string{
+				`"tools/call","params":{"name":"a__` + big + `"`,
+				`"prompts/get","params":{"name":"` + big + `"`,
+				`"completion/complete","params":{"ref":{"type":"ref/resource","uri":"` + big + `"},"argument":{"name":"a","value":"b"}`,
+				`"completion/complete","params":{"ref":{"type":"` + big + `"},"argument":{"name":"a","value":"b"}`,
+			} {
+				if meta != "" {
+					p += "," + meta
+				}
+				id := strconv.Itoa(90 + i)
+				send(`{"jsonrpc":"2.0","id":` + id + `,"method":` + p + `}}`)
+				if a := answer(id); !strings.Contains(a, `"code":-32602`) || len(a) > 1024 {
+					t.Errorf("%s: %.40s was answered with %d bytes: %.300s", version, p, len(a), a)
+				}
 			}
 			send(`{"jsonrpc":"2.0","id":99,"method":"tools/list","params":{` + strings.TrimPrefix(meta, ",") + `}}`)
 			if a := answer("99"); !strings.Contains(a, `"result"`) {

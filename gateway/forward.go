@@ -331,10 +331,10 @@ func (g *Gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 			}
 		}
 		if server == "" {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("no server of this gateway shows the resource template %q", ref.URI)}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("no server of this gateway shows the resource template %.256q", ref.URI)}
 		}
 	default:
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown reference type %q", ref.Type)}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown reference type %.40q", ref.Type)}
 	}
 	return forward(g, ctx, req.Session, req, server, request[*mcp.CompleteResult]{
 		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.CompleteResult, error) {
