@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -265,10 +266,29 @@ func (g *Gateway) getPrompt(ctx context.Context, req *mcp.GetPromptRequest) (*mc
 	})
 }
 
+// resourceNotFound is the go-sdk's mcp.ResourceNotFoundError for uri, with its
+// data encoded as JSON: the go-sdk's quotes the URI as Go does (%q), which is no
+// JSON for a URI holding a control character (\x01, \a): its answer could not be
+// encoded, and the session that asked ended (the stdio front's, and with it
+// mcpfsm serve; a streamable HTTP session, its requests unanswered from then). A
+// URI longer than maxEchoedURI is not quoted back.
+func resourceNotFound(uri string) error {
+	e := &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "Resource not found"}
+	if len(uri) <= maxEchoedURI {
+		e.Data, _ = json.Marshal(struct {
+			URI string `json:"uri"`
+		}{uri})
+	}
+	return e
+}
+
+// maxEchoedURI bounds the URI a resource-not-found error quotes back.
+const maxEchoedURI = 1024
+
 func (g *Gateway) readResource(ctx context.Context, req *mcp.ReadResourceRequest) (*mcp.ReadResourceResult, error) {
 	r, ok := g.table.Load().resourceRoute(req.Params.URI)
 	if !ok {
-		return nil, mcp.ResourceNotFoundError(req.Params.URI)
+		return nil, resourceNotFound(req.Params.URI)
 	}
 	return forward(g, ctx, req.Session, req, r.server, request[*mcp.ReadResourceResult]{
 		method: "resources/read", name: req.Params.URI,
@@ -311,10 +331,10 @@ func (g *Gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 			}
 		}
 		if server == "" {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("no server of this gateway shows the resource template %q", ref.URI)}
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("no server of this gateway shows the resource template %.256q", ref.URI)}
 		}
 	default:
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown reference type %q", ref.Type)}
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown reference type %.40q", ref.Type)}
 	}
 	return forward(g, ctx, req.Session, req, server, request[*mcp.CompleteResult]{
 		send: func(ctx context.Context, c *mcpfsm.Conn, _ *frontCall) (*mcp.CompleteResult, error) {
@@ -332,7 +352,7 @@ func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) erro
 	uri := req.Params.URI
 	r, ok := g.table.Load().resourceRoute(uri)
 	if !ok {
-		return mcp.ResourceNotFoundError(uri)
+		return resourceNotFound(uri)
 	}
 	release, err := g.subTurns.Acquire(ctx, uri)
 	if err != nil {

@@ -416,6 +416,29 @@ func TestGateway_BackendRequestWithoutParams(t *testing.T) {
 	}
 }
 
+// TestGateway_BackendRequestBadParams: a backend whose request's params do not
+// decode (sampling/createMessage with a string for maxTokens) gets -32602 naming
+// the field, in a short message: the go-sdk's client quoted the whole params back.
+func TestGateway_BackendRequestBadParams(t *testing.T) {
+	g := start(t, config(rawBackend(t, "raw")), gateway.Options{})
+	cs := front(t, g, &mcp.ClientOptions{CreateMessageHandler: func(context.Context, *mcp.CreateMessageRequest) (*mcp.CreateMessageResult, error) {
+		t.Error("the front client was asked a sampling whose params do not decode")
+		return nil, errors.New("no")
+	}}, "2025-11-25")
+	waitTools(t, cs, has("raw__sample_bad"))
+	res := call(t, cs, "raw__sample_bad", nil)
+	var reply struct {
+		ID    string         `json:"id"`
+		Error *jsonrpc.Error `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(text(res)), &reply); err != nil || reply.Error == nil || reply.Error.Code != jsonrpc.CodeInvalidParams || reply.ID != "raw-1" {
+		t.Fatalf("the backend got %.300q, want an invalid-params error under its ID", text(res))
+	}
+	if !strings.Contains(reply.Error.Message, `"maxTokens"`) || len(text(res)) > 200 {
+		t.Errorf("the backend got %d bytes: %.300q, want a short message naming maxTokens", len(text(res)), text(res))
+	}
+}
+
 // TestGateway_UpdateFromAnotherServer: a backend's notifications/resources/updated
 // for a URI the front's subscription went to another server for is not passed on: a
 // backend cannot make the clients of another server's resource read it again (it

@@ -728,6 +728,17 @@ func (g *Gateway) frontMiddleware(next mcp.MethodHandler) mcp.MethodHandler {
 				// shows as if its user had cancelled the request.
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: ShutdownMessage}
 			}
+			var je *jsonrpc.Error
+			if errors.As(err, &je) && je.Message == "Resource not found" {
+				// The go-sdk's server's own, for a URI it does not have,
+				// whose data may be no JSON (see resourceNotFound).
+				switch p := req.GetParams().(type) {
+				case *mcp.ReadResourceParams:
+					return nil, resourceNotFound(p.URI)
+				case *mcp.SubscribeParams:
+					return nil, resourceNotFound(p.URI)
+				}
+			}
 			return res, err
 		}
 		switch r := res.(type) {

@@ -55,7 +55,9 @@ const DefaultWriteTimeout = 30 * time.Second
 // front holds for its clients is bounded (o.MaxSessions, o.BodyMemory): past the
 // bounds a client gets 503 with Retry-After, a body over the go-sdk's limit 413. A
 // POST without a session that is no initialize, only requests a session cannot take
-// before it, gets 400 and a JSON-RPC error (-32600).
+// before it, gets 400 and a JSON-RPC error (-32600). A request whose params the
+// go-sdk's server cannot decode gets -32602 naming the field, as over the stdio front
+// (transport.ParamsRefusal).
 func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return g.server }
 	logger := g.log.With("component", "gateway http")
@@ -78,8 +80,11 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		if r.Method == http.MethodPost && !transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")) {
 			session = r.Header.Get("Mcp-Session-Id")
 		}
-		if writeTimeout > 0 || session != "" {
-			w = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session}
+		var dw *deadlineWriter
+		if writeTimeout > 0 || r.Method == http.MethodPost {
+			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session,
+				posted: r.Method == http.MethodPost}
+			w = dw
 		}
 		if r.Method != http.MethodPost && r.Body != nil && r.Body != http.NoBody {
 			// Only a POST carries a message. net/http notices a client gone only
@@ -102,6 +107,9 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		defer lim.releaseBody(charge)
+		if b, ok := r.Body.(*heldBody); ok && dw != nil {
+			dw.body = b.data // held until the request is served
+		}
 		if b, ok := r.Body.(*heldBody); ok && session != "" && mayCancel(b.data) && g.hasSession(session) {
 			g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
 		}
@@ -137,6 +145,9 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		if r.Header.Get("Mcp-Session-Id") == "" {
 			if refuseUninitialized(w, r, lim.maxBody) {
 				return
+			}
+			if b, ok := r.Body.(*heldBody); ok && dw != nil && dw.body == nil {
+				dw.body = b.data // read whole there
 			}
 			done, ok := lim.openSession()
 			if !ok {
@@ -275,7 +286,9 @@ func ParseReplica(s string) (index, count int, err error) {
 // deadlineWriter gives each write to a client (each writeChunk of it) and each flush
 // d to complete: the SDK's writes honour no context, and one to a client that
 // reads nothing blocks once the connection's buffers are full. A write past its
-// deadline breaks the connection, and the request's context ends.
+// deadline breaks the connection, and the request's context ends. It writes a
+// POST's answers, each in one write: those its client cancelled are dropped, and
+// the go-sdk's refusal of params is re-coded.
 type deadlineWriter struct {
 	http.ResponseWriter
 	rc *http.ResponseController
@@ -284,6 +297,11 @@ type deadlineWriter struct {
 	// write: those of requests the client cancelled (see answerless).
 	al      *answerless
 	session string
+	// posted, for a POST, says its answers are looked at: the go-sdk's answer
+	// to a request whose params do not decode is re-coded
+	// (transport.ParamsRefusal); body is the POST's body, if held.
+	posted bool
+	body   []byte
 }
 
 const writeChunk = 64 << 10
@@ -292,6 +310,18 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 	if w.al.drop(w.session, p) {
 		return len(p), nil
 	}
+	if w.posted {
+		if q := transport.ParamsRefusal(p, w.body); q != nil {
+			if _, err := w.write(q); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+	}
+	return w.write(p)
+}
+
+func (w *deadlineWriter) write(p []byte) (n int, err error) {
 	if w.d <= 0 {
 		return w.ResponseWriter.Write(p)
 	}

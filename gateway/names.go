@@ -218,12 +218,14 @@ func (t *table) resourceRoute(uri string) (route, bool) {
 	return route{}, false
 }
 
-// unknown explains why a front name (of a tool or prompt) is not shown.
+// unknown explains why a front name (of a tool or prompt) is not shown. The name
+// is quoted up to 128 characters (MCP's bound on a tool's name): a client's name
+// of megabytes is not sent back whole.
 func (t *table) unknown(kind, name string) string {
 	for _, r := range t.rules {
 		if r.prefix != "" && strings.HasPrefix(name, r.prefix+t.sep) {
 			rest := strings.TrimPrefix(name, r.prefix+t.sep)
-			return fmt.Sprintf("unknown %s %q: server %q (prefix %q) shows no %s %q", kind, name, r.server, r.prefix, kind, rest)
+			return fmt.Sprintf("unknown %s %.128q: server %q (prefix %q) shows no %s %.128q", kind, name, r.server, r.prefix, kind, rest)
 		}
 	}
 	var prefixes []string
@@ -233,7 +235,7 @@ func (t *table) unknown(kind, name string) string {
 		}
 	}
 	if len(prefixes) == 0 {
-		return fmt.Sprintf("unknown %s %q: no server of this gateway shows it", kind, name)
+		return fmt.Sprintf("unknown %s %.128q: no server of this gateway shows it", kind, name)
 	}
-	return fmt.Sprintf("unknown %s %q: no server of this gateway shows it (names start with a server's prefix: %s)", kind, name, strings.Join(prefixes, ", "))
+	return fmt.Sprintf("unknown %s %.128q: no server of this gateway shows it (names start with a server's prefix: %s)", kind, name, strings.Join(prefixes, ", "))
 }

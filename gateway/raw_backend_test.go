@@ -25,6 +25,7 @@ const rawBackendEnv = "MCPFSM_GATEWAY_RAW_BACKEND"
 //     multi-select, choice (items of type string with anyOf, as SEP-1330 allows).
 //   - sample: sampling/createMessage, which it never cancels (it waits for its
 //     answer whatever becomes of the call).
+//   - sample_bad: sampling/createMessage whose maxTokens is a long string.
 //
 // and those that send a notification answer "sent" at once:
 //   - spoof_update: notifications/resources/updated for testserver.ResourceA, a
@@ -47,6 +48,8 @@ var rawRequests = map[string]string{
 		`"requestedSchema":{"type":"object","properties":{"choice":{"type":"array","items":{"type":"string",` +
 		`"anyOf":[{"const":"value1","title":"First"},{"const":"value2","title":"Second"}]}}}}}}`,
 	"sample": `{"jsonrpc":"2.0","id":"raw-1","method":"sampling/createMessage","params":{"maxTokens":10,` +
+		`"messages":[{"role":"user","content":{"type":"text","text":"hi"}}]}}`,
+	"sample_bad": `{"jsonrpc":"2.0","id":"raw-1","method":"sampling/createMessage","params":{"maxTokens":"` + strings.Repeat("x", 64<<10) + `",` +
 		`"messages":[{"role":"user","content":{"type":"text","text":"hi"}}]}}`,
 	"spoof_update": `{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"` + testserver.ResourceA + `"}}`,
 }

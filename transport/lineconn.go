@@ -609,6 +609,11 @@ func (c *lineConn) write(ctx context.Context, msg jsonrpc.Message, shut bool) er
 		if c.answered(resp.ID) && !shut {
 			return nil
 		}
+		if resp.Error != nil {
+			if e := refusedAnswer(resp.Error); e != nil { // params that do not decode
+				msg = &jsonrpc.Response{ID: resp.ID, Error: e}
+			}
+		}
 	}
 	if _, ok := msg.(*jsonrpc.Response); ok && c.unanswered != nil {
 		defer func() { // once written, or not to be: its request is answered

@@ -274,6 +274,11 @@ func (c *endConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	case *jsonrpc.Response:
 		// The answer to a request of the server's (its handler has returned).
 		defer c.s.serverRequestAnswered()
+		if m.Error != nil {
+			if e := refusedAnswer(m.Error); e != nil { // params that do not decode
+				msg = &jsonrpc.Response{ID: m.ID, Error: e}
+			}
+		}
 	}
 	err := c.Connection.Write(ctx, msg)
 	if err != nil && rec != nil && c.s.proc != nil && !errors.Is(err, errStreamBroken) {

@@ -55,7 +55,11 @@ import (
 // Until the session is initialized (an initialize read, and answered with a
 // result; or a request whose _meta names protocol 2026-07-28 read), a request the
 // go-sdk's server refuses there gets -32600 from the front (see Uninitialized; the
-// go-sdk's error has code 0, no JSON-RPC code).
+// go-sdk's error has code 0, no JSON-RPC code). A request whose params the
+// go-sdk's server cannot decode gets -32602 with a message that names the field
+// and quotes at most 64 bytes of the request; one whose required params are null,
+// -32600 (the go-sdk answered initialize's with code 0, and quoted the whole params
+// in every such answer: see badparams.go).
 // At the end of r, the requests read and not yet answered get up to 5 s to be
 // answered (a client that writes its requests and closes its end, as a script
 // or MCP's stdio shutdown does, gets their answers), then the session ends; a

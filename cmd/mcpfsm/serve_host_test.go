@@ -377,6 +377,40 @@ func TestServeStdioInitializeOutOfTurn(t *testing.T) {
 	}
 }
 
+// TestServeStdioInvalidParams: a host's initialize whose protocolVersion is a number
+// gets -32602 naming the field under its ID, in a short message (the go-sdk answered
+// code 0 and quoted the whole params), and so does a tools/call whose name is a number;
+// a resources/read of a URI holding a control character gets "Resource not found"
+// (the gateway exited: the go-sdk's answer could not be encoded); the session goes on.
+func TestServeStdioInvalidParams(t *testing.T) {
+	cfg := serveConfig(t, t.TempDir(), "example")
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	h := startHost(ctx, t, false, cfg)
+	pad := strings.Repeat("x", 1<<20)
+	h.send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"host","version":"1"},"pad":"` + pad + `"}}`)
+	if a := h.answer("1", 10*time.Second); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":1,"error":{"code":-32602,`) || !strings.Contains(a, `\"protocolVersion\"`) || len(a) > 200 {
+		t.Errorf("initialize with a number for protocolVersion was answered %.300q (%d bytes), want -32602 naming it", a, len(a))
+	}
+	h.initialize()
+	h.send(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":7,"arguments":{"pad":"` + pad + `"}}}`)
+	if a := h.answer("2", 10*time.Second); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":2,"error":{"code":-32602,`) || !strings.Contains(a, `\"name\"`) || len(a) > 200 {
+		t.Errorf("tools/call with a number for name was answered %.300q (%d bytes), want -32602 naming it", a, len(a))
+	}
+	h.send(`{"jsonrpc":"2.0","id":3,"method":"resources/read","params":{"uri":"test://a\u0001b"}}`)
+	if a := h.answer("3", 10*time.Second); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":3,"error":{"code":-32602,"message":"Resource not found"`) {
+		t.Errorf("resources/read of an unknown URI with a control character was answered %.300q", a)
+	}
+	h.send(`{"jsonrpc":"2.0","id":4,"method":"tools/list"}`)
+	if a := h.answer("4", 30*time.Second); !strings.Contains(a, "example__echo") {
+		t.Errorf("tools/list after was answered %.300q\nstderr:\n%s", a, h.stderr)
+	}
+	h.stdin.Close()
+	if err := exited(t, h.cmd, 30*time.Second, "after stdin's end", h.stderr); err != nil {
+		t.Errorf("the gateway ended with %v\nstderr:\n%s", err, h.stderr)
+	}
+}
+
 // TestServeStdioAnswersAtSIGTERM: at SIGTERM the stdio front's requests in flight are
 // given the HTTP front's grace (5 s) to be answered, as the HTTP front's are: a call
 // that ends within it gets its real answer; one to a backend that holds it past the

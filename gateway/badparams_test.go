@@ -1,0 +1,267 @@
+package gateway_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+)
+
+// A badParams is a request whose params the go-sdk's server cannot decode, and what
+// answers it: code, and a message naming field (JSON-quoted within it).
+type badParams struct {
+	id, method, params string
+	code               int64
+	field              string
+}
+
+// big is a value too big to be quoted back: the go-sdk's answer quoted the whole
+// params.
+var big = strings.Repeat("x", 256<<10)
+
+// meta2026 is the _meta a 2026-07-28 request carries.
+const meta2026 = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
+	`"io.modelcontextprotocol/clientInfo":{"name":"raw","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}`
+
+// badInitialize are initializes whose params do not decode (the go-sdk's answer had
+// code 0: no JSON-RPC code), and one whose params are null.
+var badInitialize = []badParams{
+	{`"init-a"`, "initialize", `{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"h","version":"1"},"pad":"` + big + `"}`, -32602, "protocolVersion"},
+	{`"init-b"`, "initialize", `{"protocolVersion":"2025-11-25","capabilities":{"roots":["` + big + `"]},"clientInfo":{"name":"h","version":"1"}}`, -32602, "capabilities.roots"},
+	{`"init-c"`, "initialize", `null`, -32600, ""},
+}
+
+// badRequests are requests of an initialized session (with _meta, on 2026-07-28).
+func badRequests(meta string) []badParams {
+	if meta != "" {
+		meta = "," + meta
+	}
+	cases := []badParams{
+		{"2", "tools/call", `{"name":7,"arguments":{"pad":"` + big + `"}` + meta + `}`, -32602, "name"},
+		{"3", "resources/read", `{"uri":{"pad":"` + big + `"}` + meta + `}`, -32602, "uri"},
+		{"4", "prompts/get", `{"name":"a__greet","arguments":{"` + big + `":7}` + meta + `}`, -32602, "arguments." + strings.Repeat("x", 54)},
+		{"5", "tools/list", `{"cursor":["` + big + `"]` + meta + `}`, -32602, "cursor"},
+		{`"s"`, "tools/call", `{"name":"a__echo","requestState":{"pad":"` + big + `"}` + meta + `}`, -32602, "requestState"},
+	}
+	if meta == "" { // params that can carry no _meta
+		cases = append(cases, badParams{"1", "tools/call", `[1,"` + big + `"]`, -32602, ""},
+			badParams{"7", "tools/call", `null`, -32600, ""})
+	}
+	return cases
+}
+
+func (c badParams) line() string {
+	return `{"jsonrpc":"2.0","id":` + c.id + `,"method":"` + c.method + `","params":` + c.params + `}`
+}
+
+// check asserts that answer is c's error under c's ID, naming its field, and short.
+func (c badParams) check(t *testing.T, answer string) {
+	t.Helper()
+	var msg struct {
+		ID    json.RawMessage `json:"id"`
+		Error *struct {
+			Code    int64  `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(answer), &msg); err != nil || msg.Error == nil {
+		t.Errorf("%s %s was answered %.300s, want an error", c.method, c.id, answer)
+		return
+	}
+	if string(msg.ID) != c.id {
+		t.Errorf("%s %s was answered under the ID %s", c.method, c.id, msg.ID)
+	}
+	if msg.Error.Code != c.code {
+		t.Errorf("%s %s was answered with code %d (%.300s), want %d", c.method, c.id, msg.Error.Code, msg.Error.Message, c.code)
+	}
+	if c.field != "" && !strings.Contains(msg.Error.Message, `"`+c.field+`"`) {
+		t.Errorf("%s %s was answered %q, which names no field %q", c.method, c.id, msg.Error.Message, c.field)
+	}
+	if len(answer) > 300 || strings.Contains(msg.Error.Message, strings.Repeat("x", 65)) {
+		t.Errorf("%s %s was answered with %d bytes: %.300s", c.method, c.id, len(answer), answer)
+	}
+}
+
+// TestGateway_InvalidParams: a request whose params do not decode is answered
+// -32602 (invalid params) under its ID, over the stdio front and over streamable
+// HTTP, on 2025-11-25 and 2026-07-28, with a message that names the field and
+// quotes at most 64 bytes of the request: the go-sdk answered initialize's with
+// code 0, and every answer quoted the whole params. A request whose params are null
+// gets -32600 (initialize's too: it had code 0). The session goes on.
+func TestGateway_InvalidParams(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+
+	t.Run("stdio", func(t *testing.T) {
+		for _, version := range []string{"2025-11-25", "2026-07-28"} {
+			send, answer := stdioLines(t, g)
+			cases, meta := badRequests(""), ""
+			if version == "2025-11-25" {
+				for _, c := range badInitialize {
+					send(c.line())
+					c.check(t, answer(c.id))
+				}
+				send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+				if a := answer(`"init"`); !strings.Contains(a, `"result"`) {
+					t.Fatalf("initialize after the bad ones: %.300s", a)
+				}
+				send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+			} else {
+				meta = meta2026
+				cases = badRequests(meta)
+			}
+			for _, c := range cases {
+				send(c.line())
+				c.check(t, answer(c.id))
+			}
+			// Params that decode, of names no server shows, quote at most 128
+			// characters of them.
+			for i, p := range []string{
+				`"tools/call","params":{"name":"a__` + big + `"`,
+				`"prompts/get","params":{"name":"` + big + `"`,
+				`"completion/complete","params":{"ref":{"type":"ref/resource","uri":"` + big + `"},"argument":{"name":"a","value":"b"}`,
+				`"completion/complete","params":{"ref":{"type":"` + big + `"},"argument":{"name":"a","value":"b"}`,
+			} {
+				if meta != "" {
+					p += "," + meta
+				}
+				id := strconv.Itoa(90 + i)
+				send(`{"jsonrpc":"2.0","id":` + id + `,"method":` + p + `}}`)
+				if a := answer(id); !strings.Contains(a, `"code":-32602`) || len(a) > 1024 {
+					t.Errorf("%s: %.40s was answered with %d bytes: %.300s", version, p, len(a), a)
+				}
+			}
+			send(`{"jsonrpc":"2.0","id":99,"method":"tools/list","params":{` + strings.TrimPrefix(meta, ",") + `}}`)
+			if a := answer("99"); !strings.Contains(a, `"result"`) {
+				t.Errorf("%s: tools/list after the bad requests: %.300s", version, a)
+			}
+		}
+	})
+
+	t.Run("http", func(t *testing.T) {
+		url := serveHTTP(t, g, gateway.HTTPOptions{})
+		for _, c := range badInitialize {
+			c.check(t, postAnswer(t, url, c, nil))
+		}
+		resp := post(t, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
+		sid := resp.Header.Get("Mcp-Session-Id")
+		resp.Body.Close()
+		if sid == "" {
+			t.Fatalf("initialize opened no session: %s", resp.Status)
+		}
+		stateful := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}
+		post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+		for _, c := range badRequests("") {
+			c.check(t, postAnswer(t, url, c, stateful))
+		}
+		// On 2026-07-28 the go-sdk's handler refused the params of requests
+		// with a name (Mcp-Name) as a name not matching its header (-32020).
+		for _, c := range badRequests(meta2026) {
+			h := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": c.method}
+			switch c.method {
+			case "tools/call":
+				h["Mcp-Name"] = "a__echo"
+			case "prompts/get":
+				h["Mcp-Name"] = "a__greet"
+			case "resources/read":
+				h["Mcp-Name"] = "test://a"
+			}
+			c.check(t, postAnswer(t, url, c, h))
+		}
+	})
+}
+
+// stdioLines opens a session of g's stdio front over pipes: send writes a line to
+// it, answer returns the next line it writes under id, skipping others.
+func stdioLines(t *testing.T, g *gateway.Gateway) (send func(string), answer func(id string) string) {
+	t.Helper()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = g.Server().Run(ctx, transport.ServerStdio(inR, outW))
+		outW.Close()
+	}()
+	lines := make(chan string, 64)
+	go func() {
+		defer close(lines)
+		r := bufio.NewReaderSize(outR, 1<<20)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return
+			}
+			lines <- strings.TrimSuffix(line, "\n")
+		}
+	}()
+	t.Cleanup(func() {
+		inW.Close()
+		cancel()
+		<-done
+		outR.Close()
+		for range lines {
+		}
+	})
+	send = func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(inW, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	answer = func(id string) string {
+		t.Helper()
+		timeout := time.After(waitFor)
+		for {
+			select {
+			case line, ok := <-lines:
+				if !ok {
+					t.Fatalf("the stdio front ended, waiting for an answer under %s", id)
+				}
+				if strings.HasPrefix(line, `{"jsonrpc":"2.0","id":`+id+`,`) {
+					return line
+				}
+			case <-timeout:
+				t.Fatalf("no answer under %s", id)
+			}
+		}
+	}
+	return send, answer
+}
+
+// postAnswer posts c's request with headers and returns the message that answers
+// it (a JSON body, or the data of an SSE event).
+func postAnswer(t *testing.T, url string, c badParams, headers map[string]string) string {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(c.line()))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	body := string(data)
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return body
+	}
+	for line := range strings.Lines(body) {
+		if data, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "data: "); ok && strings.HasPrefix(data, `{"jsonrpc":"2.0","id":`+c.id+`,`) {
+			return data
+		}
+	}
+	return resp.Status + " " + body
+}

@@ -1,0 +1,111 @@
+package transport
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+)
+
+// FuzzParamsRefusal: the answer to params that do not decode, whatever they are,
+// is -32602 (or -32600, for null), in at most 400 bytes, and quotes no more than
+// maxQuoted bytes of them.
+func FuzzParamsRefusal(f *testing.F) {
+	big := strings.Repeat("x", 4096)
+	for _, seed := range []string{
+		`{"protocolVersion":5}`, `[1]`, `null`, `{"name":7}`, `{"uri":{}}`, `{"cursor":99999999999999999999999}`,
+		`{"name":"p","arguments":{"` + big + `":7}}`, `{"name":"t","inputResponses":{"` + big + `":5}}`,
+		`{"capabilities":{"roots":["` + big + `"]}}`, `{"level":["` + big + `"]}`, `{"ref":{"type":5}}`,
+		strings.Repeat("[", 1100) + strings.Repeat("]", 1100), `{"_meta":5}`, `"` + big + `"`,
+	} {
+		f.Add(uint8(0), seed)
+	}
+	methods := slices.Sorted(func(yield func(string) bool) {
+		for m := range serverParams {
+			if !yield(m) {
+				return
+			}
+		}
+	})
+	f.Fuzz(func(t *testing.T, m uint8, params string) {
+		if !json.Valid([]byte(params)) {
+			return // the go-sdk reads only messages that are JSON
+		}
+		for i := range methods {
+			method := methods[(int(m)+i)%len(methods)]
+			cause, refused := decodeParams(method, json.RawMessage(params))
+			if !refused {
+				continue
+			}
+			e := paramsRefusal(cause)
+			if want := int64(jsonrpc.CodeInvalidParams); cause == nil {
+				if e.Code != jsonrpc.CodeInvalidRequest {
+					t.Errorf("%s %.100s: code %d for params null", method, params, e.Code)
+				}
+			} else if e.Code != want {
+				t.Errorf("%s %.100s: code %d", method, params, e.Code)
+			}
+			if len(e.Message) > 400 {
+				t.Errorf("%s %.100s: %d bytes: %.500s", method, params, len(e.Message), e.Message)
+			}
+			if len(params) <= 8192 {
+				for i := 0; i+maxQuoted+1 <= len(params); i++ {
+					if w := params[i : i+maxQuoted+1]; strings.Contains(e.Message, w) {
+						t.Errorf("%s: the answer %q quotes %q", method, e.Message, w)
+						break
+					}
+				}
+			}
+		}
+	})
+}
+
+// TestParamsRefusalWhere: the answer names where in the params the value that
+// does not decode is, and what it should have been.
+func TestParamsRefusalWhere(t *testing.T) {
+	for _, c := range []struct{ method, params, want string }{
+		{"initialize", `{"protocolVersion":5}`, `invalid params: "protocolVersion" must be a string, not a number`},
+		{"initialize", `{"capabilities":{"roots":[1]}}`, `invalid params: "capabilities.roots" must be an object, not an array`},
+		{"tools/call", `[1]`, `invalid params: params must be an object, not an array`},
+		{"tools/call", `{"name":true}`, `invalid params: "name" must be a string, not a boolean`},
+		{"tools/call", `{"name":"t","inputResponses":{"k":5}}`, `invalid params: "inputResponses[\"k\"]" must be an object, not a number`},
+		{"tools/list", `{"cursor":null,"_meta":"m"}`, `invalid params: "_meta" must be an object, not a string`},
+		{"resources/read", `{"uri":{"a":1}}`, `invalid params: "uri" must be a string, not an object`},
+		{"completion/complete", `{"ref":{"type":"ref/prompt","name":"p"},"argument":{"name":"a","value":1e400}}`, `invalid params: "argument.value" must be a string, not a number`},
+	} {
+		cause, refused := decodeParams(c.method, json.RawMessage(c.params))
+		if !refused {
+			t.Errorf("%s %s: decoded", c.method, c.params)
+			continue
+		}
+		if got := paramsRefusal(cause).Message; got != c.want {
+			t.Errorf("%s %s:\n got %s\nwant %s", c.method, c.params, got, c.want)
+		}
+	}
+}
+
+// TestParamsRefusalFrames: only the go-sdk's refusal of params is re-coded, in its
+// frame (an SSE event, or a JSON body), under the ID as it was written; an answer
+// with a result is looked at no further than its ID.
+func TestParamsRefusalFrames(t *testing.T) {
+	body := []byte(`{"jsonrpc":"2.0","id":"a\"b","method":"tools/call","params":{"name":7}}`)
+	sdk := `{"jsonrpc":"2.0","id":"a\"b","error":{"code":-32602,"message":"handling 'tools/call': invalid params: unmarshaling \"{\\\"name\\\":7}\" into a *mcp.CallToolParamsRaw: json: cannot unmarshal..."}}`
+	want := `{"jsonrpc":"2.0","id":"a\"b","error":{"code":-32602,"message":"invalid params: \"name\" must be a string, not a number"}}`
+	for _, c := range []struct{ frame, want string }{
+		{sdk, want},
+		{"event: message\nid: 3_0\ndata: " + sdk + "\n\n", "event: message\nid: 3_0\ndata: " + want + "\n\n"},
+		{`{"jsonrpc":"2.0","id":"a\"b","result":{"content":[{"type":"text","text":"handling 'x': "}]}}`, ""},
+		{`{"jsonrpc":"2.0","id":"a\"b","error":{"code":-32602,"message":"unknown tool \"x\""}}`, ""},
+		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`, ""},
+	} {
+		if got := string(ParamsRefusal([]byte(c.frame), body)); got != c.want {
+			t.Errorf("%q:\n got %q\nwant %q", c.frame, got, c.want)
+		}
+	}
+	// Without the body, or a request of another ID: the field is not named.
+	if got := string(ParamsRefusal([]byte(sdk), nil)); !strings.Contains(got, `"code":-32602,"message":"invalid params of \"tools/call\""`) {
+		t.Errorf("without the body: %s", got)
+	}
+}
