@@ -53,7 +53,8 @@ const DefaultWriteTimeout = 30 * time.Second
 // their Mcp-Protocol-Version header), one server for both. A request whose client goes
 // away (a 2026-07-28 one) is cancelled, and with it the backend's call. What the
 // front holds for its clients is bounded (o.MaxSessions, o.BodyMemory): past the
-// bounds a client gets 503 with Retry-After, a body over the go-sdk's limit 413. A
+// bounds a client gets 503 with Retry-After, a body over the go-sdk's limit 413 (with
+// the request's JSON-RPC error, if what was read of it names its ID). A
 // POST without a session that is no initialize, only requests a session cannot take
 // before it, gets 400 and a JSON-RPC error (-32600). A request whose params the
 // go-sdk's server cannot decode gets -32602 naming the field, as over the stdio front
@@ -96,7 +97,9 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		charge, err := lim.holdBody(r.Context(), w, r)
 		switch {
 		case errors.Is(err, errBodyTooLarge):
-			http.Error(w, fmt.Sprintf("request body exceeds %d bytes", lim.maxBody), http.StatusRequestEntityTooLarge)
+			var tl *tooLargeError
+			errors.As(err, &tl)
+			bodyTooLarge(w, tl.answer, lim.maxBody)
 			return
 		case errors.Is(err, context.DeadlineExceeded) && r.Context().Err() == nil:
 			w.Header().Set("Retry-After", "1")
@@ -193,7 +196,7 @@ func refuseUninitialized(w http.ResponseWriter, r *http.Request, maxBody int64) 
 			// one over the limit (a 400 here said the client sent a bad request).
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) {
-				http.Error(w, fmt.Sprintf("request body exceeds %d bytes", mbe.Limit), http.StatusRequestEntityTooLarge)
+				bodyTooLarge(w, transport.TooLarge(data, mbe.Limit), mbe.Limit)
 				return true
 			}
 			http.Error(w, "reading the request's body: "+err.Error(), http.StatusBadRequest)
@@ -209,6 +212,22 @@ func refuseUninitialized(w http.ResponseWriter, r *http.Request, maxBody int64) 
 	w.WriteHeader(http.StatusBadRequest)
 	_, _ = w.Write(body)
 	return true
+}
+
+// bodyTooLarge answers a POST whose body is over limit: HTTP 413, with answer, the
+// JSON-RPC error under the request's ID (transport.TooLarge), if what was read of the
+// body named it, as the stdio front answers a line too long. The go-sdk's client
+// takes such an answer for the failure of that request; at a 413 with a body of plain
+// text it ended its whole session (the TypeScript SDK's client fails the request
+// either way).
+func bodyTooLarge(w http.ResponseWriter, answer []byte, limit int64) {
+	if answer == nil {
+		http.Error(w, fmt.Sprintf("request body exceeds %d bytes", limit), http.StatusRequestEntityTooLarge)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusRequestEntityTooLarge)
+	_, _ = w.Write(answer)
 }
 
 // tooMany answers a request that would open one more session or listen stream

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/mcpfsm/mcpfsm/transport"
 	"io"
 	"net/http"
 	"sync"
@@ -110,6 +111,14 @@ func (l *limits) admit(under *int) (done func(), ok bool) {
 // errBodyTooLarge is a body over the SDK's limit.
 var errBodyTooLarge = errors.New("request body too large")
 
+// A tooLargeError is holdBody's error for a body over the SDK's limit: errBodyTooLarge,
+// with the JSON-RPC answer to the request, if what was read of it names its ID
+// (transport.TooLarge).
+type tooLargeError struct{ answer []byte }
+
+func (e *tooLargeError) Error() string        { return errBodyTooLarge.Error() }
+func (e *tooLargeError) Is(target error) bool { return target == errBodyTooLarge }
+
 // firstBodyBuffer is what a body is first read into (and charged) before any of it
 // has come: a client that declares a large body and sends none of it holds no more.
 const firstBodyBuffer = 4 << 10
@@ -182,7 +191,7 @@ func (l *limits) holdBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		}
 		n, rerr := body.Read(buf)
 		if int64(len(data)+n) > limit {
-			return charge, errBodyTooLarge
+			return charge, &tooLargeError{transport.TooLarge(data, l.maxBody)}
 		}
 		data = data[:len(data)+n]
 		if rerr == io.EOF {
@@ -191,7 +200,7 @@ func (l *limits) holdBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		if rerr != nil {
 			var mbe *http.MaxBytesError
 			if errors.As(rerr, &mbe) {
-				return charge, errBodyTooLarge
+				return charge, &tooLargeError{transport.TooLarge(data, l.maxBody)}
 			}
 			return charge, fmt.Errorf("reading the request body: %w", rerr)
 		}

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm/gateway"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -532,5 +534,31 @@ func TestGateway_SessionRequestsBounded(t *testing.T) {
 			t.Fatalf("no room after the calls in flight ended: %v", err)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestGateway_BodyTooLargeKeepsTheSession: a request whose body is over the go-sdk's
+// limit fails alone: the front answers 413 with the JSON-RPC error under the
+// request's ID (-32600, as the stdio front answers a line too long), which the
+// go-sdk's client takes for that request's failure, and the session serves on, on
+// both protocol versions. (A 413 of plain text made the go-sdk's client end its whole
+// session: every later call failed.)
+func TestGateway_BodyTooLargeKeepsTheSession(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		t.Run(version, func(t *testing.T) {
+			cs := httpFront(t, url, version, nil)
+			waitTools(t, cs, has("a__echo"))
+			_, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": strings.Repeat("x", 5<<20)}})
+			var je *jsonrpc.Error
+			if !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidRequest || !strings.Contains(je.Message, "exceeds") {
+				t.Errorf("a call of 5 MiB: %v, want the JSON-RPC error -32600 saying the body is too large", err)
+			}
+			res, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": "after"}})
+			if err != nil || res.IsError {
+				t.Fatalf("a call after it, on the same session: %v, %v", res, err)
+			}
+		})
 	}
 }

@@ -95,3 +95,25 @@ func uninitialized(msgs []jsonrpc.Message) (initializer, refused *jsonrpc.Reques
 	}
 	return nil, refused
 }
+
+// TooLarge returns the JSON-RPC error answering a message longer than limit bytes,
+// of which prefix is what was read, encoded as the stdio front writes its refusal of
+// a line too long (-32600, under the message's ID), where prefix holds the ID (the
+// top-level "id" wherever it is written, found as the stdio front finds it); nil
+// where it holds none. An HTTP front answers a body over its limit with it, beside
+// its status: the go-sdk's client ends its whole session at a status whose body is
+// no JSON-RPC answer, and takes one that is for the failure of that request alone.
+func TooLarge(prefix []byte, limit int64) []byte {
+	var ids idScanner
+	ids.feed(prefix)
+	if ids.id == nil {
+		return nil
+	}
+	line := append(append([]byte(`{"id":`), ids.id...), '}')
+	e := &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("Invalid request: the request body exceeds the maximum size of a message (%d bytes)", limit)}
+	answer, err := refusal(line, e)
+	if err != nil {
+		return nil
+	}
+	return answer
+}

@@ -67,7 +67,8 @@ for clients before protocol 2026-07-28, stateless requests for clients on it.
 TOKEN being the value of the environment variable NAME. Whoever its clients
 are, the HTTP front holds at most --max-sessions sessions and 2026-07-28
 subscriptions/listen streams, and --body-memory MiB of request bodies (each until its request is answered); past them a client gets
-503 with Retry-After, and a body over 4 MiB gets 413.
+503 with Retry-After, and a request over 4 MiB gets 413 with its JSON-RPC
+error (the request fails; its session goes on).
 
 On SIGHUP (and, with --watch, when the config file changes) the config is read
 again and adopted without a restart: servers added, removed, reconnected or
