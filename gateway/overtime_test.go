@@ -473,6 +473,23 @@ func TestGateway_SweepSparesASessionBegunMeanwhile(t *testing.T) {
 		})
 	}))
 	g := start(t, config(sc), gateway.Options{SweepInterval: 20 * time.Millisecond})
+	// The late session subscribes once the gateway shows the backend's resource
+	// (subscribing before, it got "Resource not found" on a loaded machine).
+	shown := front(t, g, nil, "2025-11-25")
+	for {
+		res, err := shown.ListResources(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.ContainsFunc(res.Resources, func(r *mcp.Resource) bool { return r.URI == testserver.ResourceA }) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the gateway never showed the backend's resource")
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 	gp.Store(g)
 	var cs *mcp.ClientSession
 	select {
