@@ -155,7 +155,16 @@ func TestGateway_BodyMemory(t *testing.T) {
 			Meta: mcp.Meta{"pad": strings.Repeat("x", 3<<20)}})
 		held <- err
 	}()
-	time.Sleep(500 * time.Millisecond) // the call is in flight, its body held
+	// The call in flight, its body held (a sleep of 500 ms was too short once, on
+	// a loaded machine):
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+		if st := g.Manager().Conn("a").Status(); st.Session != nil && st.Session.InFlight == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the 3 MiB call never reached its backend")
+		}
+	}
 
 	large := initializeBody[:len(initializeBody)-1] + `,"pad":"` + strings.Repeat("y", 2<<20) + `"}`
 	start := time.Now()
