@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"strconv"
 	"strings"
@@ -264,4 +265,87 @@ func postAnswer(t *testing.T, url string, c badParams, headers map[string]string
 		}
 	}
 	return resp.Status + " " + body
+}
+
+// TestGateway_UnhandledRequests: a request of a method the gateway does not handle
+// is answered -32601 (method not found) under its ID, and one missing its required
+// params -32600, on the stdio front and over streamable HTTP on 2025-11-25 (HTTP 200,
+// as a JSON-RPC error is) and 2026-07-28 (its errors with their status), quoting at
+// most 128 bytes of the method; the session goes on. Over HTTP on 2025-11-25 the
+// go-sdk's handler refused both with a 400 of plain text, before any session saw
+// them, at which the go-sdk's client ends its whole session.
+func TestGateway_UnhandledRequests(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	unknown := `{"jsonrpc":"2.0","id":21,"method":"foo/` + big + `","params":{}}`
+	noParams := `{"jsonrpc":"2.0","id":"np","method":"tools/call"}`
+	check := func(t *testing.T, what, answer, id string, code int64) {
+		t.Helper()
+		c := badParams{id: id, method: what, code: code}
+		c.check(t, answer)
+	}
+
+	t.Run("stdio", func(t *testing.T) {
+		send, answer := stdioLines(t, g)
+		send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+		answer(`"init"`)
+		send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		send(unknown)
+		check(t, "an unknown method", answer("21"), "21", -32601)
+		send(noParams)
+		check(t, "tools/call without params", answer(`"np"`), `"np"`, -32600)
+	})
+
+	t.Run("http", func(t *testing.T) {
+		url := serveHTTP(t, g, gateway.HTTPOptions{})
+		resp := post(t, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
+		sid := resp.Header.Get("Mcp-Session-Id")
+		resp.Body.Close()
+		post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+		for _, tc := range []struct {
+			version string
+			headers map[string]string
+			status  int
+		}{
+			{"2025-11-25", map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}, http.StatusOK},
+			{"2026-07-28", map[string]string{"Mcp-Protocol-Version": "2026-07-28"}, 0},
+		} {
+			for _, r := range []struct {
+				what, line, method, id string
+				code                   int64
+			}{
+				{"an unknown method", unknown, "foo/" + big, "21", -32601},
+				{"tools/call without params", noParams, "tools/call", `"np"`, -32600},
+			} {
+				line := r.line
+				h := maps.Clone(tc.headers)
+				h["Mcp-Method"] = r.method
+				if tc.version == "2026-07-28" {
+					line = strings.Replace(line, `"params":{}`, `"params":{`+meta2026+`}`, 1)
+					h["Mcp-Method"] = r.method[:min(len(r.method), 64)]
+				}
+				req, _ := http.NewRequest("POST", url, strings.NewReader(line))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Accept", "application/json, text/event-stream")
+				for k, v := range h {
+					req.Header.Set(k, v)
+				}
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				data, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if tc.status != 0 && resp.StatusCode != tc.status {
+					t.Errorf("%s: %s was answered with %s, want %d", tc.version, r.what, resp.Status, tc.status)
+				}
+				check(t, tc.version+" "+r.what, strings.TrimSpace(string(data)), r.id, r.code)
+			}
+		}
+		list := post(t, url, `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}`, "Mcp-Session-Id", sid)
+		data, _ := io.ReadAll(list.Body)
+		list.Body.Close()
+		if !strings.Contains(string(data), `"result"`) {
+			t.Errorf("tools/list on the session after them: %s %.300s", list.Status, data)
+		}
+	})
 }

@@ -84,7 +84,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		var dw *deadlineWriter
 		if writeTimeout > 0 || r.Method == http.MethodPost {
 			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session,
-				posted: r.Method == http.MethodPost}
+				posted: r.Method == http.MethodPost, newer: transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version"))}
 			w = dw
 		}
 		if r.Method != http.MethodPost && r.Body != nil && r.Body != http.NoBody {
@@ -321,11 +321,49 @@ type deadlineWriter struct {
 	// (transport.ParamsRefusal); body is the POST's body, if held.
 	posted bool
 	body   []byte
+	// newer: the POST is on protocol 2026-07-28 or later, whose errors go with
+	// their HTTP status (see WriteHeader).
+	newer bool
+	// refused: the go-sdk's handler began a 400 of plain text, whose text Write
+	// answers (see WriteHeader).
+	refused bool
+}
+
+// WriteHeader writes the status, but for a POST's 400 of plain text: the go-sdk's
+// streamable HTTP handler refusing a request that no session saw (a method it does
+// not handle, required params missing, an ID on a notification), with http.Error,
+// which writes its text next. Write then answers the request as a session does over
+// stdio (transport.Unhandled: -32601, or -32600), with 200 (before 2026-07-28, as
+// a JSON-RPC error is; the go-sdk's client ended its whole session at a 400 of text)
+// or the 400 (on 2026-07-28, whose errors go with their status).
+func (w *deadlineWriter) WriteHeader(code int) {
+	if code == http.StatusBadRequest && w.posted && w.body != nil && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+		w.refused = true
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 const writeChunk = 64 << 10
 
 func (w *deadlineWriter) Write(p []byte) (n int, err error) {
+	if w.refused {
+		w.refused = false
+		status := http.StatusBadRequest
+		if answer := transport.Unhandled(w.body, string(p)); answer != nil {
+			if !w.newer {
+				status = http.StatusOK
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Del("X-Content-Type-Options")
+			w.ResponseWriter.WriteHeader(status)
+			if _, err := w.write(answer); err != nil {
+				return 0, err
+			}
+			return len(p), nil
+		}
+		w.ResponseWriter.WriteHeader(status)
+	}
 	if w.al.drop(w.session, p) {
 		return len(p), nil
 	}

@@ -50,9 +50,20 @@ func refusedMethod(message string) (string, bool) {
 }
 
 // refusedAnswer returns the answer in place of err, a request handler's error,
-// where err is the go-sdk's refusal of the request's params; nil otherwise.
+// where err is the go-sdk's refusal of the request's params, or its answer to a
+// method it does not handle (which quoted the whole method: see methodNotFound);
+// nil otherwise.
 func refusedAnswer(err error) *jsonrpc.Error {
 	message := err.Error()
+	var je *jsonrpc.Error
+	if errors.As(err, &je) && je.Code == jsonrpc.CodeMethodNotFound {
+		if rest, ok := strings.CutPrefix(message, notFound); ok {
+			if method, err := strconv.Unquote(rest); err == nil {
+				return methodNotFound(method)
+			}
+		}
+		return nil
+	}
 	method, ok := refusedMethod(message)
 	if !ok {
 		return nil
@@ -62,6 +73,17 @@ func refusedAnswer(err error) *jsonrpc.Error {
 		return invalidParamsOf(method) // a refusal this reading does not know
 	}
 	return paramsRefusal(cause)
+}
+
+// notFound begins the go-sdk's answer to a request of a method it does not handle
+// (its jsonrpc2's, with the method quoted).
+const notFound = "method not found: "
+
+// methodNotFound is the answer to a request of method, which no one handles: the
+// go-sdk's, quoting at most maxQuoted bytes of the method (the go-sdk quoted it
+// whole, however long).
+func methodNotFound(method string) *jsonrpc.Error {
+	return &jsonrpc.Error{Code: jsonrpc.CodeMethodNotFound, Message: notFound + quoteBounded(method)}
 }
 
 // missingParams ends the go-sdk's refusal of params null or missing.
@@ -286,11 +308,17 @@ func ParamsRefusal(frame, body []byte) []byte {
 	}
 	method, ok := refusedMethod(we.Message)
 	var answer *jsonrpc.Error // if the params do not decode as the go-sdk's server decodes them
+	unhandled := false        // the answer to a method not handled
 	switch {
 	case ok && strings.HasSuffix(we.Message, missingParams):
 		answer = paramsRefusal(nil)
 	case ok:
 		answer = invalidParamsOf(method)
+	case we.Code == jsonrpc.CodeMethodNotFound && strings.HasPrefix(we.Message, "JSON RPC not handled: "):
+		// On 2026-07-28 the go-sdk's handler answers a method it does not
+		// handle itself ("JSON RPC not handled: %q unsupported", with 404),
+		// quoting the whole method: answered as a session answers it.
+		unhandled = true
 	case we.Code == mcp.CodeHeaderMismatch:
 		// On 2026-07-28 the go-sdk's handler reads a request's name
 		// (Mcp-Name) from params it cannot decode (mcp/streamable_headers.go,
@@ -304,6 +332,10 @@ func ParamsRefusal(frame, body []byte) []byte {
 	}
 	msgs, _, _ := decodeLine(body, false)
 	for _, m := range msgs {
+		if req, ok := m.(*jsonrpc.Request); ok && req.ID == resp.ID && unhandled {
+			answer = methodNotFound(req.Method)
+			break
+		}
 		if req, ok := m.(*jsonrpc.Request); ok && req.ID == resp.ID && req.Method == method {
 			if cause, refused := decodeParams(method, req.Params); refused {
 				answer = paramsRefusal(cause)

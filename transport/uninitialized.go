@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -112,6 +113,41 @@ func TooLarge(prefix []byte, limit int64) []byte {
 	line := append(append([]byte(`{"id":`), ids.id...), '}')
 	e := &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: fmt.Sprintf("Invalid request: the request body exceeds the maximum size of a message (%d bytes)", limit)}
 	answer, err := refusal(line, e)
+	if err != nil {
+		return nil
+	}
+	return answer
+}
+
+// Unhandled returns the JSON-RPC answer to body, a request that the go-sdk's
+// streamable HTTP server refused before any session saw it, with HTTP 400 and text
+// (its checkRequest's error: a method it does not handle, an ID on a notification's
+// method, required params missing), answered as a session answers it over stdio:
+// -32601 (method not found) for a method not handled, -32600 (invalid request)
+// otherwise, under the request's ID, quoting at most a bounded part of the request.
+// It returns nil where body holds no one request with an ID (the go-sdk's refusal of
+// a notification, of a batch or of a body that is no message stands), or text is no
+// such refusal.
+func Unhandled(body []byte, text string) []byte {
+	msgs, isBatch, err := decodeLine(body, false)
+	if err != nil || isBatch || len(msgs) != 1 {
+		return nil
+	}
+	req, ok := msgs[0].(*jsonrpc.Request)
+	if !ok || !req.IsCall() {
+		return nil
+	}
+	text = strings.TrimSpace(text)
+	var e *jsonrpc.Error
+	switch {
+	case strings.HasPrefix(text, "JSON RPC not handled: "):
+		e = methodNotFound(req.Method)
+	case strings.HasPrefix(text, "invalid request: "):
+		e = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: boundedText(text, 2*maxQuoted)}
+	default:
+		return nil
+	}
+	answer, err := refusal(body, e)
 	if err != nil {
 		return nil
 	}
