@@ -575,7 +575,7 @@ var errNotCalled = errors.New("not called")
 // has not returned by then ignores its context: it is abandoned (its goroutine
 // is the store's, for as long as it does not return), said once in the log,
 // and the store is not called again until it returns (storeCall fails at once
-// meanwhile), so that a store that hangs holds one goroutine, not one per
+// meanwhile; a save so refused is made once it returns: see saveUnsaved), so that a store that hangs holds one goroutine, not one per
 // request. The caller is a goroutine of the client's (a read, a save, a
 // renewal), never a request's, which waits for it until its own deadline only.
 // (A store that hung once kept the client's goroutine for good: a read held
