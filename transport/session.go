@@ -438,7 +438,9 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		return nil, err
 	}
 	if !opts.Deadline.IsZero() {
-		ctx = context.WithValue(ctx, dialDeadlineKey{}, opts.Deadline)
+		b := &dialBound{at: opts.Deadline}
+		defer b.over.Store(true)
+		ctx = context.WithValue(ctx, dialDeadlineKey{}, b)
 	}
 	s := &Session{
 		name:     cfg.Name,
