@@ -473,6 +473,17 @@ func TestGateway_SweepSparesASessionBegunMeanwhile(t *testing.T) {
 		})
 	}))
 	g := start(t, config(sc), gateway.Options{SweepInterval: 20 * time.Millisecond})
+	// The backend's resources are listed apart from its tools: a subscribe before
+	// the gateway has them finds no resource ("Resource not found", once in a full
+	// run). The late session begins once they are listed.
+	lister := front(t, g, nil, "2025-11-25")
+	for listed := false; !listed; time.Sleep(10 * time.Millisecond) {
+		res, err := lister.ListResources(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		listed = slices.ContainsFunc(res.Resources, func(r *mcp.Resource) bool { return r.URI == testserver.ResourceA })
+	}
 	gp.Store(g)
 	var cs *mcp.ClientSession
 	select {
