@@ -11,7 +11,6 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -500,7 +499,9 @@ func (e *refusedError) Unwrap() []error { return []error{e.err, errRejected} }
 // request (a connect) runs out of time.
 func authContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	d, ok := ctx.Deadline()
-	if dial, has := dialDeadline(ctx); has && (!ok || dial.Before(d)) {
+	if dial, has := ctx.Value(dialDeadlineKey{}).(time.Time); has && (!ok || dial.Before(d)) && time.Now().Before(dial) {
+		// A dial's deadline no longer bounds anything once it has passed:
+		// what lives on the dial's context (an event stream) outlives it.
 		d, ok = dial, true
 	}
 	if ok {
@@ -510,30 +511,8 @@ func authContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // dialDeadlineKey keys the context value that carries Options.Deadline to the
-// requests of a dial: a *dialBound.
+// requests of a dial.
 type dialDeadlineKey struct{}
-
-// A dialBound is the deadline of a dial (Options.Deadline), and whether the dial
-// is over.
-type dialBound struct {
-	at   time.Time
-	over atomic.Bool // Dial has returned
-}
-
-// dialDeadline returns the deadline of the dial whose requests are made under ctx,
-// if it is still under way: passed or not, it bounds them. Once Dial has returned it
-// bounds nothing: what lives on the dial's context (an event stream) outlives it.
-// (It was taken to bound nothing once it had passed: an authorization begun after
-// it, during the dial (a second request of the go-sdk's, as it falls back from
-// server/discover to initialize), was given three quarters of what the caller's
-// context had left, and the dial ran that long past its deadline.)
-func dialDeadline(ctx context.Context) (time.Time, bool) {
-	b, ok := ctx.Value(dialDeadlineKey{}).(*dialBound)
-	if !ok || b.over.Load() {
-		return time.Time{}, false
-	}
-	return b.at, true
-}
 
 // sameOriginClient returns a copy of c (or a private client) that makes each
 // request within timeout and follows no redirect to another origin: an

@@ -1193,7 +1193,7 @@ func (o *OAuth) obtain(ctx context.Context, req *http.Request, resp *http.Respon
 		// A flow that heeds ctx returns at once, saying where it was; it is given
 		// flowGrace for that, but not past the dial it is part of.
 		grace := flowGrace
-		if dial, ok := dialDeadline(ctx); ok {
+		if dial, ok := ctx.Value(dialDeadlineKey{}).(time.Time); ok {
 			grace = max(0, min(grace, time.Until(dial)))
 		}
 		t := time.NewTimer(grace)

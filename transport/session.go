@@ -439,9 +439,7 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		return nil, err
 	}
 	if !opts.Deadline.IsZero() {
-		b := &dialBound{at: opts.Deadline}
-		defer b.over.Store(true)
-		ctx = context.WithValue(ctx, dialDeadlineKey{}, b)
+		ctx = context.WithValue(ctx, dialDeadlineKey{}, opts.Deadline)
 	}
 	s := &Session{
 		name:     cfg.Name,
