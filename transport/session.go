@@ -60,9 +60,8 @@ type Options struct {
 	// Deadline, if set, is when the dial must be done, for a caller whose
 	// context ends at its timeout without saying when (as a machine's effects'
 	// contexts do). An authorization needed while dialing takes three quarters
-	// of the time left (none once it has passed), so that it fails as a
-	// refusal, with its reason, before the dial runs out of time. The session
-	// does not inherit it.
+	// of the time left, so that it fails as a refusal, with its reason, before
+	// the dial runs out of time. The session does not inherit it.
 	Deadline time.Time
 }
 
