@@ -244,12 +244,16 @@ func (l *loader) spinEdge(e *edge, fails bool) spinEdge {
 //     (judged again, in the region with them alone). A run that does not take such an
 //     edge for ever stays in the region without them (judged again).
 //   - A streak of cause c grows with each failure of c and starts over with an event
-//     of another cause. A run that takes an edge requiring "not" of a streak of c for
-//     ever must meet other causes (or none) for ever, unless every edge of the region
-//     permits c alone: then it cannot, and the region is judged again without those
-//     edges. Whether the other causes may come often enough depends on
-//     breaker_threshold, which a config may change: where any may come, the streak is
-//     taken to bound nothing.
+//     of another cause; an event without one (a success) leaves it as it was. A run
+//     that takes an edge requiring "not" of a streak of c for ever must meet other
+//     causes for ever, or only finitely many failures of c. Where every edge of the
+//     region permits c or no cause alone, it cannot meet other causes: from some
+//     point on, only successes remain (judged again, in the region with them alone);
+//     a run that does not take such an edge for ever stays in the region without
+//     them (judged again). (A success was once taken to start the streak over: a
+//     loop lengthening it each round was refused.) Whether the other causes may come
+//     often enough depends on breaker_threshold, which a config may change: where
+//     any may come, the streak is taken to bound nothing.
 //   - An action may reset the books (healthy does): a region where one runs is judged
 //     by the guards on the last cause alone.
 //
@@ -296,15 +300,22 @@ func (l *loader) spinRegion(region []spinEdge, done causeSet) []spinEdge {
 		}
 		return l.spinEscape(without, done|1)
 	}
+	const none = causeSet(1 << states.CauseNone)
 	for _, c := range states.AllCauses() {
-		if c == states.CauseNone || notStreak&(1<<c) == 0 || done&(1<<c) != 0 || all&^(1<<c) != 0 {
+		if c == states.CauseNone || notStreak&(1<<c) == 0 || done&(1<<c) != 0 || all&(1<<c) == 0 || all&^(1<<c|none) != 0 {
 			continue
 		}
+		fewer := make([]spinEdge, 0, len(region))
 		var without []spinEdge
 		for _, se := range region {
 			if se.notStreak&(1<<c) == 0 {
 				without = append(without, se)
 			}
+			se.causes &= none
+			fewer = append(fewer, se)
+		}
+		if r := l.spinEscape(fewer, done|1<<c); r != nil {
+			return r
 		}
 		return l.spinEscape(without, done|1<<c)
 	}

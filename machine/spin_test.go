@@ -195,6 +195,22 @@ func TestSpinGuarded(t *testing.T) {
 			failed: alts("connecting", "closing", "waiting", "not closing"),
 		},
 		{
+			// A success between two protocol errors leaves the streak as it was
+			// (an event without a cause changes no book): each round lengthens it.
+			// The loop was refused, as if a success started the streak over.
+			name:      "success between protocol errors, not garbled",
+			connected: alts("retrying", "garbage", "ready", "not garbage"),
+			failed:    `        {to: waiting, description: Wait.}`,
+			retry:     alts("connecting", "garbage, not garbled", "waiting", "garbage, garbled", "waiting", "not garbage"),
+		},
+		{
+			// Successes alone leave the streak short for ever.
+			name:      "success loop under not garbled",
+			connected: alts("connecting", "garbage, not garbled", "ready", "not garbage", "ready", "garbage, garbled"),
+			failed:    `        {to: retrying, description: Another way.}`,
+			want:      []string{"go round connecting → connecting (connected) without a pause", "outcomes with no cause (a success) keep coming"},
+		},
+		{
 			name:      "success loop, unguarded",
 			connected: `        {to: connecting, description: Again.}`,
 			failed:    `        {to: retrying, description: Another way.}`,

@@ -60,6 +60,7 @@ type OAuth struct {
 	reading    *storeRead // the read of the store under way, if any
 	reads      uint64     // counts the reads of the store begun (storeRead.seq)
 	stuck      int        // the calls of the store abandoned that have not returned (see storeCall)
+	unsaved    bool       // a save was not made while stuck: the credentials held are saved once it is not (see saveUnsaved)
 	resets     uint64     // counts the Resets (and reloads): a read begun before the last is not taken for the store's content
 	pending    bool       // creds came from a new authorization and are not saved yet
 	badRefresh uint64     // gen+1 of the credentials whose refresh failed; 0: none
@@ -564,13 +565,17 @@ const storeGrace = 100 * time.Millisecond
 // returned (see storeCall).
 var errStoreSilent = errors.New("the token store ignores the end of its context")
 
+// errNotCalled is wrapped by the error of a call of the token store not made while
+// an abandoned one has not returned (see storeCall).
+var errNotCalled = errors.New("not called")
+
 // storeCall calls the token store (fn: a Load or a Save) on a goroutine of its
 // own, under a context that ends within storeTimeout or when the client's life
 // ends (Close), and waits for it until then and storeGrace more. A call that
 // has not returned by then ignores its context: it is abandoned (its goroutine
 // is the store's, for as long as it does not return), said once in the log,
 // and the store is not called again until it returns (storeCall fails at once
-// meanwhile), so that a store that hangs holds one goroutine, not one per
+// meanwhile; a save so refused is made once it returns: see saveUnsaved), so that a store that hangs holds one goroutine, not one per
 // request. The caller is a goroutine of the client's (a read, a save, a
 // renewal), never a request's, which waits for it until its own deadline only.
 // (A store that hung once kept the client's goroutine for good: a read held
@@ -584,7 +589,7 @@ func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) 
 	o.mu.Lock()
 	if o.stuck > 0 {
 		o.mu.Unlock()
-		return zero, fmt.Errorf("token store: not called: an earlier call has not returned, and %w", errStoreSilent)
+		return zero, fmt.Errorf("token store: %w: an earlier call has not returned, and %w", errNotCalled, errStoreSilent)
 	}
 	o.mu.Unlock()
 	ctx, cancel := o.within(context.Background(), storeTimeout)
@@ -599,6 +604,9 @@ func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) 
 			o.stuck-- // the store is called again once every abandoned call has returned
 		}
 		o.mu.Unlock()
+		if abandoned {
+			o.saveUnsaved()
+		}
 	}()
 	select {
 	case a := <-done:
@@ -662,6 +670,12 @@ func (o *OAuth) save(ctx context.Context, c *Credentials) {
 			o.mu.Unlock()
 		}()
 		_, err := storeCall(o, func(ctx context.Context) (struct{}, error) { return struct{}{}, o.cfg.Store.Save(ctx, o.key, &cp) })
+		if errors.Is(err, errNotCalled) {
+			o.mu.Lock()
+			o.unsaved = true
+			o.mu.Unlock()
+			o.saveUnsaved() // (in case the store returned meanwhile)
+		}
 		if err != nil && !errors.Is(err, errStoreSilent) {
 			o.log.Warn("mcpfsm: saving credentials to the token store", "server", o.server, "error", err)
 		}
@@ -671,6 +685,35 @@ func (o *OAuth) save(ctx context.Context, c *Credentials) {
 	case <-ctx.Done():
 	}
 }
+
+// saveUnsaved saves the credentials held, once no call of the store hangs, if a save
+// was not made while one did (see storeCall): a refresh while the store hung had
+// its save dropped, and once the store came back it held the credentials before
+// that refresh, whose refresh token an endpoint that rotates them had retired (the
+// next process needed a login), or the older ones a hung save wrote as it
+// returned. Credentials not accepted by the server yet (pending) are saved once
+// they are (see worked). The save goes on on its own (Close waits for it).
+func (o *OAuth) saveUnsaved() {
+	o.mu.Lock()
+	if o.stuck > 0 || !o.unsaved || o.life.Err() != nil {
+		o.mu.Unlock()
+		return
+	}
+	o.unsaved = false
+	c, pending := o.creds, o.pending
+	o.mu.Unlock()
+	if c == nil || c.Token == nil || pending {
+		return
+	}
+	o.save(endedContext, c)
+}
+
+// endedContext is a context that has ended: a save under it is not waited for.
+var endedContext = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // worked implements authorizer: credentials from a new authorization are saved
 // once the server accepts them. The request whose answer accepted them waits

@@ -25,7 +25,8 @@ import (
 // Load at a time), which a request waits for until its own deadline only. A
 // call still running 100 ms after its context ended is abandoned: said once in
 // the log, and the store is not called again until that call returns (its
-// reads and saves fail meanwhile; the credentials held in memory serve), so
+// reads and saves fail meanwhile; the credentials held in memory serve, and
+// are saved once it returns if a save failed so), so
 // that a store that hangs holds one goroutine, its own, and no request and no
 // Close.
 type TokenStore interface {
