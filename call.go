@@ -302,7 +302,11 @@ func WithProgress(ctx context.Context, f func(*mcp.ProgressNotificationParams)) 
 // server refused the call's own request with another 4xx, or the server could not be
 // reached at all) or if the tool is annotated readOnlyHint or
 // idempotentHint. Otherwise the error wraps ErrMayHaveRun: a non-idempotent call is
-// never run twice. Every call returns before its context ends.
+// never run twice. A call waits on nothing past the end of its context: it returns
+// then, as soon as the runtime runs it, with the context's error, or with its answer
+// if the answer was in before the context's end reached it (on an overloaded machine
+// that may be past the deadline; see docs/reliability.md, "Calls past their deadline
+// under load").
 func (c *Conn) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallToolResult, error) {
 	var cp mcp.CallToolParams
 	if p != nil {

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,7 +53,7 @@ func policies() *machine.Policies {
 const (
 	callTimeout   = 2 * time.Second        // each call of the load
 	callLoadEvery = 100 * time.Millisecond // a new call this often
-	lateSlack     = time.Second            // how far past its deadline a call may return (a loaded machine)
+	lateSlack     = time.Second            // how far past its deadline a call may return, beyond the runtime's own lateness (see lateness)
 	recoverWithin = 20 * time.Second       // after the fault ends
 	settleLeaks   = 10 * time.Second       // for a row's goroutines, fds and children to go
 	forceGrace    = 2 * time.Second        // transport's bound on a forced close
@@ -147,6 +148,10 @@ type call struct {
 	text            string
 	err             error
 	want            string // the answer it must get, if not its id
+	// woke is when its deadline reached a goroutine waiting on its context
+	// (UnixNano; 0 if it has not, or the call returned before its context
+	// ended): see lateness.
+	woke atomic.Int64
 }
 
 // answer returns the text the call must be answered with.
@@ -464,10 +469,8 @@ func (r *run) serves(tool string) {
 		if tool == "echo" {
 			args = map[string]any{"text": c.id}
 		}
-		ctx, cancel := context.WithDeadline(context.Background(), deadline)
-		res, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
-		cancel()
-		c.end, c.err, c.text = time.Now(), err, text(res)
+		c.do(r.conn, args)
+		err := c.err
 		r.mu.Lock()
 		r.after = append(r.after, c)
 		r.mu.Unlock()
@@ -843,8 +846,6 @@ func (r *run) call(i int) {
 	c := &call{id: r.id + "#" + strconv.Itoa(i), start: time.Now()}
 	c.deadline = c.start.Add(callTimeout)
 	r.begin(c)
-	ctx, cancel := context.WithDeadline(context.Background(), c.deadline)
-	defer cancel()
 	var args map[string]any
 	switch i % 3 {
 	case 0:
@@ -854,8 +855,7 @@ func (r *run) call(i int) {
 	case 2:
 		c.tool, args = "journal", map[string]any{"id": c.id, "ms": 250}
 	}
-	res, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: c.tool, Arguments: args})
-	c.end, c.err, c.text = time.Now(), err, text(res)
+	c.do(r.conn, args)
 	r.done(c)
 }
 
@@ -895,9 +895,10 @@ func text(res *mcp.CallToolResult) string {
 }
 
 // checkCalls checks the contract on every call of the load: it returned by its
-// deadline, with its answer or a *mcpfsm.CallError; a non-idempotent call ran
-// at most once, exactly once if it was answered, and not at all if its error
-// says it cannot have run.
+// deadline (lateSlack past it at most, once the runtime's own lateness is
+// taken off: see lateness), with its answer or a *mcpfsm.CallError; a
+// non-idempotent call ran at most once, exactly once if it was answered, and
+// not at all if its error says it cannot have run.
 func (r *run) checkCalls() {
 	runs := r.journalRuns()
 	r.mu.Lock()
@@ -908,9 +909,7 @@ func (r *run) checkCalls() {
 		r.errorf("only %d calls were made", len(calls))
 	}
 	for _, c := range append(calls, after...) {
-		if late := c.end.Sub(c.deadline); late > lateSlack {
-			r.errorf("call %s returned %v after its deadline: %v", c.id, late, c.err)
-		}
+		r.checkLate(c, lateSlack)
 		var ce *mcpfsm.CallError
 		if c.err != nil && !errors.As(c.err, &ce) {
 			r.errorf("call %s: an error that is not a *mcpfsm.CallError: %T %v", c.id, c.err, c.err)

@@ -48,6 +48,7 @@ func TestMatrix(t *testing.T) {
 	testserver.Build(t) // before the baseline: it runs the go command
 	all := rows()
 	before := measure()
+	stalls.start()
 	began := time.Now()
 	t.Run("rows", func(t *testing.T) {
 		for _, w := range all {
@@ -58,6 +59,9 @@ func TestMatrix(t *testing.T) {
 		}
 	})
 	took := time.Since(began)
+	if n, worst := stalls.end(); n > 0 {
+		t.Logf("the runtime: %d beats of a bystander goroutine came more than %v late, the worst by %v", n, stallMin, worst.Round(time.Millisecond))
+	}
 
 	var after baseline
 	if !settle(settleLeaks, func() bool {
@@ -881,10 +885,7 @@ func (r *run) bigCall(name string) (*call, <-chan struct{}) {
 	go func() {
 		defer r.loadWG.Done()
 		defer close(done)
-		ctx, cancel := context.WithDeadline(context.Background(), c.deadline)
-		defer cancel()
-		res, err := r.conn.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": c.want}})
-		c.end, c.err, c.text = time.Now(), err, text(res)
+		c.do(r.conn, map[string]any{"text": c.want})
 		if load {
 			r.done(c)
 		}
@@ -902,10 +903,9 @@ func (r *run) awaitCall(c *call, done <-chan struct{}) {
 		r.errorf("call %s has not returned %v after its deadline", c.id, time.Since(c.deadline))
 		return
 	}
+	r.checkLate(c, bigCallSlack)
 	var ce *mcpfsm.CallError
 	switch {
-	case c.end.Sub(c.deadline) > bigCallSlack:
-		r.errorf("call %s returned %v after its deadline: %v", c.id, c.end.Sub(c.deadline), c.err)
 	case c.err != nil && !errors.As(c.err, &ce):
 		r.errorf("call %s: an error that is not a *mcpfsm.CallError: %T %v", c.id, c.err, c.err)
 	case c.err == nil && c.text != c.want:
