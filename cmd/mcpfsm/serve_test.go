@@ -1309,7 +1309,8 @@ func (unread) String() string { return "(not read)" }
 // TestServeTypeScriptFeatures: the TypeScript SDK's client, through mcpfsm serve over
 // stdio and over HTTP, uses everything the gateway says goes through (testdata/
 // tsclient/features.mjs, one check each): tools, prompts, resources and templates,
-// completion, logging (its setLevel reaching the backend), progress, cancellation by
+// a method the gateway does not handle (-32601), completion, logging (its setLevel
+// reaching the backend), progress, cancellation by
 // an AbortSignal, sampling, elicitation and roots asked by a backend on 2026-07-28 and
 // on 2025-11-25 (old), the refusal of a client without those capabilities, a
 // subscription, list changes, a kill -9 of the backend (a call fails fast as a tool
@@ -1319,7 +1320,7 @@ func TestServeTypeScriptFeatures(t *testing.T) {
 	for _, name := range []string{"stdio", "http"} {
 		t.Run(name, func(t *testing.T) {
 			checks, stderr := runFeatures(t, script, name)
-			wantChecks(t, checks, []string{"tools", "prompts", "resources", "completion", "logging", "progress", "cancellation",
+			wantChecks(t, checks, []string{"tools", "unknown_method", "prompts", "resources", "completion", "logging", "progress", "cancellation",
 				"sampling/example", "elicitation/example", "roots/example", "sampling/old", "elicitation/old", "roots/old",
 				"refusal", "subscription", "list_changed", "down_fails_fast", "respawn", "respawn_list_changed",
 				"subscription_after_respawn", "reload"})

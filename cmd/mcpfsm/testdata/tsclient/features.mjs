@@ -15,6 +15,7 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import {
   CreateMessageRequestSchema,
+  EmptyResultSchema,
   ElicitRequestSchema,
   ListRootsRequestSchema,
   LoggingMessageNotificationSchema,
@@ -117,6 +118,22 @@ await check("tools", async () => {
   const got = await callText("example__echo", { text: "from typescript" });
   expect(got === "from typescript", `echo answered ${got}`);
   return `${names.length} tools`;
+});
+
+// A method the gateway does not handle is the JSON-RPC error -32601 under the
+// request's ID (over HTTP, it was a 400 of plain text from the go-sdk's handler:
+// an HTTP error, not "method not found"), and the session serves on.
+await check("unknown_method", async () => {
+  let err;
+  try {
+    await client.request({ method: "mcpfsm/no-such-method", params: {} }, EmptyResultSchema);
+  } catch (e) {
+    err = e;
+  }
+  expect(err && err.code === -32601 && /no-such-method/.test(err.message), `answered ${err ? `${err.code} ${err.message}` : "a result"}`);
+  const got = await callText("example__echo", { text: "after" });
+  expect(got === "after", `echo after it answered ${got}`);
+  return err.message;
 });
 
 await check("prompts", async () => {
