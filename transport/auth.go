@@ -494,25 +494,15 @@ func (e *refusedError) Error() string   { return e.err.Error() }
 func (e *refusedError) Unwrap() []error { return []error{e.err, errRejected} }
 
 // authContext bounds an authorization or refresh made for a request with ctx:
-// three quarters of the time ctx has left (or the dial it is part of: see
-// Options.Deadline), so that it fails as a refusal, with its reason, before the
-// request (a connect) runs out of time.
+// three quarters of the time ctx has left (a dial's ctx ends by its deadline:
+// see Options.Deadline), so that it fails as a refusal, with its reason, before
+// the request (a connect) runs out of time.
 func authContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	d, ok := ctx.Deadline()
-	if dial, has := ctx.Value(dialDeadlineKey{}).(time.Time); has && (!ok || dial.Before(d)) && time.Now().Before(dial) {
-		// A dial's deadline no longer bounds anything once it has passed:
-		// what lives on the dial's context (an event stream) outlives it.
-		d, ok = dial, true
-	}
-	if ok {
+	if d, ok := ctx.Deadline(); ok {
 		return context.WithDeadline(ctx, time.Now().Add(time.Until(d)*3/4))
 	}
 	return context.WithCancel(ctx)
 }
-
-// dialDeadlineKey keys the context value that carries Options.Deadline to the
-// requests of a dial.
-type dialDeadlineKey struct{}
 
 // sameOriginClient returns a copy of c (or a private client) that makes each
 // request within timeout and follows no redirect to another origin: an

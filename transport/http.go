@@ -145,12 +145,11 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 	actx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	defer context.AfterFunc(rt.life, func() { stop(context.Cause(rt.life)) })()
+	rec, _ := ctx.Value(statusKey{}).(*answers)
 	tok, gen := rt.auth.bearer(actx)
 	resp, err := rt.send(req, tok)
 	if err != nil || !refusesCredentials(resp.StatusCode) {
-		if err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-			rt.auth.worked(actx, gen)
-		}
+		rt.accepted(actx, rec, resp, err, gen)
 		return resp, err
 	}
 	status, ch := resp.StatusCode, ParseChallenge(resp.Header)
@@ -166,23 +165,19 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 				return nil, err
 			}
 		}
-		rec, _ := ctx.Value(statusKey{}).(*answers)
 		if rec != nil {
 			rec.status.CompareAndSwap(int32(status), 0) // answered again below
 		}
 		tok, gen = rt.auth.bearer(actx)
 		resp, err = rt.send(again, tok)
 		if err != nil || !refusesCredentials(resp.StatusCode) {
-			if err == nil && resp.StatusCode >= 200 && resp.StatusCode <= 299 {
-				rt.auth.worked(actx, gen)
-			}
+			rt.accepted(actx, rec, resp, err, gen)
 			return resp, err
 		}
 		status, ch = resp.StatusCode, ParseChallenge(resp.Header)
 		drainClose(resp.Body)
 		aerr = errors.New("the server refused the request again with new credentials")
 	}
-	rec, _ := ctx.Value(statusKey{}).(*answers)
 	if ua, su := (*authUnavailable)(nil), (*storeUnanswered)(nil); errors.As(aerr, &ua) || errors.As(aerr, &su) {
 		// Nothing was refused for good: the request failed as if its server
 		// could not be reached, and the server ran nothing.
@@ -194,10 +189,25 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 		}
 		return nil, &unavailableError{aerr}
 	}
+	refused := &refusedError{&AuthError{Status: status, Challenge: ch, Err: aerr}}
 	if rec != nil {
 		rec.status.Store(int32(status))
+		rec.refused.CompareAndSwap(nil, refused)
 	}
-	return nil, &refusedError{&AuthError{Status: status, Challenge: ch, Err: aerr}}
+	return nil, refused
+}
+
+// accepted tells the authorizer that a request's credentials worked, if the server
+// answered it with a 2xx (the credentials of a new authorization are then saved),
+// and forgets the refusal its record held: it no longer stands.
+func (rt *lifeRoundTripper) accepted(ctx context.Context, rec *answers, resp *http.Response, err error, gen uint64) {
+	if err != nil || resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return
+	}
+	if rec != nil {
+		rec.refused.Store(nil)
+	}
+	rt.auth.worked(ctx, gen)
 }
 
 // answerGrace is how long the body of a JSON answer under way may still take once its
@@ -473,6 +483,10 @@ type answers struct {
 	notJSON  atomic.Bool  // an answer said it was JSON and was not (see Error.NotJSON)
 	notMCP   atomic.Bool  // a 2xx answer was neither JSON nor an event stream (see Error.NotMCP)
 	answered atomic.Bool  // the server's JSON-RPC answer came (see Error.Answered)
+	// refused is the first refusal of the request's credentials (an authorization
+	// that failed) since a 2xx answer to it, if any: a dial fails with it (see
+	// Dial), not with a later one.
+	refused atomic.Pointer[refusedError]
 	// cancel is 1 once the request's caller gave up and its notifications/cancelled
 	// is awaited, 2 once that was written; pending counts it (see pendingCancels).
 	cancel  atomic.Int32

@@ -1191,10 +1191,11 @@ func (o *OAuth) obtain(ctx context.Context, req *http.Request, resp *http.Respon
 	case err = <-done:
 	case <-ctx.Done():
 		// A flow that heeds ctx returns at once, saying where it was; it is given
-		// flowGrace for that, but not past the dial it is part of.
+		// flowGrace for that, but not past the request it is for (a dial's ends
+		// by the dial's deadline: see Options.Deadline).
 		grace := flowGrace
-		if dial, ok := ctx.Value(dialDeadlineKey{}).(time.Time); ok {
-			grace = max(0, min(grace, time.Until(dial)))
+		if d, ok := req.Context().Deadline(); ok {
+			grace = max(0, min(grace, time.Until(d)))
 		}
 		t := time.NewTimer(grace)
 		select {

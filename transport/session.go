@@ -59,9 +59,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Deadline, if set, is when the dial must be done, for a caller whose
 	// context ends at its timeout without saying when (as a machine's effects'
-	// contexts do). An authorization needed while dialing takes three quarters
-	// of the time left, so that it fails as a refusal, with its reason, before
-	// the dial runs out of time. The session does not inherit it.
+	// contexts do): the dial ends by it, as if its context ended then, whatever
+	// its requests wait for. An authorization needed while dialing takes three
+	// quarters of the time left, so that it fails as a refusal, with its reason,
+	// before the dial runs out of time; one needed once it has passed fails at
+	// once. The session does not inherit it: its event stream and later
+	// requests outlive it.
 	Deadline time.Time
 }
 
@@ -437,13 +440,23 @@ func (s *Session) ended(err error) {
 // ctx bounds the dial and initialize only: the session outlives it. On
 // failure everything Dial opened is closed before it returns (a stdio child is
 // killed and reaped, HTTP requests are aborted). A failure is an *Error with
-// Op OpDial; if ctx ended, errors.Is(err, context.Cause(ctx)) holds.
+// Op OpDial; if ctx ended, errors.Is(err, context.Cause(ctx)) holds. A dial
+// whose request was refused for its credentials (an authorization that failed)
+// and not accepted since fails with that first refusal, an *AuthError, whatever
+// failed after it (the go-sdk falls back from server/discover to initialize, which
+// is refused again, or cut short by the deadline).
 func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if !opts.Deadline.IsZero() {
-		ctx = context.WithValue(ctx, dialDeadlineKey{}, opts.Deadline)
+		// The dial ends by its deadline, whatever it waits for: an authorization
+		// of one of its requests takes three quarters of what is left of it
+		// (authContext), and one begun once it has passed fails at once. The
+		// session's life, and the event stream that lives on it, are detached.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, opts.Deadline)
+		defer cancel()
 	}
 	s := &Session{
 		name:     cfg.Name,
@@ -474,6 +487,15 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		err = context.Cause(ctx)
 	}
 	if err != nil {
+		if r := status.refused.Load(); r != nil && !errors.Is(err, r) {
+			// The dial's first refusal (an authorization that failed), which no
+			// answer since has resolved, is its failure: what failed after it
+			// is the go-sdk's fallback from server/discover to initialize,
+			// refused again (its authorization begun late, with none of the
+			// dial's time left) or cut short.
+			err = r
+			status.status.Store(int32(r.err.Status))
+		}
 		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 			// ctx ended and took the session's life with it: the transport
 			// may have failed from that before the SDK saw ctx end.
