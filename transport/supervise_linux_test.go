@@ -27,7 +27,9 @@ func TestCloseSendsSIGTERM(t *testing.T) {
 	cfg.Stdio.Args = append([]string{"-ignore-eof"}, cfg.Stdio.Args...)
 	s := dial(t, cfg, Options{})
 	pid := s.proc.cmd.Process.Pid
-	const timeout = 2 * time.Second
+	// The child's runtime handles SIGTERM (its exit needs a CPU): half of 4 s
+	// left it time to on a loaded machine, where half of 2 s once did not.
+	const timeout = 4 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	start := time.Now()
