@@ -334,11 +334,22 @@ func notRun(cause states.Cause, err error) bool {
 // SDK's bare context error does not say: the error is then that reason, in words,
 // followed by what err says was waiting (the request a server left unanswered, such
 // as a restore's logging/setLevel), if it says more than that its context ended.
+// Except at its timeout, for a server's refusal met before it (cause auth or
+// config): that refusal is the effect's failure, as it was.
 func ClassifyEffect(ctx context.Context, inv machine.Invocation, err error, ownClose bool) (states.Cause, error) {
 	if ctx.Err() == nil {
 		return Classify(err, ownClose), err
 	}
 	why := context.Cause(ctx)
+	if errors.Is(why, machine.ErrEffectTimeout) {
+		// A server's refusal met before the time ran out (our credentials, a
+		// config that cannot work) is why the effect failed, not the time: a dial
+		// whose authorization failed ends at its deadline (transport's
+		// Options.Deadline) with that refusal, which must reach unauthorized.
+		if c := Classify(err, ownClose); c == states.CauseAuth || c == states.CauseConfig {
+			return c, err
+		}
+	}
 	msg := fmt.Sprintf("%s interrupted by Close", inv.Effect)
 	if errors.Is(why, machine.ErrEffectTimeout) {
 		msg = fmt.Sprintf("%s: no answer within %s (%s)", inv.Effect, inv.Timeout, inv.TimeoutPolicy)

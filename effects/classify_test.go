@@ -205,6 +205,28 @@ func TestClassifyRealErrors(t *testing.T) {
 			}
 			return errors.Join(noise, real)
 		}},
+		{"a refusal of our credentials met as the connect policy timed out", false, states.CauseAuth, func(t *testing.T) error {
+			// A dial ends at its deadline with its first refusal (transport's
+			// Options.Deadline), which the connect's context shares.
+			ctx, cancel := context.WithTimeoutCause(context.Background(), time.Millisecond, machine.ErrEffectTimeout)
+			defer cancel()
+			<-ctx.Done()
+			refused := &transport.Error{Server: "x", Op: transport.OpDial, HTTPStatus: http.StatusUnauthorized, Err: &transport.AuthError{Status: http.StatusUnauthorized, Err: transport.ErrLoginRequired}}
+			cause, err := ClassifyEffect(ctx, machine.Invocation{Effect: "connect"}, refused, false)
+			if cause != states.CauseAuth || err != refused {
+				t.Errorf("ClassifyEffect = %s, %v; want auth, the refusal", cause, err)
+			}
+			// A refusal does not outweigh Close, nor does another error the timeout.
+			closed, stop := context.WithCancelCause(context.Background())
+			stop(machine.ErrClosed)
+			if cause, _ := ClassifyEffect(closed, machine.Invocation{Effect: "connect"}, refused, false); cause != states.CauseArtifact {
+				t.Errorf("ClassifyEffect at Close = %s, want artifact", cause)
+			}
+			if cause, _ := ClassifyEffect(ctx, machine.Invocation{Effect: "connect"}, io.ErrUnexpectedEOF, false); cause != states.CauseTimeout {
+				t.Errorf("ClassifyEffect of another error at the timeout = %s, want timeout", cause)
+			}
+			return refused
+		}},
 		{"Close interrupted an effect", false, states.CauseArtifact, func(t *testing.T) error {
 			ctx, cancel := context.WithCancelCause(context.Background())
 			go func() { time.Sleep(200 * time.Millisecond); cancel(machine.ErrClosed) }()
