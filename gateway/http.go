@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -146,11 +145,8 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		if r.Header.Get("Mcp-Session-Id") == "" {
-			if refuseUninitialized(w, r, lim.maxBody) {
+			if refuseUninitialized(w, r) {
 				return
-			}
-			if b, ok := r.Body.(*heldBody); ok && dw != nil && dw.body == nil {
-				dw.body = b.data // read whole there
 			}
 			done, ok := lim.openSession()
 			if !ok {
@@ -183,26 +179,11 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 // 400, as MCP asks of a request without a session ID other than initialize, with
 // the JSON-RPC error (-32600, under the request's ID) the stdio front gives. The
 // go-sdk's handler opened a session for it (one of MaxSessions while it ran), and
-// answered HTTP 200 with an error of code 0, no JSON-RPC code. A body is read whole
-// here (at most maxBody) where the body memory did not hold it.
-func refuseUninitialized(w http.ResponseWriter, r *http.Request, maxBody int64) bool {
+// answered HTTP 200 with an error of code 0, no JSON-RPC code.
+func refuseUninitialized(w http.ResponseWriter, r *http.Request) bool {
 	var data []byte
-	if b, ok := r.Body.(*heldBody); ok {
+	if b, ok := r.Body.(*heldBody); ok { // held by holdBody: every POST's body is
 		data = b.data
-	} else if r.Body != nil && r.Body != http.NoBody {
-		var err error
-		if data, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
-			// As the go-sdk answers a body it cannot read, and the body memory
-			// one over the limit (a 400 here said the client sent a bad request).
-			var mbe *http.MaxBytesError
-			if errors.As(err, &mbe) {
-				bodyTooLarge(w, transport.TooLarge(data, mbe.Limit), mbe.Limit)
-				return true
-			}
-			http.Error(w, "reading the request's body: "+err.Error(), http.StatusBadRequest)
-			return true
-		}
-		r.Body = &heldBody{data: data}
 	}
 	body := transport.Uninitialized(data)
 	if body == nil {

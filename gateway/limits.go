@@ -133,8 +133,12 @@ const firstBodyBuffer = 4 << 10
 // part and waiting for more would only wait each other out. The charge is given
 // back by releaseBody once the request has been served (the SDK keeps a call's
 // arguments, which point into its own copy of the body, until it is answered).
+//
+// Without a budget (BodyMemory negative) the body is read and held the same way,
+// charged to nothing: what the front answers a body over the limit, and a request
+// whose params do not decode, needs it (see bodyTooLarge, deadlineWriter).
 func (l *limits) holdBody(ctx context.Context, w http.ResponseWriter, r *http.Request) (charge int64, err error) {
-	if l.bodies == nil || r.Body == nil || r.Body == http.NoBody {
+	if r.Body == nil || r.Body == http.NoBody {
 		return 0, nil
 	}
 	limit := l.maxBody // the SDK refuses a longer body
@@ -144,7 +148,7 @@ func (l *limits) holdBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 	deadline := time.Now().Add(l.wait)
 	covered := false // the whole body is charged: growing asks for nothing more
 	grow := func(n int64) error {
-		if covered {
+		if covered || l.bodies == nil {
 			return nil
 		}
 		if l.bodies.TryAcquire(n) {
@@ -162,7 +166,7 @@ func (l *limits) holdBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return nil
 	}
 	defer func() {
-		if err != nil {
+		if err != nil && charge > 0 {
 			l.bodies.Release(charge)
 			charge = 0
 		}

@@ -550,13 +550,18 @@ func TestGateway_SessionRequestsBounded(t *testing.T) {
 // limit fails alone: the front answers 413 with the JSON-RPC error under the
 // request's ID (-32600, as the stdio front answers a line too long), which the
 // go-sdk's client takes for that request's failure, and the session serves on, on
-// both protocol versions. (A 413 of plain text made the go-sdk's client end its whole
-// session: every later call failed.)
+// both protocol versions, with the body memory and without it (BodyMemory negative:
+// the go-sdk's handler read the body then, and answered 413 itself). (A 413 of plain
+// text made the go-sdk's client end its whole session: every later call failed.)
 func TestGateway_BodyTooLargeKeepsTheSession(t *testing.T) {
 	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
-	url := serveHTTP(t, g, gateway.HTTPOptions{})
-	for _, version := range []string{"2025-11-25", "2026-07-28"} {
-		t.Run(version, func(t *testing.T) {
+	for _, tc := range []struct {
+		version string
+		memory  int64
+	}{{"2025-11-25", 0}, {"2026-07-28", 0}, {"2025-11-25", -1}, {"2026-07-28", -1}} {
+		url := serveHTTP(t, g, gateway.HTTPOptions{BodyMemory: tc.memory})
+		version := tc.version
+		t.Run(fmt.Sprintf("%s/memory=%d", version, tc.memory), func(t *testing.T) {
 			cs := httpFront(t, url, version, nil)
 			waitTools(t, cs, has("a__echo"))
 			_, err := cs.CallTool(callCtx(t), &mcp.CallToolParams{Name: "a__echo", Arguments: map[string]any{"text": strings.Repeat("x", 5<<20)}})
