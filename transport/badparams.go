@@ -49,11 +49,35 @@ func refusedMethod(message string) (string, bool) {
 	return method, ok
 }
 
+// sdkRefusalText reports whether message, of an answer to a request of method, is
+// the go-sdk's refusal of its params, as its server words it: "handling 'M': "
+// around its invalid params error ("invalid params: unmarshaling %q into a %T:
+// %w"), its invalid request error ("invalid request: missing required
+// \"params\""), or initialize's error ("unmarshaling %q into a %T: %w",
+// "missing required \"params\"").
+func sdkRefusalText(method, message string) bool {
+	rest, ok := strings.CutPrefix(message, sdkRefusal+method+"': ")
+	if !ok {
+		return false
+	}
+	if method == "initialize" {
+		rest = strings.TrimPrefix(rest, "invalid params: ")
+		return strings.HasPrefix(rest, `unmarshaling "`) || rest == missingParams
+	}
+	return strings.HasPrefix(rest, `invalid params: unmarshaling "`) || rest == "invalid request: "+missingParams
+}
+
 // refusedAnswer returns the answer in place of err, a request handler's error,
 // where err is the go-sdk's refusal of the request's params, or its answer to a
 // method it does not handle (which quoted the whole method: see methodNotFound);
-// nil otherwise.
+// nil otherwise. Both are the go-sdk's wrappings (fmt.Errorf with %w) around the
+// cause; an error a handler returned as it is, a *jsonrpc.Error (a backend's own,
+// passed on by the gateway), is never one, whatever its message says.
 func refusedAnswer(err error) *jsonrpc.Error {
+	inner := errors.Unwrap(err)
+	if _, ok := err.(*jsonrpc.Error); ok || inner == nil {
+		return nil
+	}
 	message := err.Error()
 	var je *jsonrpc.Error
 	if errors.As(err, &je) && je.Code == jsonrpc.CodeMethodNotFound {
@@ -65,8 +89,8 @@ func refusedAnswer(err error) *jsonrpc.Error {
 		return nil
 	}
 	method, ok := refusedMethod(message)
-	if !ok {
-		return nil
+	if !ok || message != sdkRefusal+method+"': "+inner.Error() {
+		return nil // not "handling 'M': %w" around inner
 	}
 	cause := refusalCause(err)
 	if cause == nil && !strings.HasSuffix(message, missingParams) {
@@ -278,7 +302,10 @@ func decodeParams(method string, params json.RawMessage) (cause error, refused b
 // (an SSE event, or a JSON body), where the message is the go-sdk's answer to a
 // request of the body whose params do not decode (see refusedAnswer); nil
 // otherwise. It looks no further than a message's ID unless the message is an
-// error. With body nil the answer names no field.
+// error. An error is the go-sdk's refusal only where the request it answers
+// (found in body by its ID) is refused as the go-sdk refuses it: an error with
+// the same words, a backend's passed on, is left as it is. With body nil only the
+// go-sdk's own words tell its refusal, and the answer names no field.
 func ParamsRefusal(frame, body []byte) []byte {
 	head, data, tail := frame[:0], frame, frame[len(frame):]
 	if !bytes.HasPrefix(frame, []byte("{")) { // an SSE event: the message is its data
@@ -306,19 +333,23 @@ func ParamsRefusal(frame, body []byte) []byte {
 	if !ok || !errors.As(resp.Error, &we) {
 		return nil
 	}
-	method, ok := refusedMethod(we.Message)
-	var answer *jsonrpc.Error // if the params do not decode as the go-sdk's server decodes them
-	unhandled := false        // the answer to a method not handled
+	if we.Data != nil {
+		return nil // the go-sdk's refusals carry no data
+	}
+	method, handling := refusedMethod(we.Message)
 	switch {
-	case ok && strings.HasSuffix(we.Message, missingParams):
-		answer = paramsRefusal(nil)
-	case ok:
-		answer = invalidParamsOf(method)
+	case handling:
+		if body == nil && !sdkRefusalText(method, we.Message) {
+			// Which request it answers is not known: only the go-sdk's
+			// words say it is its refusal.
+			return nil
+		}
 	case we.Code == jsonrpc.CodeMethodNotFound && strings.HasPrefix(we.Message, "JSON RPC not handled: "):
 		// On 2026-07-28 the go-sdk's handler answers a method it does not
 		// handle itself ("JSON RPC not handled: %q unsupported", with 404),
-		// quoting the whole method: answered as a session answers it.
-		unhandled = true
+		// quoting the whole method: answered as a session answers it. (A
+		// session's answer of code -32601 is always "method not found: %q",
+		// the go-sdk's jsonrpc2's.)
 	case we.Code == mcp.CodeHeaderMismatch:
 		// On 2026-07-28 the go-sdk's handler reads a request's name
 		// (Mcp-Name) from params it cannot decode (mcp/streamable_headers.go,
@@ -330,17 +361,32 @@ func ParamsRefusal(frame, body []byte) []byte {
 	default:
 		return nil
 	}
+	var req *jsonrpc.Request // the request of the body answered
 	msgs, _, _ := decodeLine(body, false)
 	for _, m := range msgs {
-		if req, ok := m.(*jsonrpc.Request); ok && req.ID == resp.ID && unhandled {
-			answer = methodNotFound(req.Method)
+		if r, ok := m.(*jsonrpc.Request); ok && r.ID == resp.ID {
+			req = r
 			break
 		}
-		if req, ok := m.(*jsonrpc.Request); ok && req.ID == resp.ID && req.Method == method {
-			if cause, refused := decodeParams(method, req.Params); refused {
-				answer = paramsRefusal(cause)
-			}
-			break
+	}
+	// The answer, where it is the go-sdk's refusal of the request answered
+	// (a backend's error, passed on, may say anything): the request's method
+	// is not handled, or its params do not decode as the go-sdk's server
+	// decodes them.
+	var answer *jsonrpc.Error
+	switch {
+	case req == nil && body == nil && handling:
+		if answer = paramsRefusal(nil); !strings.HasSuffix(we.Message, missingParams) {
+			answer = invalidParamsOf(method)
+		}
+	case req == nil:
+	case we.Code == jsonrpc.CodeMethodNotFound && !handling:
+		if we.Message == "JSON RPC not handled: "+strconv.Quote(req.Method)+" unsupported" {
+			answer = methodNotFound(req.Method)
+		}
+	case req.Method == method:
+		if cause, refused := decodeParams(method, req.Params); refused {
+			answer = paramsRefusal(cause)
 		}
 	}
 	if answer == nil {

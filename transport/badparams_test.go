@@ -1,8 +1,10 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -107,5 +109,47 @@ func TestParamsRefusalFrames(t *testing.T) {
 	// Without the body, or a request of another ID: the field is not named.
 	if got := string(ParamsRefusal([]byte(sdk), nil)); !strings.Contains(got, `"code":-32602,"message":"invalid params of \"tools/call\""`) {
 		t.Errorf("without the body: %s", got)
+	}
+}
+
+// TestParamsRefusalLookalikes: an error answer that reads like the go-sdk's refusal
+// of a request but is not its refusal of the request answered (a backend's error
+// passed on by the gateway: its request's params decode, its method is another,
+// it carries data) is left as it is, with the body held and without.
+func TestParamsRefusalLookalikes(t *testing.T) {
+	good := []byte(`{"jsonrpc":"2.0","id":"a\u0022b","method":"prompts/get","params":{"name":"p"}}`)
+	bad := []byte(`{"jsonrpc":"2.0","id":"a\"b","method":"prompts/get","params":{"name":7}}`)
+	answer := func(code int, message, data string) string {
+		if data != "" {
+			data = `,"data":` + data
+		}
+		m, _ := json.Marshal(message)
+		return `{"jsonrpc":"2.0","id":"a\"b","error":{"code":` + strconv.Itoa(code) + `,"message":` + string(m) + data + `}}`
+	}
+	for _, c := range []struct {
+		frame string
+		body  []byte
+	}{
+		{answer(-32000, "handling 'payment': card declined", ""), good},
+		{answer(-32000, "handling 'payment': card declined", ""), nil},
+		{answer(-32000, "handling 'payment': card declined", ""), bad},
+		{answer(-32602, `handling 'prompts/get': invalid params: unmarshaling "{}" into a *T: no`, ""), good},
+		{answer(-32602, `handling 'prompts/get': invalid params: unmarshaling "{}" into a *T: no`, `{"k":1}`), bad},
+		{answer(-32602, `handling 'prompts/get': invalid params: unmarshaling "{}" into a *T: no`, `{"k":1}`), nil},
+		{answer(-32600, `handling 'prompts/get': invalid request: missing required "params"`, ""), good},
+		{answer(-32601, `JSON RPC not handled: "prompts/list" unsupported`, ""), good},
+		{answer(-32601, `JSON RPC not handled: "prompts/get" unsupported`, ""), nil},
+		{answer(-32020, `failed to extract name from parameters for method "prompts/get"`, ""), good},
+	} {
+		if got := ParamsRefusal([]byte(c.frame), c.body); got != nil {
+			t.Errorf("%s (body %.30s) was re-coded: %s", c.frame, c.body, got)
+		}
+	}
+	// The go-sdk's refusal of the request answered, ID escaped or not.
+	sdk := answer(-32602, `handling 'prompts/get': invalid params: unmarshaling "{\"name\":7}" into a *mcp.GetPromptParams: json: no`, "")
+	for _, body := range [][]byte{bad, bytes.Replace(bad, []byte(`"a\"b"`), []byte(`"a\u0022b"`), 1), nil} {
+		if got := ParamsRefusal([]byte(sdk), body); !bytes.Contains(got, []byte(`"id":"a\"b","error":{"code":-32602,"message":"invalid params`)) {
+			t.Errorf("the go-sdk's refusal (body %s) was re-coded: %s", body, got)
+		}
 	}
 }
