@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/gateway"
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -111,4 +114,64 @@ func TestGateway_BackendErrorsPassedThrough(t *testing.T) {
 			check(t, "2026-07-28", i, postAnswer(t, url, c, map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "prompts/get", "Mcp-Name": "b__refuse"}))
 		}
 	})
+}
+
+// TestGateway_BatchRefusals: on a 2025-03-26 session, whose POSTs may carry batches,
+// each request of a batch whose params do not decode is answered -32602 naming its
+// field under its own ID (a string with escapes too), and the batch's other answers
+// are as they were.
+func TestGateway_BatchRefusals(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	resp := post(t, url, `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
+	sid := resp.Header.Get("Mcp-Session-Id")
+	resp.Body.Close()
+	if sid == "" {
+		t.Fatalf("initialize opened no session: %s", resp.Status)
+	}
+	h := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-03-26"}
+	post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+	bad := []badParams{
+		{"1", "tools/call", `{"name":7,"arguments":{"pad":"` + big + `"}}`, -32602, "name"},
+		{`"3\"x\u00e9"`, "prompts/get", `{"name":"a__greet","arguments":{"k":5}}`, -32602, "arguments.k"},
+		{"4", "resources/read", `{"uri":["` + big + `"]}`, -32602, "uri"},
+	}
+	good := `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`
+	req, _ := http.NewRequest("POST", url, strings.NewReader("["+bad[0].line()+","+good+","+bad[1].line()+","+bad[2].line()+"]"))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	answers := map[string]string{}
+	for line := range strings.Lines(string(data)) {
+		if m, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "data: "); ok {
+			var msg struct {
+				ID json.RawMessage `json:"id"`
+			}
+			if json.Unmarshal([]byte(m), &msg) == nil {
+				answers[string(msg.ID)] = m
+			}
+		}
+	}
+	if len(answers) != 4 {
+		t.Fatalf("%s: %d answers to a batch of 4: %.600s", resp.Status, len(answers), data)
+	}
+	for _, c := range bad {
+		// The ID is answered as the go-sdk writes it.
+		var id any
+		_ = json.Unmarshal([]byte(c.id), &id)
+		written, _ := json.Marshal(id)
+		c.id = string(written)
+		c.check(t, answers[c.id])
+	}
+	if a := answers["2"]; !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":2,"result":{`) || !strings.Contains(a, `"tools":[{`) {
+		t.Errorf("tools/list in the batch was answered %.300s", a)
+	}
 }
