@@ -110,7 +110,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		}
 		defer lim.releaseBody(charge)
 		if b, ok := r.Body.(*heldBody); ok && dw != nil {
-			dw.body = b.data // held until the request is served
+			dw.body = transport.NewPostBody(b.data) // held until the request is served
 		}
 		if b, ok := r.Body.(*heldBody); ok && session != "" && mayCancel(b.data) && g.hasSession(session) {
 			g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
@@ -301,7 +301,7 @@ type deadlineWriter struct {
 	// to a request whose params do not decode is re-coded
 	// (transport.ParamsRefusal); body is the POST's body, if held.
 	posted bool
-	body   []byte
+	body   transport.PostBody
 	// newer: the POST is on protocol 2026-07-28 or later, whose errors go with
 	// their HTTP status (see WriteHeader).
 	newer bool
@@ -318,7 +318,7 @@ type deadlineWriter struct {
 // a JSON-RPC error is; the go-sdk's client ended its whole session at a 400 of text)
 // or the 400 (on 2026-07-28, whose errors go with their status).
 func (w *deadlineWriter) WriteHeader(code int) {
-	if code == http.StatusBadRequest && w.posted && w.body != nil && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
+	if code == http.StatusBadRequest && w.posted && w.body.Bytes() != nil && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
 		w.refused = true
 		return
 	}
@@ -331,7 +331,7 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 	if w.refused {
 		w.refused = false
 		status := http.StatusBadRequest
-		if answer := transport.Unhandled(w.body, string(p)); answer != nil {
+		if answer := transport.Unhandled(w.body.Bytes(), string(p)); answer != nil {
 			if !w.newer {
 				status = http.StatusOK
 			}
@@ -349,7 +349,7 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 		return len(p), nil
 	}
 	if w.posted {
-		if q := transport.ParamsRefusal(p, w.body); q != nil {
+		if q := transport.ParamsRefusal(p, &w.body); q != nil {
 			if _, err := w.write(q); err != nil {
 				return 0, err
 			}

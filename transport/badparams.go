@@ -49,11 +49,35 @@ func refusedMethod(message string) (string, bool) {
 	return method, ok
 }
 
+// sdkRefusalText reports whether message, of an answer to a request of method, is
+// the go-sdk's refusal of its params, as its server words it: "handling 'M': "
+// around its invalid params error ("invalid params: unmarshaling %q into a %T:
+// %w"), its invalid request error ("invalid request: missing required
+// \"params\""), or initialize's error ("unmarshaling %q into a %T: %w",
+// "missing required \"params\"").
+func sdkRefusalText(method, message string) bool {
+	rest, ok := strings.CutPrefix(message, sdkRefusal+method+"': ")
+	if !ok {
+		return false
+	}
+	if method == "initialize" {
+		rest = strings.TrimPrefix(rest, "invalid params: ")
+		return strings.HasPrefix(rest, `unmarshaling "`) || rest == missingParams
+	}
+	return strings.HasPrefix(rest, `invalid params: unmarshaling "`) || rest == "invalid request: "+missingParams
+}
+
 // refusedAnswer returns the answer in place of err, a request handler's error,
 // where err is the go-sdk's refusal of the request's params, or its answer to a
 // method it does not handle (which quoted the whole method: see methodNotFound);
-// nil otherwise.
+// nil otherwise. Both are the go-sdk's wrappings (fmt.Errorf with %w) around the
+// cause; an error a handler returned as it is, a *jsonrpc.Error (a backend's own,
+// passed on by the gateway), is never one, whatever its message says.
 func refusedAnswer(err error) *jsonrpc.Error {
+	inner := errors.Unwrap(err)
+	if _, ok := err.(*jsonrpc.Error); ok || inner == nil {
+		return nil
+	}
 	message := err.Error()
 	var je *jsonrpc.Error
 	if errors.As(err, &je) && je.Code == jsonrpc.CodeMethodNotFound {
@@ -65,8 +89,8 @@ func refusedAnswer(err error) *jsonrpc.Error {
 		return nil
 	}
 	method, ok := refusedMethod(message)
-	if !ok {
-		return nil
+	if !ok || message != sdkRefusal+method+"': "+inner.Error() {
+		return nil // not "handling 'M': %w" around inner
 	}
 	cause := refusalCause(err)
 	if cause == nil && !strings.HasSuffix(message, missingParams) {
@@ -273,13 +297,65 @@ func decodeParams(method string, params json.RawMessage) (cause error, refused b
 	return nil, false
 }
 
+// A PostBody is the body of a POST to the go-sdk's streamable HTTP handler, held
+// while the handler writes its answers, for ParamsRefusal. Its requests are decoded
+// at most once, at the first answer that needs them: a batch's refusals each
+// decoded the whole body (a 4 MiB batch of requests whose params do not decode,
+// on a 2025-03-26 session, took minutes of CPU). Its methods are called from one
+// goroutine at a time (the handler's writes to one response are).
+type PostBody struct {
+	data     []byte
+	decoded  bool
+	requests map[jsonrpc.ID]*jsonrpc.Request // by ID, the first of each
+}
+
+// NewPostBody holds data, the body of a POST (nil: none held).
+func NewPostBody(data []byte) PostBody { return PostBody{data: data} }
+
+// Bytes returns the body held: nil if none is.
+func (b *PostBody) Bytes() []byte {
+	if b == nil {
+		return nil
+	}
+	return b.data
+}
+
+func (b *PostBody) held() bool { return b.Bytes() != nil }
+
+// request returns the request of the body whose ID is id, if any.
+func (b *PostBody) request(id jsonrpc.ID) *jsonrpc.Request {
+	if !b.held() {
+		return nil
+	}
+	if !b.decoded {
+		b.decoded = true
+		msgs, _, _ := decodeLine(b.data, false)
+		for _, m := range msgs {
+			r, ok := m.(*jsonrpc.Request)
+			if !ok || !r.IsCall() {
+				continue
+			}
+			if b.requests == nil {
+				b.requests = make(map[jsonrpc.ID]*jsonrpc.Request)
+			}
+			if _, ok := b.requests[r.ID]; !ok {
+				b.requests[r.ID] = r
+			}
+		}
+	}
+	return b.requests[id]
+}
+
 // ParamsRefusal returns what to write in place of frame, a message the go-sdk's
 // streamable HTTP handler writes to the response of a POST whose body is body
 // (an SSE event, or a JSON body), where the message is the go-sdk's answer to a
 // request of the body whose params do not decode (see refusedAnswer); nil
 // otherwise. It looks no further than a message's ID unless the message is an
-// error. With body nil the answer names no field.
-func ParamsRefusal(frame, body []byte) []byte {
+// error. An error is the go-sdk's refusal only where the request it answers
+// (found in body by its ID) is refused as the go-sdk refuses it: an error with
+// the same words, a backend's passed on, is left as it is. With body nil only the
+// go-sdk's own words tell its refusal, and the answer names no field.
+func ParamsRefusal(frame []byte, body *PostBody) []byte {
 	head, data, tail := frame[:0], frame, frame[len(frame):]
 	if !bytes.HasPrefix(frame, []byte("{")) { // an SSE event: the message is its data
 		i := bytes.Index(frame, []byte("data: "))
@@ -306,19 +382,23 @@ func ParamsRefusal(frame, body []byte) []byte {
 	if !ok || !errors.As(resp.Error, &we) {
 		return nil
 	}
-	method, ok := refusedMethod(we.Message)
-	var answer *jsonrpc.Error // if the params do not decode as the go-sdk's server decodes them
-	unhandled := false        // the answer to a method not handled
+	if we.Data != nil {
+		return nil // the go-sdk's refusals carry no data
+	}
+	method, handling := refusedMethod(we.Message)
 	switch {
-	case ok && strings.HasSuffix(we.Message, missingParams):
-		answer = paramsRefusal(nil)
-	case ok:
-		answer = invalidParamsOf(method)
+	case handling:
+		if !body.held() && !sdkRefusalText(method, we.Message) {
+			// Which request it answers is not known: only the go-sdk's
+			// words say it is its refusal.
+			return nil
+		}
 	case we.Code == jsonrpc.CodeMethodNotFound && strings.HasPrefix(we.Message, "JSON RPC not handled: "):
 		// On 2026-07-28 the go-sdk's handler answers a method it does not
 		// handle itself ("JSON RPC not handled: %q unsupported", with 404),
-		// quoting the whole method: answered as a session answers it.
-		unhandled = true
+		// quoting the whole method: answered as a session answers it. (A
+		// session's answer of code -32601 is always "method not found: %q",
+		// the go-sdk's jsonrpc2's.)
 	case we.Code == mcp.CodeHeaderMismatch:
 		// On 2026-07-28 the go-sdk's handler reads a request's name
 		// (Mcp-Name) from params it cannot decode (mcp/streamable_headers.go,
@@ -330,17 +410,25 @@ func ParamsRefusal(frame, body []byte) []byte {
 	default:
 		return nil
 	}
-	msgs, _, _ := decodeLine(body, false)
-	for _, m := range msgs {
-		if req, ok := m.(*jsonrpc.Request); ok && req.ID == resp.ID && unhandled {
-			answer = methodNotFound(req.Method)
-			break
+	req := body.request(resp.ID) // the request answered
+	// The answer, where it is the go-sdk's refusal of the request answered
+	// (a backend's error, passed on, may say anything): the request's method
+	// is not handled, or its params do not decode as the go-sdk's server
+	// decodes them.
+	var answer *jsonrpc.Error
+	switch {
+	case req == nil && !body.held() && handling:
+		if answer = paramsRefusal(nil); !strings.HasSuffix(we.Message, missingParams) {
+			answer = invalidParamsOf(method)
 		}
-		if req, ok := m.(*jsonrpc.Request); ok && req.ID == resp.ID && req.Method == method {
-			if cause, refused := decodeParams(method, req.Params); refused {
-				answer = paramsRefusal(cause)
-			}
-			break
+	case req == nil:
+	case we.Code == jsonrpc.CodeMethodNotFound && !handling:
+		if we.Message == "JSON RPC not handled: "+strconv.Quote(req.Method)+" unsupported" {
+			answer = methodNotFound(req.Method)
+		}
+	case req.Method == method:
+		if cause, refused := decodeParams(method, req.Params); refused {
+			answer = paramsRefusal(cause)
 		}
 	}
 	if answer == nil {

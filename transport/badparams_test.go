@@ -1,10 +1,14 @@
 package transport
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 )
@@ -100,7 +104,7 @@ func TestParamsRefusalFrames(t *testing.T) {
 		{`{"jsonrpc":"2.0","id":"a\"b","error":{"code":-32602,"message":"unknown tool \"x\""}}`, ""},
 		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`, ""},
 	} {
-		if got := string(ParamsRefusal([]byte(c.frame), body)); got != c.want {
+		if got := string(ParamsRefusal([]byte(c.frame), held(body))); got != c.want {
 			t.Errorf("%q:\n got %q\nwant %q", c.frame, got, c.want)
 		}
 	}
@@ -108,4 +112,85 @@ func TestParamsRefusalFrames(t *testing.T) {
 	if got := string(ParamsRefusal([]byte(sdk), nil)); !strings.Contains(got, `"code":-32602,"message":"invalid params of \"tools/call\""`) {
 		t.Errorf("without the body: %s", got)
 	}
+}
+
+// TestParamsRefusalLookalikes: an error answer that reads like the go-sdk's refusal
+// of a request but is not its refusal of the request answered (a backend's error
+// passed on by the gateway: its request's params decode, its method is another,
+// it carries data) is left as it is, with the body held and without.
+func TestParamsRefusalLookalikes(t *testing.T) {
+	good := []byte(`{"jsonrpc":"2.0","id":"a\u0022b","method":"prompts/get","params":{"name":"p"}}`)
+	bad := []byte(`{"jsonrpc":"2.0","id":"a\"b","method":"prompts/get","params":{"name":7}}`)
+	answer := func(code int, message, data string) string {
+		if data != "" {
+			data = `,"data":` + data
+		}
+		m, _ := json.Marshal(message)
+		return `{"jsonrpc":"2.0","id":"a\"b","error":{"code":` + strconv.Itoa(code) + `,"message":` + string(m) + data + `}}`
+	}
+	for _, c := range []struct {
+		frame string
+		body  []byte
+	}{
+		{answer(-32000, "handling 'payment': card declined", ""), good},
+		{answer(-32000, "handling 'payment': card declined", ""), nil},
+		{answer(-32000, "handling 'payment': card declined", ""), bad},
+		{answer(-32602, `handling 'prompts/get': invalid params: unmarshaling "{}" into a *T: no`, ""), good},
+		{answer(-32602, `handling 'prompts/get': invalid params: unmarshaling "{}" into a *T: no`, `{"k":1}`), bad},
+		{answer(-32602, `handling 'prompts/get': invalid params: unmarshaling "{}" into a *T: no`, `{"k":1}`), nil},
+		{answer(-32600, `handling 'prompts/get': invalid request: missing required "params"`, ""), good},
+		{answer(-32601, `JSON RPC not handled: "prompts/list" unsupported`, ""), good},
+		{answer(-32601, `JSON RPC not handled: "prompts/get" unsupported`, ""), nil},
+		{answer(-32020, `failed to extract name from parameters for method "prompts/get"`, ""), good},
+	} {
+		if got := ParamsRefusal([]byte(c.frame), held(c.body)); got != nil {
+			t.Errorf("%s (body %.30s) was re-coded: %s", c.frame, c.body, got)
+		}
+	}
+	// The go-sdk's refusal of the request answered, ID escaped or not.
+	sdk := answer(-32602, `handling 'prompts/get': invalid params: unmarshaling "{\"name\":7}" into a *mcp.GetPromptParams: json: no`, "")
+	for _, body := range [][]byte{bad, bytes.Replace(bad, []byte(`"a\"b"`), []byte(`"a\u0022b"`), 1), nil} {
+		if got := ParamsRefusal([]byte(sdk), held(body)); !bytes.Contains(got, []byte(`"id":"a\"b","error":{"code":-32602,"message":"invalid params`)) {
+			t.Errorf("the go-sdk's refusal (body %s) was re-coded: %s", body, got)
+		}
+	}
+}
+
+// held is body held, or none.
+func held(body []byte) *PostBody {
+	b := NewPostBody(body)
+	return &b
+}
+
+// TestParamsRefusalBatch: the refusals of a batch's requests (a 2025-03-26
+// session's POST, each answered by an event of its own) are re-coded in time
+// linear in the body: each decoded the whole body, and 20,000 of them (1.4 MB)
+// took minutes of CPU (a 4 MiB body, hours). The bound is generous: linear
+// takes well under a second.
+func TestParamsRefusalBatch(t *testing.T) {
+	const n = 20000
+	var b strings.Builder
+	b.WriteString("[")
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":7}}`, i)
+	}
+	b.WriteString("]")
+	body := held([]byte(b.String()))
+	start := time.Now()
+	for i := range n {
+		frame := fmt.Sprintf("event: message\nid: s_%d\ndata: {\"jsonrpc\":\"2.0\",\"id\":%d,\"error\":{\"code\":-32602,\"message\":%q}}\n\n",
+			i, i, `handling 'tools/call': invalid params: unmarshaling "{\"name\":7}" into a *mcp.CallToolParamsRaw: json: no`)
+		want := fmt.Sprintf("event: message\nid: s_%d\ndata: {\"jsonrpc\":\"2.0\",\"id\":%d,\"error\":{\"code\":-32602,\"message\":%q}}\n\n",
+			i, i, `invalid params: "name" must be a string, not a number`)
+		if got := string(ParamsRefusal([]byte(frame), body)); got != want {
+			t.Fatalf("answer %d:\n got %q\nwant %q", i, got, want)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Fatalf("%d of %d refusals re-coded in %v", i+1, n, d)
+		}
+	}
+	t.Logf("%d refusals of a %d-byte batch re-coded in %v", n, b.Len(), time.Since(start))
 }

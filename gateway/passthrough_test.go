@@ -1,0 +1,177 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/gateway"
+	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// lookalikes are JSON-RPC errors a backend may answer with whose messages read like
+// the go-sdk's own refusal of a front request (its params that do not decode, a
+// method it does not handle), which the fronts re-code: a backend's are its own,
+// for the front's client, and pass through as they are.
+var lookalikes = []*jsonrpc.Error{
+	{Code: -32000, Message: "handling 'payment': card declined", Data: json.RawMessage(`{"retry":false}`)},
+	{Code: -32602, Message: `handling 'prompts/get': invalid params: unmarshaling "{}" into a *mcp.GetPromptParams: the backend's own`},
+	{Code: -32600, Message: `handling 'prompts/get': invalid request: missing required "params"`},
+	{Code: 0, Message: `handling 'initialize': unmarshaling "x" into a *mcp.initializeParamsV2: the backend's own`},
+	{Code: -32603, Message: `method not found: "` + strings.Repeat("m", 100) + `"`, Data: json.RawMessage(`{"hint":"upgrade"}`)},
+	{Code: -32000, Message: `JSON RPC not handled: "prompts/get" unsupported`},
+	{Code: -32020, Message: `failed to extract name from parameters for method "prompts/get"`},
+	// (A backend's -32601, whatever its message and data, is sent as
+	// `method not found: "M"` by the go-sdk's jsonrpc2, the backend's and the
+	// front's: not the fronts' re-coding.)
+}
+
+// lookalikeBackend is a server of a config whose prompt "refuse" fails with
+// lookalikes[kind], kind its argument.
+func lookalikeBackend(name string) mcpfsm.ServerConfig {
+	s := mcp.NewServer(&mcp.Implementation{Name: "lookalike", Version: "1"}, nil)
+	s.AddPrompt(&mcp.Prompt{Name: "refuse", Arguments: []*mcp.PromptArgument{{Name: "kind"}}},
+		func(_ context.Context, req *mcp.GetPromptRequest) (*mcp.GetPromptResult, error) {
+			i, err := strconv.Atoi(req.Params.Arguments["kind"])
+			if err != nil || i < 0 || i >= len(lookalikes) {
+				return nil, err
+			}
+			e := *lookalikes[i]
+			return nil, &e
+		})
+	return mcpfsm.ServerConfig{Name: name, Policies: quick(), Transport: transport.Config{
+		Name: name, InMemory: &transport.InMemory{Server: s},
+	}}
+}
+
+// TestGateway_BackendErrorsPassedThrough: a backend's own JSON-RPC error whose message
+// reads like the go-sdk's refusal of a request's params or method ("handling 'M':
+// ...", "method not found: ...", "JSON RPC not handled: ...") reaches the front's
+// client as the backend answered it (code, message, data), on the stdio front and
+// over streamable HTTP on 2025-11-25 and 2026-07-28: the fronts re-code only the
+// go-sdk's refusal of the front's request. They re-coded a backend's "handling
+// 'payment': card declined" (-32000, with data) as -32602 "invalid params of
+// \"payment\"", and a backend's "method not found" lost its data.
+func TestGateway_BackendErrorsPassedThrough(t *testing.T) {
+	g := start(t, config(lookalikeBackend("b")), gateway.Options{})
+	request := func(id int, meta string) badParams {
+		if meta != "" {
+			meta = "," + meta
+		}
+		return badParams{id: strconv.Itoa(id), method: "prompts/get",
+			params: `{"name":"b__refuse","arguments":{"kind":"` + strconv.Itoa(id) + `"}` + meta + `}`}
+	}
+	check := func(t *testing.T, what string, i int, answer string) {
+		t.Helper()
+		var msg struct {
+			ID    json.RawMessage `json:"id"`
+			Error *struct {
+				Code    int64           `json:"code"`
+				Message string          `json:"message"`
+				Data    json.RawMessage `json:"data"`
+			} `json:"error"`
+		}
+		want := lookalikes[i]
+		if err := json.Unmarshal([]byte(answer), &msg); err != nil || msg.Error == nil || string(msg.ID) != strconv.Itoa(i) ||
+			msg.Error.Code != want.Code || msg.Error.Message != want.Message || !bytes.Equal(msg.Error.Data, want.Data) {
+			t.Errorf("%s: the backend's error %d %q (data %s) reached the front's client as %.400s", what, want.Code, want.Message, want.Data, answer)
+		}
+	}
+
+	t.Run("stdio", func(t *testing.T) {
+		send, answer := stdioLines(t, g)
+		send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+		answer(`"init"`)
+		send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		for i := range lookalikes {
+			send(request(i, "").line())
+			check(t, "stdio", i, answer(strconv.Itoa(i)))
+		}
+	})
+
+	t.Run("http", func(t *testing.T) {
+		url := serveHTTP(t, g, gateway.HTTPOptions{})
+		resp := post(t, url, `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
+		sid := resp.Header.Get("Mcp-Session-Id")
+		resp.Body.Close()
+		if sid == "" {
+			t.Fatalf("initialize opened no session: %s", resp.Status)
+		}
+		post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+		for i := range lookalikes {
+			c := request(i, "")
+			check(t, "2025-11-25", i, postAnswer(t, url, c, map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}))
+			c = request(i, meta2026)
+			check(t, "2026-07-28", i, postAnswer(t, url, c, map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "prompts/get", "Mcp-Name": "b__refuse"}))
+		}
+	})
+}
+
+// TestGateway_BatchRefusals: on a 2025-03-26 session, whose POSTs may carry batches,
+// each request of a batch whose params do not decode is answered -32602 naming its
+// field under its own ID (a string with escapes too), and the batch's other answers
+// are as they were.
+func TestGateway_BatchRefusals(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	resp := post(t, url, `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
+	sid := resp.Header.Get("Mcp-Session-Id")
+	resp.Body.Close()
+	if sid == "" {
+		t.Fatalf("initialize opened no session: %s", resp.Status)
+	}
+	h := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-03-26"}
+	post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+	bad := []badParams{
+		{"1", "tools/call", `{"name":7,"arguments":{"pad":"` + big + `"}}`, -32602, "name"},
+		{`"3\"x\u00e9"`, "prompts/get", `{"name":"a__greet","arguments":{"k":5}}`, -32602, "arguments.k"},
+		{"4", "resources/read", `{"uri":["` + big + `"]}`, -32602, "uri"},
+	}
+	good := `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`
+	req, _ := http.NewRequest("POST", url, strings.NewReader("["+bad[0].line()+","+good+","+bad[1].line()+","+bad[2].line()+"]"))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	answers := map[string]string{}
+	for line := range strings.Lines(string(data)) {
+		if m, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "data: "); ok {
+			var msg struct {
+				ID json.RawMessage `json:"id"`
+			}
+			if json.Unmarshal([]byte(m), &msg) == nil {
+				answers[string(msg.ID)] = m
+			}
+		}
+	}
+	if len(answers) != 4 {
+		t.Fatalf("%s: %d answers to a batch of 4: %.600s", resp.Status, len(answers), data)
+	}
+	for _, c := range bad {
+		// The ID is answered as the go-sdk writes it.
+		var id any
+		_ = json.Unmarshal([]byte(c.id), &id)
+		written, _ := json.Marshal(id)
+		c.id = string(written)
+		c.check(t, answers[c.id])
+	}
+	if a := answers["2"]; !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":2,"result":{`) || !strings.Contains(a, `"tools":[{`) {
+		t.Errorf("tools/list in the batch was answered %.300s", a)
+	}
+}

@@ -1,0 +1,75 @@
+package transport
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// FuzzPostAnswers: what the HTTP front writes in place of the go-sdk's answers and
+// refusals (ParamsRefusal, Unhandled, TooLarge), whatever the frames, texts and
+// bodies, never panics and is bounded: a re-coded frame is at most its frame and
+// a short error longer; Unhandled's answer at most its body's ID and a short error;
+// TooLarge's at most a short error with an ID of at most maxIDBytes.
+func FuzzPostAnswers(f *testing.F) {
+	sdk := `{"jsonrpc":"2.0","id":"a\"b","error":{"code":-32602,"message":"handling 'tools/call': invalid params: unmarshaling \"{\\\"name\\\":7}\" into a *mcp.CallToolParamsRaw: json: no"}}`
+	for _, seed := range []struct{ frame, body, text string }{
+		{sdk, `{"jsonrpc":"2.0","id":"a\"b","method":"tools/call","params":{"name":7}}`, "JSON RPC not handled: \"x\" unsupported"},
+		{"event: message\nid: 1\ndata: " + sdk + "\n\n", `[{"jsonrpc":"2.0","id":"a\u0022b","method":"tools/call","params":{"name":7}}]`, "invalid request: missing required \"params\""},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"JSON RPC not handled: \"x\" unsupported"}}`, `{"jsonrpc":"2.0","id":1,"method":"x"}`, "JSON RPC not handled: \"x\" unsupported\n"},
+		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32020,"message":"failed to extract name from parameters for method \"tools/call\""}}`, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":[]}}`, ""},
+		{`{"jsonrpc":"2.0","id":"` + strings.Repeat(`\"`, 100) + `","error":{}}`, strings.Repeat("{", 1000), strings.Repeat(`\`, 100)},
+		{"data: {\"jsonrpc\":\"2.0\",\"id\":1", `{"id":` + strings.Repeat("9", 300) + `}`, "invalid request: "},
+	} {
+		f.Add([]byte(seed.frame), []byte(seed.body), seed.text, int64(100))
+	}
+	f.Fuzz(func(t *testing.T, frame, body []byte, text string, limit int64) {
+		for _, b := range []*PostBody{nil, held(body)} {
+			if out := ParamsRefusal(frame, b); out != nil && len(out) > len(frame)+512 {
+				t.Errorf("ParamsRefusal: %d bytes in place of %d", len(out), len(frame))
+			}
+		}
+		if out := Unhandled(body, text); out != nil && len(out) > len(body)+512 {
+			t.Errorf("Unhandled: %d bytes for a body of %d", len(out), len(body))
+		}
+		if out := TooLarge(body, limit); out != nil && len(out) > maxIDBytes+256 {
+			t.Errorf("TooLarge: %d bytes", len(out))
+		}
+	})
+}
+
+// TestPostAnswersHostile: bodies and frames of megabytes built to be costly (4 MiB
+// of '{', of '[', of escapes in a string ID, an error answer of 64 KiB whose ID is
+// escapes) are read in time linear in their size: well under the generous bound.
+func TestPostAnswersHostile(t *testing.T) {
+	const size = 4 << 20
+	esc := `{"jsonrpc":"2.0","id":"` + strings.Repeat(`\\`, size/2) + `","method":"tools/call","params":{"name":7}}`
+	bodies := [][]byte{
+		bytes.Repeat([]byte("{"), size),
+		bytes.Repeat([]byte("["), size),
+		bytes.Repeat([]byte(`{"id":`), size/6),
+		[]byte(esc),
+		[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + strings.Repeat(`\u00e9`, size/6) + `"}}`),
+		[]byte("[" + strings.Repeat(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}},`, size/70) + "1]"),
+	}
+	frames := [][]byte{
+		[]byte(`{"jsonrpc":"2.0","id":"` + strings.Repeat(`\"`, 32<<10) + `","error":{"code":-32602,"message":"handling 'tools/call': invalid params: unmarshaling \"x\" into a *T: no"}}`),
+		[]byte("event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32602,\"message\":\"handling 'tools/call': " + strings.Repeat(`\\`, 32<<10) + "\"}}\n\n"),
+		[]byte("data: " + strings.Repeat("{", 64<<10)),
+	}
+	start := time.Now()
+	for _, body := range bodies {
+		for _, frame := range frames {
+			ParamsRefusal(frame, held(body))
+		}
+		Unhandled(body, "invalid request: missing required \"params\"")
+		Unhandled(body, "JSON RPC not handled: \"x\" unsupported")
+		TooLarge(body, size)
+	}
+	if d := time.Since(start); d > 60*time.Second {
+		t.Errorf("the hostile bodies and frames took %v", d)
+	} else {
+		t.Logf("the hostile bodies and frames took %v", d)
+	}
+}
