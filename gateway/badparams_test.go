@@ -25,9 +25,11 @@ type badParams struct {
 	field              string
 }
 
-// big is a value too big to be quoted back: the go-sdk's answer quoted the whole
+// big is a value too big to be quoted back (made when a test needs it: a
+// package-level value of 256 KiB raised the heap the benchmarks of this package
+// collect at, and so their figures): the go-sdk's answer quoted the whole
 // params.
-var big = strings.Repeat("x", 256<<10)
+func big() string { return strings.Repeat("x", 256<<10) }
 
 // meta2026 is the _meta a 2026-07-28 request carries.
 const meta2026 = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28",` +
@@ -35,10 +37,12 @@ const meta2026 = `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28
 
 // badInitialize are initializes whose params do not decode (the go-sdk's answer had
 // code 0: no JSON-RPC code), and one whose params are null.
-var badInitialize = []badParams{
-	{`"init-a"`, "initialize", `{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"h","version":"1"},"pad":"` + big + `"}`, -32602, "protocolVersion"},
-	{`"init-b"`, "initialize", `{"protocolVersion":"2025-11-25","capabilities":{"roots":["` + big + `"]},"clientInfo":{"name":"h","version":"1"}}`, -32602, "capabilities.roots"},
-	{`"init-c"`, "initialize", `null`, -32600, ""},
+func badInitialize() []badParams {
+	return []badParams{
+		{`"init-a"`, "initialize", `{"protocolVersion":5,"capabilities":{},"clientInfo":{"name":"h","version":"1"},"pad":"` + big() + `"}`, -32602, "protocolVersion"},
+		{`"init-b"`, "initialize", `{"protocolVersion":"2025-11-25","capabilities":{"roots":["` + big() + `"]},"clientInfo":{"name":"h","version":"1"}}`, -32602, "capabilities.roots"},
+		{`"init-c"`, "initialize", `null`, -32600, ""},
+	}
 }
 
 // badRequests are requests of an initialized session (with _meta, on 2026-07-28).
@@ -47,14 +51,14 @@ func badRequests(meta string) []badParams {
 		meta = "," + meta
 	}
 	cases := []badParams{
-		{"2", "tools/call", `{"name":7,"arguments":{"pad":"` + big + `"}` + meta + `}`, -32602, "name"},
-		{"3", "resources/read", `{"uri":{"pad":"` + big + `"}` + meta + `}`, -32602, "uri"},
-		{"4", "prompts/get", `{"name":"a__greet","arguments":{"` + big + `":7}` + meta + `}`, -32602, "arguments." + strings.Repeat("x", 54)},
-		{"5", "tools/list", `{"cursor":["` + big + `"]` + meta + `}`, -32602, "cursor"},
-		{`"s"`, "tools/call", `{"name":"a__echo","requestState":{"pad":"` + big + `"}` + meta + `}`, -32602, "requestState"},
+		{"2", "tools/call", `{"name":7,"arguments":{"pad":"` + big() + `"}` + meta + `}`, -32602, "name"},
+		{"3", "resources/read", `{"uri":{"pad":"` + big() + `"}` + meta + `}`, -32602, "uri"},
+		{"4", "prompts/get", `{"name":"a__greet","arguments":{"` + big() + `":7}` + meta + `}`, -32602, "arguments." + strings.Repeat("x", 54)},
+		{"5", "tools/list", `{"cursor":["` + big() + `"]` + meta + `}`, -32602, "cursor"},
+		{`"s"`, "tools/call", `{"name":"a__echo","requestState":{"pad":"` + big() + `"}` + meta + `}`, -32602, "requestState"},
 	}
 	if meta == "" { // params that can carry no _meta
-		cases = append(cases, badParams{"1", "tools/call", `[1,"` + big + `"]`, -32602, ""},
+		cases = append(cases, badParams{"1", "tools/call", `[1,"` + big() + `"]`, -32602, ""},
 			badParams{"7", "tools/call", `null`, -32600, ""})
 	}
 	return cases
@@ -106,7 +110,7 @@ func TestGateway_InvalidParams(t *testing.T) {
 			send, answer := stdioLines(t, g)
 			cases, meta := badRequests(""), ""
 			if version == "2025-11-25" {
-				for _, c := range badInitialize {
+				for _, c := range badInitialize() {
 					send(c.line())
 					c.check(t, answer(c.id))
 				}
@@ -126,10 +130,10 @@ func TestGateway_InvalidParams(t *testing.T) {
 			// Params that decode, of names no server shows, quote at most 128
 			// characters of them.
 			for i, p := range []string{
-				`"tools/call","params":{"name":"a__` + big + `"`,
-				`"prompts/get","params":{"name":"` + big + `"`,
-				`"completion/complete","params":{"ref":{"type":"ref/resource","uri":"` + big + `"},"argument":{"name":"a","value":"b"}`,
-				`"completion/complete","params":{"ref":{"type":"` + big + `"},"argument":{"name":"a","value":"b"}`,
+				`"tools/call","params":{"name":"a__` + big() + `"`,
+				`"prompts/get","params":{"name":"` + big() + `"`,
+				`"completion/complete","params":{"ref":{"type":"ref/resource","uri":"` + big() + `"},"argument":{"name":"a","value":"b"}`,
+				`"completion/complete","params":{"ref":{"type":"` + big() + `"},"argument":{"name":"a","value":"b"}`,
 			} {
 				if meta != "" {
 					p += "," + meta
@@ -149,7 +153,7 @@ func TestGateway_InvalidParams(t *testing.T) {
 
 	t.Run("http", func(t *testing.T) {
 		url := serveHTTP(t, g, gateway.HTTPOptions{})
-		for _, c := range badInitialize {
+		for _, c := range badInitialize() {
 			c.check(t, postAnswer(t, url, c, nil))
 		}
 		resp := post(t, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
@@ -276,7 +280,7 @@ func postAnswer(t *testing.T, url string, c badParams, headers map[string]string
 // them, at which the go-sdk's client ends its whole session.
 func TestGateway_UnhandledRequests(t *testing.T) {
 	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
-	unknown := `{"jsonrpc":"2.0","id":21,"method":"foo/` + big + `","params":{}}`
+	unknown := `{"jsonrpc":"2.0","id":21,"method":"foo/` + big() + `","params":{}}`
 	noParams := `{"jsonrpc":"2.0","id":"np","method":"tools/call"}`
 	check := func(t *testing.T, what, answer, id string, code int64) {
 		t.Helper()
@@ -313,7 +317,7 @@ func TestGateway_UnhandledRequests(t *testing.T) {
 				what, line, method, id string
 				code                   int64
 			}{
-				{"an unknown method", unknown, "foo/" + big, "21", -32601},
+				{"an unknown method", unknown, "foo/" + big(), "21", -32601},
 				{"tools/call without params", noParams, "tools/call", `"np"`, -32600},
 			} {
 				line := r.line

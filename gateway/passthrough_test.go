@@ -132,9 +132,9 @@ func TestGateway_BatchRefusals(t *testing.T) {
 	h := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-03-26"}
 	post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
 	bad := []badParams{
-		{"1", "tools/call", `{"name":7,"arguments":{"pad":"` + big + `"}}`, -32602, "name"},
+		{"1", "tools/call", `{"name":7,"arguments":{"pad":"` + big() + `"}}`, -32602, "name"},
 		{`"3\"x\u00e9"`, "prompts/get", `{"name":"a__greet","arguments":{"k":5}}`, -32602, "arguments.k"},
-		{"4", "resources/read", `{"uri":["` + big + `"]}`, -32602, "uri"},
+		{"4", "resources/read", `{"uri":["` + big() + `"]}`, -32602, "uri"},
 	}
 	good := `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`
 	req, _ := http.NewRequest("POST", url, strings.NewReader("["+bad[0].line()+","+good+","+bad[1].line()+","+bad[2].line()+"]"))
