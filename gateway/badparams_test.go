@@ -156,14 +156,7 @@ func TestGateway_InvalidParams(t *testing.T) {
 		for _, c := range badInitialize() {
 			c.check(t, postAnswer(t, url, c, nil))
 		}
-		resp := post(t, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
-		sid := resp.Header.Get("Mcp-Session-Id")
-		resp.Body.Close()
-		if sid == "" {
-			t.Fatalf("initialize opened no session: %s", resp.Status)
-		}
-		stateful := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}
-		post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+		stateful := rawSession(t, url, "2025-11-25")
 		for _, c := range badRequests("") {
 			c.check(t, postAnswer(t, url, c, stateful))
 		}
@@ -247,16 +240,7 @@ func stdioLines(t *testing.T, g *gateway.Gateway) (send func(string), answer fun
 // it (a JSON body, or the data of an SSE event).
 func postAnswer(t *testing.T, url string, c badParams, headers map[string]string) string {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(c.line()))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range headers {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := postWith(t, url, c.line(), headers)
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	body := string(data)
@@ -301,16 +285,13 @@ func TestGateway_UnhandledRequests(t *testing.T) {
 
 	t.Run("http", func(t *testing.T) {
 		url := serveHTTP(t, g, gateway.HTTPOptions{})
-		resp := post(t, url, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
-		sid := resp.Header.Get("Mcp-Session-Id")
-		resp.Body.Close()
-		post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+		stateful := rawSession(t, url, "2025-11-25")
 		for _, tc := range []struct {
 			version string
 			headers map[string]string
 			status  int
 		}{
-			{"2025-11-25", map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}, http.StatusOK},
+			{"2025-11-25", stateful, http.StatusOK},
 			{"2026-07-28", map[string]string{"Mcp-Protocol-Version": "2026-07-28"}, 0},
 		} {
 			for _, r := range []struct {
@@ -327,16 +308,7 @@ func TestGateway_UnhandledRequests(t *testing.T) {
 					line = strings.Replace(line, `"params":{}`, `"params":{`+meta2026+`}`, 1)
 					h["Mcp-Method"] = r.method[:min(len(r.method), 64)]
 				}
-				req, _ := http.NewRequest("POST", url, strings.NewReader(line))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set("Accept", "application/json, text/event-stream")
-				for k, v := range h {
-					req.Header.Set(k, v)
-				}
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					t.Fatal(err)
-				}
+				resp := postWith(t, url, line, h)
 				data, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				if tc.status != 0 && resp.StatusCode != tc.status {
@@ -345,7 +317,7 @@ func TestGateway_UnhandledRequests(t *testing.T) {
 				check(t, tc.version+" "+r.what, strings.TrimSpace(string(data)), r.id, r.code)
 			}
 		}
-		list := post(t, url, `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}`, "Mcp-Session-Id", sid)
+		list := postWith(t, url, `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}`, stateful)
 		data, _ := io.ReadAll(list.Body)
 		list.Body.Close()
 		if !strings.Contains(string(data), `"result"`) {

@@ -259,11 +259,36 @@ func TestGateway_DeleteWithCallInFlight(t *testing.T) {
 // value is empty.
 func post(t *testing.T, url, body, header, value string) *http.Response {
 	t.Helper()
+	var headers map[string]string
+	if value != "" {
+		headers = map[string]string{header: value}
+	}
+	return postWith(t, url, body, headers)
+}
+
+// rawSession opens a stateful session of the front at url on protocol version with
+// plain HTTP requests (initialize, then notifications/initialized) and returns the
+// headers a request of the session carries.
+func rawSession(t *testing.T, url, version string) map[string]string {
+	t.Helper()
+	resp := post(t, url, `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"`+version+`","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, "", "")
+	sid := resp.Header.Get("Mcp-Session-Id")
+	resp.Body.Close()
+	if sid == "" {
+		t.Fatalf("initialize opened no session: %s", resp.Status)
+	}
+	post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+	return map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": version}
+}
+
+// postWith sends body to the front as a client would, with headers.
+func postWith(t *testing.T, url, body string, headers map[string]string) *http.Response {
+	t.Helper()
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
-	if value != "" {
-		req.Header.Set(header, value)
+	for k, v := range headers {
+		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -61,11 +61,7 @@ func TestGateway_ResourceNotFoundControlChar(t *testing.T) {
 	})
 	t.Run("http", func(t *testing.T) {
 		url := serveHTTP(t, g, gateway.HTTPOptions{})
-		resp := post(t, url, `{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
-		sid := resp.Header.Get("Mcp-Session-Id")
-		resp.Body.Close()
-		post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
-		h := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}
+		h := rawSession(t, url, "2025-11-25")
 		for _, c := range cases {
 			check(t, c, postAnswer(t, url, c, h))
 		}

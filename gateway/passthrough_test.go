@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -100,16 +99,10 @@ func TestGateway_BackendErrorsPassedThrough(t *testing.T) {
 
 	t.Run("http", func(t *testing.T) {
 		url := serveHTTP(t, g, gateway.HTTPOptions{})
-		resp := post(t, url, `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
-		sid := resp.Header.Get("Mcp-Session-Id")
-		resp.Body.Close()
-		if sid == "" {
-			t.Fatalf("initialize opened no session: %s", resp.Status)
-		}
-		post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+		stateful := rawSession(t, url, "2025-11-25")
 		for i := range lookalikes {
 			c := request(i, "")
-			check(t, "2025-11-25", i, postAnswer(t, url, c, map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-11-25"}))
+			check(t, "2025-11-25", i, postAnswer(t, url, c, stateful))
 			c = request(i, meta2026)
 			check(t, "2026-07-28", i, postAnswer(t, url, c, map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": "prompts/get", "Mcp-Name": "b__refuse"}))
 		}
@@ -123,30 +116,14 @@ func TestGateway_BackendErrorsPassedThrough(t *testing.T) {
 func TestGateway_BatchRefusals(t *testing.T) {
 	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
 	url := serveHTTP(t, g, gateway.HTTPOptions{})
-	resp := post(t, url, `{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`, "", "")
-	sid := resp.Header.Get("Mcp-Session-Id")
-	resp.Body.Close()
-	if sid == "" {
-		t.Fatalf("initialize opened no session: %s", resp.Status)
-	}
-	h := map[string]string{"Mcp-Session-Id": sid, "Mcp-Protocol-Version": "2025-03-26"}
-	post(t, url, `{"jsonrpc":"2.0","method":"notifications/initialized"}`, "Mcp-Session-Id", sid).Body.Close()
+	h := rawSession(t, url, "2025-03-26")
 	bad := []badParams{
 		{"1", "tools/call", `{"name":7,"arguments":{"pad":"` + big() + `"}}`, -32602, "name"},
 		{`"3\"x\u00e9"`, "prompts/get", `{"name":"a__greet","arguments":{"k":5}}`, -32602, "arguments.k"},
 		{"4", "resources/read", `{"uri":["` + big() + `"]}`, -32602, "uri"},
 	}
 	good := `{"jsonrpc":"2.0","id":2,"method":"tools/list","params":{}}`
-	req, _ := http.NewRequest("POST", url, strings.NewReader("["+bad[0].line()+","+good+","+bad[1].line()+","+bad[2].line()+"]"))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	for k, v := range h {
-		req.Header.Set(k, v)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
+	resp := postWith(t, url, "["+bad[0].line()+","+good+","+bad[1].line()+","+bad[2].line()+"]", h)
 	data, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	answers := map[string]string{}
