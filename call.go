@@ -100,9 +100,9 @@ func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx conte
 			return zero, &CallError{Server: c.name, Method: r.method, Name: r.name, State: st, Cause: states.CauseCanceled, Retried: failed != nil, Err: err}
 		}
 		if cut {
-			// Our close of the session cancelled it: what the SDK says of that (the
+			// The session's close cancelled it: what the SDK says of that (the
 			// context's end) is not what happened.
-			err = cutError(err)
+			err = cutError(err, ownClose)
 		}
 		rule := r.rule
 		if r.tool {
@@ -133,15 +133,21 @@ func callPath[T any](ctx context.Context, c *Conn, r request, run func(ctx conte
 }
 
 // cutError is the error of a request cut by the close of its session (see cutCalls),
-// whose own error err says only that its context ended: errCut, in the transport's
-// error (which says what the request was, and whether it was sent) if err is one.
-func cutError(err error) error {
+// whose own error err says only that its context ended: errCut if the close was our
+// own (ownClose), errBroken if the session had broken (its server gone, say: then
+// nobody was told), in the transport's error (which says what the request was, and
+// whether it was sent) if err is one.
+func cutError(err error, ownClose bool) error {
+	cut := errBroken
+	if ownClose {
+		cut = errCut
+	}
 	var te *transport.Error
 	if !errors.As(err, &te) {
-		return errCut
+		return cut
 	}
 	cp := *te
-	cp.Err = errCut
+	cp.Err = cut
 	return &cp
 }
 

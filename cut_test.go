@@ -7,8 +7,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -302,5 +304,49 @@ func TestCloseCancelsARelistInFlight(t *testing.T) {
 	case <-told:
 	case <-time.After(cutBound):
 		t.Errorf("the server was not told the re-list was cancelled within %v", cutBound)
+	}
+}
+
+// TestCallInFlightWhenTheSessionBreaks: a call in flight on a session found broken
+// (its stdio server frozen: the probe times out) is cut by the teardown that follows
+// (cutCalls), and fails as lost, saying that the session broke with it in flight,
+// not that it was cancelled on the server: a server that broke may hear of nothing.
+// (The cut's error said "the session was closed with the request in flight (it was
+// cancelled on the server)", as for a close of our own.)
+func TestCallInFlightWhenTheSessionBreaks(t *testing.T) {
+	c := open(t, stdioConfig(t, testserver.Options{}), fastPolicies(), nil) // probes every 300 ms
+	c.waitState("ready", 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	text, err := c.callText(ctx, "pid", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(text)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "hold", Arguments: map[string]any{"ms": 60_000}})
+		done <- err
+	}()
+	for st := c.Status(); st.Session == nil || st.Session.InFlight == 0; st = c.Status() {
+		time.Sleep(5 * time.Millisecond) // the call is sent: no event says so
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatal("the call did not return once its session broke")
+	}
+	var ce *CallError
+	switch {
+	case !errors.As(err, &ce) || ce.Cause != states.CauseLost && ce.Cause != states.CauseTimeout:
+		t.Errorf("the call: %v, want a CallError of the broken session", err)
+	case strings.Contains(err.Error(), "cancelled on the server") || !strings.Contains(err.Error(), "the session broke with the request in flight"):
+		t.Errorf("the call: %v, want it said that the session broke with it in flight", err)
+	case !errors.Is(err, ErrMayHaveRun) || !errors.Is(err, mcp.ErrConnectionClosed):
+		t.Errorf("the call: %v, want the connection closed under it, which may have run it", err)
 	}
 }

@@ -745,6 +745,11 @@ const cutGrace = time.Second
 // close itself did.
 var errCut = fmt.Errorf("%w: the session was closed with the request in flight (it was cancelled on the server)", mcp.ErrConnectionClosed)
 
+// errBroken is errCut for a session closed because it broke (its server gone, a
+// probe unanswered: a failure reported first), which may not hear of the cancel: the
+// request was in flight when the session broke.
+var errBroken = fmt.Errorf("%w: the session broke with the request in flight", mcp.ErrConnectionClosed)
+
 // A relister re-lists one kind of a session's list (tools, prompts, resources) after
 // the server says it changed, coalescing bursts: one re-list at a time, and one more
 // after it if a notification came meanwhile. Re-lists start only while the session is
