@@ -7,6 +7,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
+	"github.com/mcpfsm/mcpfsm/transport"
 )
 
 // ErrClosed is the error of a request on a connection that has been closed.
@@ -81,8 +82,24 @@ func (e *CallError) Error() string {
 		b.WriteString(" after one retry")
 	}
 	b.WriteString(": ")
-	b.WriteString(machine.ErrorText(e.Err))
+	b.WriteString(machine.ErrorText(e.detail()))
 	return b.String()
+}
+
+// detail is Err, which says the server and the tool again where it holds the
+// transport's error of the call (`mcp server "x": call tool "y": ...`): that error
+// is quoted without them (transport.Error.Detail), what wraps it as it is.
+func (e *CallError) detail() error {
+	var te *transport.Error
+	if e.Err == nil || !errors.As(e.Err, &te) || te.Server != e.Server || te.Op != transport.OpCallTool || te.Tool != e.Name {
+		return e.Err
+	}
+	full, detail := te.Error(), te.Detail()
+	text := e.Err.Error()
+	if detail == "" || !strings.Contains(text, full) {
+		return e.Err
+	}
+	return errors.New(strings.Replace(text, full, detail, 1))
 }
 
 // Unwrap returns the underlying error.

@@ -142,6 +142,24 @@ func (e *Error) Error() string {
 	return msg
 }
 
+// Detail returns what Error says after the server and the operation it names: the
+// cause and the stderr tail, redacted and cut as there; "" if it has neither. An error
+// of a caller's own that names the server and the request already (mcpfsm's
+// CallError) quotes it in place of Error, so as not to say them twice.
+func (e *Error) Detail() string {
+	var d string
+	if e.Err != nil {
+		d = e.red.capped(e.Err.Error(), MaxErrorText)
+	}
+	if e.StderrTail != "" {
+		if d != "" {
+			d += "; "
+		}
+		d += "stderr: " + strconv.Quote(e.red.scrub(e.StderrTail))
+	}
+	return d
+}
+
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
 
