@@ -294,8 +294,13 @@ func baseName(path string) string {
 
 // String describes the scenario on one line: a name or description from a file that
 // holds a line break or another control character (a terminal's escape) is quoted.
+// A scenario without a description (a file's is optional) ends at its transport.
 func (sc Scenario) String() string {
-	return fmt.Sprintf("%s (%s, %s): %s", oneLine(sc.Name), sc.Duration, sc.Transport, oneLine(sc.Description))
+	s := fmt.Sprintf("%s (%s, %s)", oneLine(sc.Name), sc.Duration, sc.Transport)
+	if sc.Description == "" {
+		return s
+	}
+	return s + ": " + oneLine(sc.Description)
 }
 
 // oneLine returns s, or s quoted Go-style if it holds a control character or is not

@@ -90,6 +90,22 @@ func TestScenarioTextEscaped(t *testing.T) {
 	}
 }
 
+// TestScenarioWithoutDescription: a scenario file without a description (it is
+// optional, and mcpfsm simulate --help's example had none) is said by its name,
+// duration and transport alone: the summary's line ended in a dangling ": ".
+func TestScenarioWithoutDescription(t *testing.T) {
+	sc, err := simulate.Load("dir/quick.yaml", []byte("duration: 1m\ntimeline: [{at: 0s, server: up}]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	simulate.Run(loadSpec(t), nil, sc, 1).WriteSummary(&b)
+	first, _, _ := strings.Cut(b.String(), "\n")
+	if want := "scenario:           quick (1m0s, http)"; first != want {
+		t.Errorf("summary's first line %q, want %q", first, want)
+	}
+}
+
 func loadSpec(t *testing.T) *machine.Spec {
 	data, err := os.ReadFile("../transitions.yaml")
 	if err != nil {

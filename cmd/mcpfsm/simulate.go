@@ -26,7 +26,8 @@ SCENARIO is a built-in scenario or a scenario file (YAML):
 `+scenarioList()+`
 A scenario file:
 
-  name: flapping-fast
+  name: flapping-fast            # optional (default: the file's name without .yaml)
+  description: Down 2m in 10m.   # optional: one line, said with the name
   duration: 2h
   transport: http                # or stdio: a dying stdio server is seen at once
   timeline:                      # the server's condition from each instant on
