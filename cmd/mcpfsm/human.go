@@ -107,10 +107,10 @@ func (h withoutFailures) WithGroup(name string) slog.Handler {
 	return withoutFailures{h.Handler.WithGroup(name)}
 }
 
-// servers says n servers: "1 server", "2 servers".
-func servers(n int) string {
+// count says n of noun: "1 server", "2 servers".
+func count(n int, noun string) string {
 	if n == 1 {
-		return "1 server"
+		return "1 " + noun
 	}
-	return fmt.Sprintf("%d servers", n)
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -238,3 +238,13 @@ func TestDemoFailedFast(t *testing.T) {
 		}
 	}
 }
+
+// TestCount: the CLI says "1 failure" and "2 failures" (mcpfsm run's summary said
+// "1 failures").
+func TestCount(t *testing.T) {
+	for n, want := range map[int]string{0: "0 failures", 1: "1 failure", 2: "2 failures"} {
+		if got := count(n, "failure"); got != want {
+			t.Errorf("count(%d, failure) = %q, want %q", n, got, want)
+		}
+	}
+}

@@ -102,7 +102,7 @@ reader is gone (mcpfsm run ... | head), the run ends as on Ctrl-C.`, stderr)
 		fmt.Fprintln(stderr, "mcpfsm run:", errorText(err))
 		return 1
 	}
-	out.note(fmt.Sprintf("running %s from %s; Ctrl-C to stop, SIGHUP to reload", servers(len(cfg.Servers)), printable(path, maxLine)))
+	out.note(fmt.Sprintf("running %s from %s; Ctrl-C to stop, SIGHUP to reload", count(len(cfg.Servers), "server"), printable(path, maxLine)))
 	if web != nil {
 		web.Serve(m)
 		out.note("status page at " + web.URL())
@@ -352,7 +352,7 @@ func (p *eventPrinter) summary(histories map[string][]machine.Transition) {
 				parts = append(parts, fmt.Sprintf("%s %s", s, d.Round(time.Millisecond)))
 			}
 		}
-		fmt.Fprintf(&b, "  %-14s %s after %d transitions, %d failures; time in %s\n", name, st.last.To, st.transitions, st.failures, strings.Join(parts, ", "))
+		fmt.Fprintf(&b, "  %-14s %s after %s, %s; time in %s\n", name, st.last.To, count(st.transitions, "transition"), count(st.failures, "failure"), strings.Join(parts, ", "))
 	}
 	for _, name := range sortedNames(p.stats) {
 		if trs := histories[name]; len(trs) > 0 {

@@ -299,7 +299,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		}
 		// Said on stderr: with --stdio, stdout is the protocol's.
-		fmt.Fprintf(stderr, "mcpfsm serve: http://%s/ (%s from %s)\n", ln.Addr(), servers(len(cfg.Servers)), printable(path, maxLine))
+		fmt.Fprintf(stderr, "mcpfsm serve: http://%s/ (%s from %s)\n", ln.Addr(), count(len(cfg.Servers), "server"), printable(path, maxLine))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
