@@ -714,9 +714,9 @@ func (c *Conn) closeNow(ctx context.Context, s *session, final bool) error {
 	return err
 }
 
-// cutCalls cancels the calls (and re-lists) still in flight on s, which is being closed (a teardown,
-// a retirement past its drain window, Close, a Manager's reload removing or replacing
-// the server), and waits for them to return, up to cutGrace within ctx: the go-sdk
+// cutCalls cancels the calls (and re-lists) still in flight on s, which is being
+// closed (a teardown, a retirement past its drain window, Close, a Manager's reload
+// removing or replacing the server), and waits for them to return, up to cutGrace within ctx: the go-sdk
 // then tells the server that each is cancelled (notifications/cancelled; over
 // streamable HTTP on 2026-07-28, the call's POST aborted), and the session's close
 // waits for those notifications to be written before it closes the connection (see

@@ -109,11 +109,13 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		defer lim.releaseBody(charge)
-		if b, ok := r.Body.(*heldBody); ok && dw != nil {
-			dw.body = transport.NewPostBody(b.data) // held until the request is served
-		}
-		if b, ok := r.Body.(*heldBody); ok && session != "" && mayCancel(b.data) && g.hasSession(session) {
-			g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
+		if b, ok := r.Body.(*heldBody); ok {
+			if dw != nil {
+				dw.body = transport.NewPostBody(b.data) // held until the request is served
+			}
+			if session != "" && mayCancel(b.data) && g.hasSession(session) {
+				g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
+			}
 		}
 		if transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")) && r.Header.Get("Mcp-Session-Id") == "" {
 			// A listen holds its stream open: it counts as a session would.

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/mcpfsm/mcpfsm/transport"
 	"io"
 	"net/http"
 	"sync"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sync/semaphore"
 )

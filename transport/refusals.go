@@ -1,5 +1,11 @@
 package transport
 
+// A front's refusals of what a client sent, as JSON-RPC errors under the request's
+// ID wherever one can be found: a request a session not yet initialized cannot take
+// (Uninitialized), a body over the size of a message (TooLarge), and a request the
+// go-sdk's streamable HTTP handler refused before any session saw it (Unhandled). The
+// refusals of params the go-sdk's server cannot decode are in badparams.go.
+
 import (
 	"encoding/json"
 	"errors"
