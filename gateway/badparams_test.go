@@ -68,16 +68,20 @@ func (c badParams) line() string {
 	return `{"jsonrpc":"2.0","id":` + c.id + `,"method":"` + c.method + `","params":` + c.params + `}`
 }
 
+// An errorAnswer is a JSON-RPC error answer, as a front writes it.
+type errorAnswer struct {
+	ID    json.RawMessage `json:"id"`
+	Error *struct {
+		Code    int64           `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	} `json:"error"`
+}
+
 // check asserts that answer is c's error under c's ID, naming its field, and short.
 func (c badParams) check(t *testing.T, answer string) {
 	t.Helper()
-	var msg struct {
-		ID    json.RawMessage `json:"id"`
-		Error *struct {
-			Code    int64  `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}
+	var msg errorAnswer
 	if err := json.Unmarshal([]byte(answer), &msg); err != nil || msg.Error == nil {
 		t.Errorf("%s %s was answered %.300s, want an error", c.method, c.id, answer)
 		return

@@ -71,14 +71,7 @@ func TestGateway_BackendErrorsPassedThrough(t *testing.T) {
 	}
 	check := func(t *testing.T, what string, i int, answer string) {
 		t.Helper()
-		var msg struct {
-			ID    json.RawMessage `json:"id"`
-			Error *struct {
-				Code    int64           `json:"code"`
-				Message string          `json:"message"`
-				Data    json.RawMessage `json:"data"`
-			} `json:"error"`
-		}
+		var msg errorAnswer
 		want := lookalikes[i]
 		if err := json.Unmarshal([]byte(answer), &msg); err != nil || msg.Error == nil || string(msg.ID) != strconv.Itoa(i) ||
 			msg.Error.Code != want.Code || msg.Error.Message != want.Message || !bytes.Equal(msg.Error.Data, want.Data) {
