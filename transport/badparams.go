@@ -363,6 +363,11 @@ func ParamsRefusal(frame []byte, body *PostBody) []byte {
 			return nil
 		}
 		head, data = frame[:i+len("data: ")], frame[i+len("data: "):]
+		// An answer that is no error (a call's result, of any size) is told
+		// from its first bytes: its line's end is looked for only in an error's.
+		if _, ok := errorAnswerStart(data); !ok {
+			return nil
+		}
 		j := bytes.IndexByte(data, '\n')
 		if j < 0 {
 			return nil

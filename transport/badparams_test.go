@@ -194,3 +194,18 @@ func TestParamsRefusalBatch(t *testing.T) {
 	}
 	t.Logf("%d refusals of a %d-byte batch re-coded in %v", n, b.Len(), time.Since(start))
 }
+
+// BenchmarkParamsRefusalResult: what the HTTP front's look at each answer it writes
+// (ParamsRefusal) costs on a call's result of 1 MiB in an SSE event: its first bytes
+// say it is no error, and the rest is not read.
+func BenchmarkParamsRefusalResult(b *testing.B) {
+	frame := []byte("event: message\nid: 1_0\ndata: {\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"" +
+		strings.Repeat("x", 1<<20) + "\"}]}}\n\n")
+	body := NewPostBody([]byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a"}}`))
+	b.SetBytes(int64(len(frame)))
+	for b.Loop() {
+		if ParamsRefusal(frame, &body) != nil {
+			b.Fatal("a result was re-coded")
+		}
+	}
+}
