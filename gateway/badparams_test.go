@@ -181,9 +181,10 @@ func TestGateway_InvalidParams(t *testing.T) {
 	})
 }
 
-// stdioLines opens a session of g's stdio front over pipes: send writes a line to
-// it, answer returns the next line it writes under id, skipping others.
-func stdioLines(t *testing.T, g *gateway.Gateway) (send func(string), answer func(id string) string) {
+// stdioPipe opens a session of g's stdio front over pipes: send writes a line to it,
+// lines are the lines it writes (without their end), in order, until it ends. The
+// session ends with the test.
+func stdioPipe(t *testing.T, g *gateway.Gateway) (send func(string), lines <-chan string) {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
@@ -194,16 +195,16 @@ func stdioLines(t *testing.T, g *gateway.Gateway) (send func(string), answer fun
 		_ = g.Server().Run(ctx, transport.ServerStdio(inR, outW))
 		outW.Close()
 	}()
-	lines := make(chan string, 64)
+	out := make(chan string, 64)
 	go func() {
-		defer close(lines)
+		defer close(out)
 		r := bufio.NewReaderSize(outR, 1<<20)
 		for {
 			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			lines <- strings.TrimSuffix(line, "\n")
+			out <- strings.TrimSuffix(line, "\n")
 		}
 	}()
 	t.Cleanup(func() {
@@ -211,7 +212,7 @@ func stdioLines(t *testing.T, g *gateway.Gateway) (send func(string), answer fun
 		cancel()
 		<-done
 		outR.Close()
-		for range lines {
+		for range out {
 		}
 	})
 	send = func(line string) {
@@ -220,6 +221,14 @@ func stdioLines(t *testing.T, g *gateway.Gateway) (send func(string), answer fun
 			t.Fatal(err)
 		}
 	}
+	return send, out
+}
+
+// stdioLines opens a session of g's stdio front over pipes (stdioPipe): send writes a
+// line to it, answer returns the next line it writes under id, skipping others.
+func stdioLines(t *testing.T, g *gateway.Gateway) (send func(string), answer func(id string) string) {
+	t.Helper()
+	send, lines := stdioPipe(t, g)
 	answer = func(id string) string {
 		t.Helper()
 		timeout := time.After(waitFor)

@@ -1,15 +1,12 @@
 package gateway_test
 
 import (
-	"bufio"
 	"context"
-	"io"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/gateway"
-	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -27,28 +24,7 @@ func TestGateway_NoNotificationsBeforeInitialize(t *testing.T) {
 	}}, "2025-11-25")
 	waitTools(t, witness, has("a__echo"))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	inR, inW := io.Pipe()
-	outR, outW := io.Pipe()
-	ran := make(chan struct{})
-	go func() {
-		defer close(ran)
-		_ = g.Server().Run(ctx, transport.ServerStdio(inR, outW))
-		outW.Close()
-	}()
-	lines := make(chan string, 64)
-	go func() {
-		defer close(lines)
-		r := bufio.NewReader(outR)
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			lines <- line
-		}
-	}()
+	send, lines := stdioPipe(t, g)
 	time.Sleep(100 * time.Millisecond) // the session is open
 
 	reload := func(servers ...string) {
@@ -71,9 +47,7 @@ func TestGateway_NoNotificationsBeforeInitialize(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // the others are told too
 	}
 	reload("a", "b")
-	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"slow host","version":"1"}}}`+"\n"); err != nil {
-		t.Fatal(err)
-	}
+	send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"slow host","version":"1"}}}`)
 	select {
 	case line := <-lines:
 		if !strings.HasPrefix(line, `{"jsonrpc":"2.0","id":1,"result":`) {
@@ -82,9 +56,7 @@ func TestGateway_NoNotificationsBeforeInitialize(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("initialize was not answered")
 	}
-	if _, err := io.WriteString(inW, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n"); err != nil {
-		t.Fatal(err)
-	}
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	reload("a")
 	select {
 	case line := <-lines:
@@ -94,7 +66,4 @@ func TestGateway_NoNotificationsBeforeInitialize(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("once initialized, the session was not told of a change")
 	}
-	inW.Close()
-	<-ran
-	outR.Close()
 }

@@ -169,14 +169,7 @@ func TestDialRefusalResolved(t *testing.T) {
 // dial now ends by its deadline, whatever it waits for.
 func TestDialDeadlineWhileARefreshHangs(t *testing.T) {
 	srv := authServer(t, authtest.Options{}, false)
-	store := &FileStore{Dir: t.TempDir()}
-	login := dial(t, authConfig(srv, &Auth{Fetcher: authtest.Fetcher(nil), RedirectURL: redirect, Store: store}, false), Options{})
-	if err := authEcho(t, login, "login"); err != nil {
-		t.Fatal(err)
-	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = login.Close(closeCtx)
-	cancel()
+	store := loggedIn(t, srv)
 	srv.Expire()
 	srv.TokenDelay.Store(int64(time.Hour)) // until the server's cleanup
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -18,6 +18,21 @@ import (
 	"go.uber.org/goleak"
 )
 
+// loggedIn logs in to srv (a fetcher's authorization, one call), closes the session,
+// and returns the store that holds its token.
+func loggedIn(t *testing.T, srv *authtest.Server) *FileStore {
+	t.Helper()
+	store := &FileStore{Dir: t.TempDir()}
+	login := dial(t, authConfig(srv, &Auth{Fetcher: authtest.Fetcher(nil), RedirectURL: redirect, Store: store}, false), Options{})
+	if err := authEcho(t, login, "login"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = login.Close(ctx)
+	return store
+}
+
 // TestFailedDialOwnsItsRenewal: a Dial whose initialize met a 401 began a refresh,
 // which goes on after the request that needed it gave up (three quarters of the
 // dial's time); the Dial failed, and nothing owned the refresh: it ran on, with its
@@ -28,14 +43,7 @@ import (
 // context ends is waited for by the dial's next request too, which then succeeds.)
 func TestFailedDialOwnsItsRenewal(t *testing.T) {
 	srv := authServer(t, authtest.Options{}, false)
-	store := &FileStore{Dir: t.TempDir()}
-	login := dial(t, authConfig(srv, &Auth{Fetcher: authtest.Fetcher(nil), RedirectURL: redirect, Store: store}, false), Options{})
-	if err := authEcho(t, login, "login"); err != nil {
-		t.Fatal(err)
-	}
-	closeCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = login.Close(closeCtx)
-	cancel()
+	store := loggedIn(t, srv)
 	// Checked before the server's cleanup lets the token endpoint go: the
 	// server's goroutine that holds it is the server's.
 	before := goleak.IgnoreCurrent()
