@@ -21,6 +21,7 @@ type dialFaults struct {
 	holdInitialize time.Time // each POST of an initialize is held until then
 	failAuthorize  int       // /authorize visits after this many answer 500 (0: none)
 	garbledInit    bool      // an initialize with a bearer token is answered 200 with what is not JSON
+	forbidDiscover bool      // a server/discover is answered 403 (no challenge: not a matter of scope)
 }
 
 // lateServer serves srv with f's faults. held counts the initializes held.
@@ -36,6 +37,10 @@ func lateServer(t *testing.T, srv *authtest.Server, f dialFaults, held *atomic.I
 		if r.Method == http.MethodPost && r.URL.Path == "/mcp" {
 			body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 			r.Body = io.NopCloser(bytes.NewReader(body))
+			if f.forbidDiscover && strings.Contains(string(body), `"method":"server/discover"`) {
+				http.Error(w, "forbidden", http.StatusForbidden)
+				return
+			}
 			if strings.Contains(string(body), `"method":"initialize"`) {
 				if f.garbledInit && r.Header.Get("Authorization") != "" {
 					w.Header().Set("Content-Type", "application/json")
@@ -77,6 +82,10 @@ func lateServer(t *testing.T, srv *authtest.Server, f dialFaults, held *atomic.I
 // Before the deadline: the initialize's authorization failed at once (at
 // /authorize, as one begun with none of the dial's time left does), and that later
 // refusal was the dial's error. The dial fails with its first refusal.
+//
+// Since 2026-11-28 ("OAuth, read again") an authorization that failed is final for
+// the dial: the initialize is not sent at all (TestOneLoginPromptPerDial), in
+// either case, and the dial still fails with its first refusal, by its deadline.
 func TestDialReportsItsFirstRefusal(t *testing.T) {
 	const within = time.Second
 	for _, tc := range []struct {
@@ -105,8 +114,8 @@ func TestDialReportsItsFirstRefusal(t *testing.T) {
 				_ = s.Close(ctx)
 				t.Fatal("dial succeeded")
 			}
-			if held.Load() == 0 {
-				t.Fatalf("no initialize was sent (err %v): the test tests nothing", err)
+			if n := held.Load(); n != 0 {
+				t.Errorf("%d initializes sent after the dial's authorization failed (err %v), want none", n, err)
 			}
 			if took > within+time.Second {
 				t.Errorf("the dial returned after %v, its deadline %v", took, within)
@@ -121,29 +130,31 @@ func TestDialReportsItsFirstRefusal(t *testing.T) {
 			if !errors.As(err, &e) || e.HTTPStatus != http.StatusUnauthorized {
 				t.Errorf("err = %#v, want HTTP status 401", e)
 			}
-			if tc.fail > 0 && srv.Authorizations.Load() != 1 {
-				t.Errorf("%d authorizations answered, want 1 (the second failed at /authorize)", srv.Authorizations.Load())
+			if srv.Authorizations.Load() != 1 {
+				t.Errorf("%d authorizations answered, want 1 (none after the first failed)", srv.Authorizations.Load())
 			}
 		})
 	}
 }
 
-// TestDialRefusalResolved: a dial whose first authorization failed (for
-// server/discover: /authorize answered 500) and whose second succeeded (for the
-// initialize of the go-sdk's fallback) fails for what came after it (an answer to
-// the initialize that is not JSON), not for the refusal, which no longer stands.
+// TestDialRefusalResolved: a dial whose first request was refused (server/discover
+// forbidden: 403, not a matter of scope) and whose next was authorized (the
+// initialize of the go-sdk's fallback, refused 401, then the fetcher's login) fails
+// for what came after it (an answer to the initialize that is not JSON), not for
+// the refusal, which no longer stands. (It was once a first authorization that
+// failed and a second that worked; since 2026-11-28 an authorization that failed
+// is final for the dial: TestOneLoginPromptPerDial. A 403 that is not a matter of
+// scope tries no authorization.)
 func TestDialRefusalResolved(t *testing.T) {
 	ms := authtest.MCPServer()
 	t.Cleanup(func() { authtest.CloseSessions(ms) })
 	srv := authtest.New(authtest.Options{}, authtest.Streamable(ms))
 	var held atomic.Int64
-	lateServer(t, srv, dialFaults{garbledInit: true}, &held)
+	lateServer(t, srv, dialFaults{garbledInit: true, forbidDiscover: true}, &held)
 	var visits atomic.Int64
 	fetcher := authtest.Fetcher(nil)
 	cfg := authConfig(srv, &Auth{Fetcher: func(ctx context.Context, args *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
-		if visits.Add(1) == 1 {
-			return nil, errors.New("the user closed the browser")
-		}
+		visits.Add(1)
 		return fetcher(ctx, args)
 	}, RedirectURL: redirect}, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -155,7 +166,7 @@ func TestDialRefusalResolved(t *testing.T) {
 	}
 	var ae *AuthError
 	var e *Error
-	if visits.Load() != 2 || errors.As(err, &ae) || !errors.As(err, &e) || !e.NotJSON {
+	if visits.Load() != 1 || errors.As(err, &ae) || !errors.As(err, &e) || !e.NotJSON {
 		t.Errorf("err = %v (%d authorizations), want the initialize's answer that is not JSON, no refusal", err, visits.Load())
 	}
 }

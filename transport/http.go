@@ -146,6 +146,18 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 	defer stop(nil)
 	defer context.AfterFunc(rt.life, func() { stop(context.Cause(rt.life)) })()
 	rec, _ := ctx.Value(statusKey{}).(*answers)
+	if rec != nil {
+		if p := rec.authFailed.Load(); p != nil {
+			// An authorization made for an earlier request under the record
+			// failed, and no answer since accepted credentials: that stands for
+			// the record (a dial's spans all its requests), nothing is sent.
+			// The go-sdk falls back from server/discover to initialize on any
+			// error: the initialize's own authorization was a second login
+			// prompt in one dial, and if that worked, a session on the older
+			// protocol from a server that speaks 2026-07-28.
+			return nil, *p
+		}
+	}
 	tok, gen := rt.auth.bearer(actx)
 	resp, err := rt.send(req, tok)
 	if err != nil || !refusesCredentials(resp.StatusCode) {
@@ -181,18 +193,24 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 	if ua, su := (*authUnavailable)(nil), (*storeUnanswered)(nil); errors.As(aerr, &ua) || errors.As(aerr, &su) {
 		// Nothing was refused for good: the request failed as if its server
 		// could not be reached, and the server ran nothing.
+		err := error(&unavailableError{aerr})
 		if rec != nil {
 			rec.status.CompareAndSwap(int32(status), 0)
 			if req.Method == http.MethodPost {
 				rec.sent.Store(false)
 			}
+			rec.authFailed.CompareAndSwap(nil, &err)
 		}
-		return nil, &unavailableError{aerr}
+		return nil, err
 	}
 	refused := &refusedError{&AuthError{Status: status, Challenge: ch, Err: aerr}}
 	if rec != nil {
 		rec.status.Store(int32(status))
 		rec.refused.CompareAndSwap(nil, refused)
+		if !errors.Is(aerr, errForbidden) { // (no authorization was tried: the request is not allowed)
+			err := error(refused)
+			rec.authFailed.CompareAndSwap(nil, &err)
+		}
 	}
 	return nil, refused
 }
@@ -206,6 +224,7 @@ func (rt *lifeRoundTripper) accepted(ctx context.Context, rec *answers, resp *ht
 	}
 	if rec != nil {
 		rec.refused.Store(nil)
+		rec.authFailed.Store(nil)
 	}
 	rt.auth.worked(ctx, gen)
 }
@@ -487,6 +506,14 @@ type answers struct {
 	// that failed) since a 2xx answer to it, if any: a dial fails with it (see
 	// Dial), not with a later one.
 	refused atomic.Pointer[refusedError]
+	// authFailed is the error of the first authorization (or renewal) made for
+	// one of the request's HTTP requests that failed, a refusal or no answer
+	// from the authorization server, since a 2xx answer: the record's later
+	// HTTP requests are not sent, and fail with it (see
+	// lifeRoundTripper.roundTrip). A dial's record spans its requests: one
+	// dial asks the user to log in at most once, and never settles on an older
+	// protocol than its server speaks for want of credentials.
+	authFailed atomic.Pointer[error]
 	// cancel is 1 once the request's caller gave up and its notifications/cancelled
 	// is awaited, 2 once that was written; pending counts it (see pendingCancels).
 	cancel  atomic.Int32

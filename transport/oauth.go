@@ -68,8 +68,9 @@ type OAuth struct {
 	asked      map[string]bool
 	lastErr    error         // why the last refresh or authorization failed
 	renewing   *flight       // the renewal under way, if any
-	saving     int           // saves to the store under way (see save)
-	saved      chan struct{} // closed when saving drops to 0; nil while none is under way
+	next       *nextSave     // the newest credentials to save, not yet handed to the store (see save)
+	saveGen    uint64        // the generation of the newest credentials given to save
+	saved      chan struct{} // closed when the store's writer ends; nil while none runs (see write)
 	inner      *auth.AuthorizationCodeHandler
 }
 
@@ -539,11 +540,12 @@ func (o *OAuth) adoptOver(ctx context.Context, c *Credentials, pending bool, ove
 	}
 	o.creds, o.pending = c, pending
 	o.gen++
+	gen := o.gen
 	o.loaded = true // newer than what the store held
 	o.lastErr = nil
 	o.mu.Unlock()
 	if !pending {
-		o.save(ctx, c)
+		o.save(ctx, c, gen)
 	}
 	return true
 }
@@ -635,41 +637,82 @@ func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) 
 	return zero, err
 }
 
-// save writes c to the store, if there is one, waiting for it until ctx ends:
-// the save goes on after that (within storeTimeout), and Close waits for it. A
-// failure is logged: the credentials work in memory all the same. (The save of
-// a login's credentials once ran in line with the request the server accepted
-// them on: a slow store held that request past its deadline.)
-func (o *OAuth) save(ctx context.Context, c *Credentials) {
+// A nextSave is the newest credentials the store's writer is to save next (see
+// save).
+type nextSave struct {
+	c    *Credentials
+	done chan struct{} // closed once they were handed to the store and it returned (or the writer gave up)
+}
+
+// save has c, the credentials of generation gen, saved to the store, if there is
+// one, and waits for that until ctx ends: the save goes on after that (within
+// storeTimeout), and Close waits for it. The saves go to the store one at a time,
+// in the order the credentials were obtained, on one goroutine (write): c waits
+// for the save under way, and replaces older credentials waiting to be saved; it
+// is not saved at all if newer ones have been given already (save returns at
+// once: they are saved instead). A failure is logged: the credentials work in
+// memory all the same. (Each save once ran on a goroutine of its own, as it came:
+// with a slow store, two refreshes' saves were in the store at once, and the
+// older could land last, leaving the store a refresh token the authorization
+// server had retired: the next process needed a login. The save of a login's
+// credentials once ran in line with the request the server accepted them on: a
+// slow store held that request past its deadline.)
+func (o *OAuth) save(ctx context.Context, c *Credentials, gen uint64) {
 	if o.cfg.Store == nil || o.cfg.Grant == GrantClientCredentials {
 		return // client credentials are had again from the config's secret
 	}
 	cp := *c
 	cp.Server = o.server
-	cp.Saved = time.Now()
 	o.mu.Lock()
-	if o.life.Err() != nil {
+	switch {
+	case o.life.Err() != nil:
 		o.mu.Unlock()
 		o.log.Warn("mcpfsm: the OAuth client is closed: credentials not saved", "server", o.server)
 		return
+	case gen < o.saveGen:
+		o.mu.Unlock()
+		return // newer credentials are saved instead: never an older over a newer
 	}
-	o.saving++
+	o.saveGen = gen
+	if o.next == nil {
+		o.next = &nextSave{done: make(chan struct{})}
+	}
+	n := o.next
+	n.c = &cp // replaces older credentials waiting to be saved
 	if o.saved == nil {
 		o.saved = make(chan struct{})
+		go o.write(o.saved)
 	}
 	o.mu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		defer func() {
-			o.mu.Lock()
-			if o.saving--; o.saving == 0 {
-				close(o.saved)
-				o.saved = nil
-			}
+	select {
+	case <-n.done:
+	case <-ctx.Done():
+	}
+}
+
+// write is the store's writer: it saves the credentials save gives it, the
+// newest each time, until there are none left (or the client's life has ended),
+// then closes saved.
+func (o *OAuth) write(saved chan struct{}) {
+	for {
+		o.mu.Lock()
+		n := o.next
+		o.next = nil
+		if n == nil || o.life.Err() != nil {
+			o.saved = nil
 			o.mu.Unlock()
-		}()
-		_, err := storeCall(o, func(ctx context.Context) (struct{}, error) { return struct{}{}, o.cfg.Store.Save(ctx, o.key, &cp) })
+			close(saved)
+			if n != nil {
+				close(n.done)
+				o.log.Warn("mcpfsm: the OAuth client is closed: credentials not saved", "server", o.server)
+			}
+			return
+		}
+		o.mu.Unlock()
+		c := n.c
+		c.Saved = time.Now()
+		_, err := storeCall(o, func(ctx context.Context) (struct{}, error) { return struct{}{}, o.cfg.Store.Save(ctx, o.key, c) })
+		close(n.done)
 		if errors.Is(err, errNotCalled) {
 			o.mu.Lock()
 			o.unsaved = true
@@ -679,10 +722,6 @@ func (o *OAuth) save(ctx context.Context, c *Credentials) {
 		if err != nil && !errors.Is(err, errStoreSilent) {
 			o.log.Warn("mcpfsm: saving credentials to the token store", "server", o.server, "error", err)
 		}
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
 	}
 }
 
@@ -700,12 +739,12 @@ func (o *OAuth) saveUnsaved() {
 		return
 	}
 	o.unsaved = false
-	c, pending := o.creds, o.pending
+	c, gen, pending := o.creds, o.gen, o.pending
 	o.mu.Unlock()
 	if c == nil || c.Token == nil || pending {
 		return
 	}
-	o.save(endedContext, c)
+	o.save(endedContext, c, gen)
 }
 
 // endedContext is a context that has ended: a save under it is not waited for.
@@ -731,7 +770,7 @@ func (o *OAuth) worked(ctx context.Context, gen uint64) {
 	o.log.Info("mcpfsm: new credentials accepted by the server: saved", "server", o.server)
 	ctx, cancel := authContext(ctx)
 	defer cancel()
-	o.save(ctx, c)
+	o.save(ctx, c, gen)
 }
 
 // expiryDelta is how long before its expiry a token is refreshed, at most: a

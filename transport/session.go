@@ -444,7 +444,10 @@ func (s *Session) ended(err error) {
 // whose request was refused for its credentials (an authorization that failed)
 // and not accepted since fails with that first refusal, an *AuthError, whatever
 // failed after it (the go-sdk falls back from server/discover to initialize, which
-// is refused again, or cut short by the deadline).
+// is cut short by the deadline). An authorization that failed is final for the
+// dial: the dial's later requests are not sent (the user is asked to log in
+// once at most, and the dial never settles on an older protocol than the server
+// speaks because its credentials were refused at first).
 func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -487,12 +490,15 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 		err = context.Cause(ctx)
 	}
 	if err != nil {
-		if r := status.refused.Load(); r != nil && !errors.Is(err, r) {
-			// The dial's first refusal (an authorization that failed), which no
-			// answer since has resolved, is its failure: what failed after it
-			// is the go-sdk's fallback from server/discover to initialize,
-			// refused again (its authorization begun late, with none of the
-			// dial's time left) or cut short.
+		if p := status.authFailed.Load(); p != nil {
+			// An authorization that failed (or got no answer), which no answer
+			// since has resolved, is the dial's failure: what failed after it is
+			// the go-sdk's fallback from server/discover to initialize, failed
+			// with it unsent (see answers.authFailed), or cut short.
+			err = *p
+		}
+		if r := status.refused.Load(); r != nil {
+			// The dial's first refusal, the same, or one before it (a 403).
 			err = r
 			status.status.Store(int32(r.err.Status))
 		}

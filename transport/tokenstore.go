@@ -22,7 +22,9 @@ import (
 // use. Load returns nil, nil when it holds nothing for key. Load and Save are
 // given a context that ends within 5 s (and at the OAuth client's Close):
 // heed it. An OAuth client calls its store from goroutines of its own (one
-// Load at a time), which a request waits for until its own deadline only. A
+// Load at a time, and one Save at a time, in the order the credentials were
+// obtained: a Save waiting for the one under way is replaced by a newer one,
+// never made after it), which a request waits for until its own deadline only. A
 // call still running 100 ms after its context ended is abandoned: said once in
 // the log, and the store is not called again until that call returns (its
 // reads and saves fail meanwhile; the credentials held in memory serve, and

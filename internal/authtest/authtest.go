@@ -623,6 +623,12 @@ func Streamable(s *mcp.Server) http.Handler {
 	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, nil)
 }
 
+// Stateless serves s over streamable HTTP without sessions: the server speaks
+// protocol 2026-07-28 (answers server/discover), and older ones without a session.
+func Stateless(s *mcp.Server) http.Handler {
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Stateless: true})
+}
+
 // SSE serves s over the legacy HTTP+SSE transport.
 func SSE(s *mcp.Server) http.Handler {
 	return mcp.NewSSEHandler(func(*http.Request) *mcp.Server { return s }, nil)
