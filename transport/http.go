@@ -118,7 +118,8 @@ type lifeRoundTripper struct {
 // RoundTrip implements http.RoundTripper. With an authorizer, a request to the
 // configured origin carries its bearer token; a 401 or 403 answer is taken to
 // the authorizer once, and the request sent again if it got better credentials
-// (the server ran nothing). A refusal that stands is returned as an error (a
+// (the server ran nothing); a 403 insufficient_scope that answers the new
+// credentials of a 401's is taken to it once more (a step-up). A refusal that stands is returned as an error (a
 // *refusedError), never as the answer: the SDK would take a 401 answer to a
 // call for the end of the whole connection.
 func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -166,11 +167,15 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 	}
 	status, ch := resp.StatusCode, ParseChallenge(resp.Header)
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	aerr := rt.auth.authorize(actx, req, resp, gen) // closes resp.Body
-	if aerr == nil && !replayable {
-		aerr = errors.New("new credentials were had, but the request could not be sent again")
-	}
-	if aerr == nil {
+	var aerr error
+	for stepUp := false; ; stepUp = true {
+		aerr = rt.auth.authorize(actx, req, resp, gen) // closes resp.Body
+		if aerr == nil && !replayable {
+			aerr = errors.New("new credentials were had, but the request could not be sent again")
+		}
+		if aerr != nil {
+			break
+		}
 		again := req.Clone(ctx)
 		if req.GetBody != nil {
 			if again.Body, err = req.GetBody(); err != nil {
@@ -186,9 +191,18 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 			rt.accepted(actx, rec, resp, err, gen)
 			return resp, err
 		}
+		first := status
 		status, ch = resp.StatusCode, ParseChallenge(resp.Header)
+		if !stepUp && first == http.StatusUnauthorized && status == http.StatusForbidden && ch.Error == "insufficient_scope" {
+			// The new credentials are taken, and the server asks for more
+			// scope than its 401 named: the step-up is asked for, once. (It
+			// was the end of the request's authorizations: a dial failed as
+			// unauthorized, final for it, its login's credentials unsaved.)
+			continue
+		}
 		drainClose(resp.Body)
 		aerr = errors.New("the server refused the request again with new credentials")
+		break
 	}
 	if ua, su := (*authUnavailable)(nil), (*storeUnanswered)(nil); errors.As(aerr, &ua) || errors.As(aerr, &su) {
 		// Nothing was refused for good: the request failed as if its server

@@ -2,6 +2,7 @@ package transport
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,5 +55,43 @@ func TestAFailedRefreshIsNotFinalForTheSession(t *testing.T) {
 	}
 	if err := authEcho(t, s, "after"); err != nil {
 		t.Errorf("a call once the token endpoint is back: %v", err)
+	}
+}
+
+// TestStepUpRightAfterALogin: a server that names, in the challenge of its 401,
+// less scope than it needs, and asks for the rest with a 403 insufficient_scope
+// once it sees a token. A dial's server/discover was refused, the user logged in,
+// the discover sent again was refused for more scope: that was the end of the
+// request's authorizations ("refused again with new credentials"), an
+// authorization that failed, final for the dial since an authorization is: its
+// initialize was not sent (before that, its own authorization was the step-up),
+// and the connect failed as unauthorized, the login's credentials never saved. A
+// request refused for more scope right after its login now has the step-up
+// asked for (once), and is sent again.
+func TestStepUpRightAfterALogin(t *testing.T) {
+	for _, stateless := range []bool{true, false} {
+		name, want := "2025-11-25 with sessions", "2025-11-25"
+		if stateless {
+			name, want = "2026-07-28", "2026-07-28"
+		}
+		t.Run(name, func(t *testing.T) {
+			srv := protectedServer(t, authtest.Options{Scopes: []string{"read"}, LaterScopes: []string{"admin"}}, stateless)
+			user := &promptCounter{}
+			store := &FileStore{Dir: t.TempDir()}
+			s := dial(t, authConfig(srv, &Auth{Fetcher: user.fetch, RedirectURL: redirect, Store: store}, false), Options{})
+			if v := s.ProtocolVersion(); v != want {
+				t.Errorf("the session speaks %q, want %q", v, want)
+			}
+			if n := user.prompts.Load(); n != 2 {
+				t.Errorf("the user was asked to log in %d times, want 2 (the login, the step-up)", n)
+			}
+			if err := authEcho(t, s, "scoped"); err != nil {
+				t.Fatal(err)
+			}
+			c, err := store.Load(context.Background(), "authed")
+			if err != nil || c == nil || !slices.Contains(c.Scopes, "admin") {
+				t.Errorf("stored: %v, %v; want the step-up's credentials", c, err)
+			}
+		})
 	}
 }
