@@ -2,8 +2,11 @@ package transport
 
 import (
 	"context"
+	"log/slog"
 	"slices"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/internal/authtest"
@@ -94,4 +97,105 @@ func TestStepUpRightAfterALogin(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lateAcks is a TokenStore in memory whose Saves are made at once but return
+// only when the test lets them (or their context ends): a remote secret manager
+// whose answers are slow.
+type lateAcks struct {
+	heldStore
+	mu    sync.Mutex
+	acks  []chan struct{}
+	saved []string // the refresh tokens saved, in order
+}
+
+func (s *lateAcks) Save(ctx context.Context, key string, c *Credentials) error {
+	if err := s.heldStore.Save(ctx, key, c); err != nil {
+		return err
+	}
+	ack := make(chan struct{})
+	s.mu.Lock()
+	s.acks = append(s.acks, ack)
+	s.saved = append(s.saved, c.Token.RefreshToken)
+	s.mu.Unlock()
+	select {
+	case <-ack:
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// ackAll lets every Save that waits return.
+func (s *lateAcks) ackAll() int {
+	s.mu.Lock()
+	acks := s.acks
+	s.acks = nil
+	s.mu.Unlock()
+	for _, a := range acks {
+		close(a)
+	}
+	return len(acks)
+}
+
+// TestStoredElsewhereIsNotOverwritten: the store's writer saves the newest
+// credentials it is given, and never older ones after newer ones of the client's
+// own; but credentials the client took from the store (another process's: a
+// login there, or its refresh) were not in that order. A refresh's save waiting
+// for the one under way was made after the client had adopted newer ones from
+// the store: the store lost the other process's credentials for the client's
+// older ones. Credentials taken from the store are now the newest saved: a save
+// of older ones waiting is not made.
+func TestStoredElsewhereIsNotOverwritten(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPipeAuth(t, authtest.Options{ClientID: "pre", TokenLifetime: 2 * time.Second}, false)
+		store := &lateAcks{}
+		o, err := NewOAuth(p.config(&Auth{Store: store, Timeout: 100 * time.Millisecond}, false), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			for store.ackAll() > 0 {
+				synctest.Wait()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			if err := o.Close(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		if err := o.SetCredentials(p.issued(time.Now().Add(-time.Minute))); err != nil { // expired: refreshed by the first request
+			t.Fatal(err)
+		}
+		token := func(what string) string {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			tok, _ := o.bearer(ctx)
+			if tok == "" {
+				t.Fatalf("%s: no token", what)
+			}
+			return tok
+		}
+		token("the first refresh")          // saved, its answer late (within storeTimeout)
+		time.Sleep(1600 * time.Millisecond) // the token is about to expire (2s): refreshed again
+		token("the second refresh")         // its save waits for the first's
+		elsewhere := p.issued(time.Now().Add(time.Hour))
+		elsewhere.Server = "authed"
+		if err := store.heldStore.Save(context.Background(), "authed", elsewhere); err != nil { // another process's login
+			t.Fatal(err)
+		}
+		time.Sleep(1600 * time.Millisecond)
+		if got := token("a request with the second refresh's token about to expire"); got != elsewhere.Token.AccessToken {
+			t.Fatal("the credentials in the store, newer, were not adopted")
+		}
+		for store.ackAll() > 0 {
+			synctest.Wait()
+		}
+		stored, _ := store.heldStore.Load(context.Background(), "authed")
+		if stored == nil || stored.Token.RefreshToken != elsewhere.Token.RefreshToken {
+			store.mu.Lock()
+			t.Errorf("the store lost the credentials another process saved, adopted by the client, for older ones of its own (saves: %d)", len(store.saved))
+			store.mu.Unlock()
+		}
+	})
 }
