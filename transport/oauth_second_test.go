@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"log/slog"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -142,60 +143,77 @@ func (s *lateAcks) ackAll() int {
 // own; but credentials the client took from the store (another process's: a
 // login there, or its refresh) were not in that order. A refresh's save waiting
 // for the one under way was made after the client had adopted newer ones from
-// the store: the store lost the other process's credentials for the client's
-// older ones. Credentials taken from the store are now the newest saved: a save
-// of older ones waiting is not made.
+// the store, before a refresh (their token expires later) or for a refusal (a
+// login elsewhere): the store lost the other process's credentials for the
+// client's older ones. Credentials so taken from the store are now the newest
+// saved: a save of older ones waiting is not made.
 func TestStoredElsewhereIsNotOverwritten(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := newPipeAuth(t, authtest.Options{ClientID: "pre", TokenLifetime: 2 * time.Second}, false)
-		store := &lateAcks{}
-		o, err := NewOAuth(p.config(&Auth{Store: store, Timeout: 100 * time.Millisecond}, false), slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			for store.ackAll() > 0 {
-				synctest.Wait()
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			if err := o.Close(ctx); err != nil {
-				t.Error(err)
-			}
-		}()
-		if err := o.SetCredentials(p.issued(time.Now().Add(-time.Minute))); err != nil { // expired: refreshed by the first request
-			t.Fatal(err)
-		}
-		token := func(what string) string {
-			t.Helper()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			tok, _ := o.bearer(ctx)
-			if tok == "" {
-				t.Fatalf("%s: no token", what)
-			}
-			return tok
-		}
-		token("the first refresh")          // saved, its answer late (within storeTimeout)
-		time.Sleep(1600 * time.Millisecond) // the token is about to expire (2s): refreshed again
-		token("the second refresh")         // its save waits for the first's
-		elsewhere := p.issued(time.Now().Add(time.Hour))
-		elsewhere.Server = "authed"
-		if err := store.heldStore.Save(context.Background(), "authed", elsewhere); err != nil { // another process's login
-			t.Fatal(err)
-		}
-		time.Sleep(1600 * time.Millisecond)
-		if got := token("a request with the second refresh's token about to expire"); got != elsewhere.Token.AccessToken {
-			t.Fatal("the credentials in the store, newer, were not adopted")
-		}
+	for _, how := range []string{"before a refresh", "for a refusal"} {
+		t.Run(how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { storedElsewhere(t, how == "for a refusal") })
+		})
+	}
+}
+
+func storedElsewhere(t *testing.T, refusal bool) {
+	p := newPipeAuth(t, authtest.Options{ClientID: "pre", TokenLifetime: 2 * time.Second}, false)
+	store := &lateAcks{}
+	o, err := NewOAuth(p.config(&Auth{Store: store, Timeout: 100 * time.Millisecond}, false), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
 		for store.ackAll() > 0 {
 			synctest.Wait()
 		}
-		stored, _ := store.heldStore.Load(context.Background(), "authed")
-		if stored == nil || stored.Token.RefreshToken != elsewhere.Token.RefreshToken {
-			store.mu.Lock()
-			t.Errorf("the store lost the credentials another process saved, adopted by the client, for older ones of its own (saves: %d)", len(store.saved))
-			store.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := o.Close(ctx); err != nil {
+			t.Error(err)
 		}
-	})
+	}()
+	if err := o.SetCredentials(p.issued(time.Now().Add(-time.Minute))); err != nil { // expired: refreshed by the first request
+		t.Fatal(err)
+	}
+	token := func(what string) string {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		tok, _ := o.bearer(ctx)
+		if tok == "" {
+			t.Fatalf("%s: no token", what)
+		}
+		return tok
+	}
+	token("the first refresh")          // saved, its answer late (within storeTimeout)
+	time.Sleep(1600 * time.Millisecond) // the token is about to expire (2s): refreshed again
+	token("the second refresh")         // its save waits for the first's
+	elsewhere := p.issued(time.Now().Add(time.Hour))
+	elsewhere.Server = "authed"
+	if err := store.heldStore.Save(context.Background(), "authed", elsewhere); err != nil { // another process's login
+		t.Fatal(err)
+	}
+	if refusal {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.srv.MCPURL(), nil)
+		resp := &http.Response{StatusCode: http.StatusUnauthorized, Header: http.Header{}, Body: http.NoBody, Request: req}
+		if err := o.Authorize(ctx, req, resp); err != nil {
+			t.Fatalf("the refusal: %v", err)
+		}
+	} else {
+		time.Sleep(1600 * time.Millisecond)
+	}
+	if got := token("the next request"); got != elsewhere.Token.AccessToken {
+		t.Fatal("the credentials in the store, newer, were not adopted")
+	}
+	for store.ackAll() > 0 {
+		synctest.Wait()
+	}
+	stored, _ := store.heldStore.Load(context.Background(), "authed")
+	if stored == nil || stored.Token.RefreshToken != elsewhere.Token.RefreshToken {
+		store.mu.Lock()
+		t.Errorf("the store lost the credentials another process saved, adopted by the client, for older ones of its own (saves: %d)", len(store.saved))
+		store.mu.Unlock()
+	}
 }
