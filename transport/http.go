@@ -147,15 +147,15 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 	defer stop(nil)
 	defer context.AfterFunc(rt.life, func() { stop(context.Cause(rt.life)) })()
 	rec, _ := ctx.Value(statusKey{}).(*answers)
-	if rec != nil && rec.dialing.Load() {
+	if rec != nil && !rec.dialed.Load() {
 		if p := rec.authFailed.Load(); p != nil {
-			// An authorization made for an earlier request of the dial
+			// An authorization made for an earlier request under the record
 			// failed, and no answer since accepted credentials: that stands for
-			// the dial, nothing is sent. The go-sdk falls back from
-			// server/discover to initialize on any error: the initialize's own
-			// authorization was a second login prompt in one dial, and if that
-			// worked, a session on the older protocol from a server that
-			// speaks 2026-07-28.
+			// the record (a dial's spans all its requests), nothing is sent.
+			// The go-sdk falls back from server/discover to initialize on any
+			// error: the initialize's own authorization was a second login
+			// prompt in one dial, and if that worked, a session on the older
+			// protocol from a server that speaks 2026-07-28.
 			return nil, *p
 		}
 	}
@@ -522,20 +522,20 @@ type answers struct {
 	refused atomic.Pointer[refusedError]
 	// authFailed is the error of the first authorization (or renewal) made for
 	// one of the request's HTTP requests that failed, a refusal or no answer
-	// from the authorization server, since a 2xx answer: while dialing, the
-	// record's later HTTP requests are not sent, and fail with it (see
-	// lifeRoundTripper.roundTrip). A dial's record spans its requests: one
-	// dial asks the user to log in at most once, and never settles on an older
-	// protocol than its server speaks for want of credentials.
+	// from the authorization server, since a 2xx answer: the record's later
+	// HTTP requests are not sent, and fail with it (see
+	// lifeRoundTripper.roundTrip), until dialed. A dial's record spans its
+	// requests: one dial asks the user to log in at most once, and never
+	// settles on an older protocol than its server speaks for want of
+	// credentials.
 	authFailed atomic.Pointer[error]
-	// dialing is set while the record is a dial's, until Dial returns. The
-	// go-sdk keeps the values of the dial's context for the connection's own
-	// requests (the standalone event stream and its reconnects, the answers to
-	// the server's requests, the closing DELETE): after the dial, authFailed
-	// holds none of them back. (It once did: one refresh that got no answer
-	// failed every later answer to a ping of the server's, unsent, for the
-	// rest of the session.)
-	dialing atomic.Bool
+	// dialed is set on a dial's record once Dial returns. The go-sdk keeps the
+	// values of the dial's context for the connection's own requests (the
+	// standalone event stream and its reconnects, the answers to the server's
+	// requests, the closing DELETE): authFailed holds none of them back. (It
+	// once did: one refresh that got no answer failed every later answer to a
+	// ping of the server's, unsent, for the rest of the session.)
+	dialed atomic.Bool
 	// cancel is 1 once the request's caller gave up and its notifications/cancelled
 	// is awaited, 2 once that was written; pending counts it (see pendingCancels).
 	cancel  atomic.Int32

@@ -481,8 +481,7 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	s.life, s.kill = context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() { s.kill(context.Cause(ctx)) })
 	dctx, status := withStatus(ctx)
-	status.dialing.Store(true) // (the connection's own requests keep the record: see answers.dialing)
-	defer status.dialing.Store(false)
+	defer status.dialed.Store(true) // (the connection's own requests keep the record: see answers.dialed)
 	cs, err := s.connect(dctx, cfg, opts)
 	if err == nil {
 		err = s.fellBack(cs)
