@@ -119,9 +119,9 @@ type lifeRoundTripper struct {
 // configured origin carries its bearer token; a 401 or 403 answer is taken to
 // the authorizer once, and the request sent again if it got better credentials
 // (the server ran nothing); a 403 insufficient_scope that answers the new
-// credentials of a 401's is taken to it once more (a step-up). A refusal that stands is returned as an error (a
-// *refusedError), never as the answer: the SDK would take a 401 answer to a
-// call for the end of the whole connection.
+// credentials of a 401's is taken to it once more (a step-up). A refusal that
+// stands is returned as an error (a *refusedError), never as the answer: the
+// SDK would take a 401 answer to a call for the end of the whole connection.
 func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if rec, _ := req.Context().Value(statusKey{}).(*answers); rec != nil && req.Method == http.MethodPost {
 		// The SDK sends a call's notifications/cancelled with the values of the

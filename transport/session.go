@@ -447,7 +447,8 @@ func (s *Session) ended(err error) {
 // is cut short by the deadline). An authorization that failed is final for the
 // dial: the dial's later requests are not sent (the user is asked to log in
 // once at most, and the dial never settles on an older protocol than the server
-// speaks because its credentials were refused at first).
+// speaks because its credentials were refused at first). It is not final for
+// the session the dial made (see answers.dialed).
 func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
