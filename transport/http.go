@@ -118,9 +118,10 @@ type lifeRoundTripper struct {
 // RoundTrip implements http.RoundTripper. With an authorizer, a request to the
 // configured origin carries its bearer token; a 401 or 403 answer is taken to
 // the authorizer once, and the request sent again if it got better credentials
-// (the server ran nothing). A refusal that stands is returned as an error (a
-// *refusedError), never as the answer: the SDK would take a 401 answer to a
-// call for the end of the whole connection.
+// (the server ran nothing); a 403 insufficient_scope that answers the new
+// credentials of a 401's is taken to it once more (a step-up). A refusal that
+// stands is returned as an error (a *refusedError), never as the answer: the
+// SDK would take a 401 answer to a call for the end of the whole connection.
 func (rt *lifeRoundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if rec, _ := req.Context().Value(statusKey{}).(*answers); rec != nil && req.Method == http.MethodPost {
 		// The SDK sends a call's notifications/cancelled with the values of the
@@ -146,7 +147,7 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 	defer stop(nil)
 	defer context.AfterFunc(rt.life, func() { stop(context.Cause(rt.life)) })()
 	rec, _ := ctx.Value(statusKey{}).(*answers)
-	if rec != nil {
+	if rec != nil && !rec.dialed.Load() {
 		if p := rec.authFailed.Load(); p != nil {
 			// An authorization made for an earlier request under the record
 			// failed, and no answer since accepted credentials: that stands for
@@ -166,11 +167,15 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 	}
 	status, ch := resp.StatusCode, ParseChallenge(resp.Header)
 	replayable := req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
-	aerr := rt.auth.authorize(actx, req, resp, gen) // closes resp.Body
-	if aerr == nil && !replayable {
-		aerr = errors.New("new credentials were had, but the request could not be sent again")
-	}
-	if aerr == nil {
+	var aerr error
+	for stepUp := false; ; stepUp = true {
+		aerr = rt.auth.authorize(actx, req, resp, gen) // closes resp.Body
+		if aerr == nil && !replayable {
+			aerr = errors.New("new credentials were had, but the request could not be sent again")
+		}
+		if aerr != nil {
+			break
+		}
 		again := req.Clone(ctx)
 		if req.GetBody != nil {
 			if again.Body, err = req.GetBody(); err != nil {
@@ -186,9 +191,18 @@ func (rt *lifeRoundTripper) roundTrip(req *http.Request) (*http.Response, error)
 			rt.accepted(actx, rec, resp, err, gen)
 			return resp, err
 		}
+		first := status
 		status, ch = resp.StatusCode, ParseChallenge(resp.Header)
+		if !stepUp && first == http.StatusUnauthorized && status == http.StatusForbidden && ch.Error == "insufficient_scope" {
+			// The new credentials are taken, and the server asks for more
+			// scope than its 401 named: the step-up is asked for, once. (It
+			// was the end of the request's authorizations: a dial failed as
+			// unauthorized, final for it, its login's credentials unsaved.)
+			continue
+		}
 		drainClose(resp.Body)
 		aerr = errors.New("the server refused the request again with new credentials")
+		break
 	}
 	if ua, su := (*authUnavailable)(nil), (*storeUnanswered)(nil); errors.As(aerr, &ua) || errors.As(aerr, &su) {
 		// Nothing was refused for good: the request failed as if its server
@@ -510,10 +524,18 @@ type answers struct {
 	// one of the request's HTTP requests that failed, a refusal or no answer
 	// from the authorization server, since a 2xx answer: the record's later
 	// HTTP requests are not sent, and fail with it (see
-	// lifeRoundTripper.roundTrip). A dial's record spans its requests: one
-	// dial asks the user to log in at most once, and never settles on an older
-	// protocol than its server speaks for want of credentials.
+	// lifeRoundTripper.roundTrip), until dialed. A dial's record spans its
+	// requests: one dial asks the user to log in at most once, and never
+	// settles on an older protocol than its server speaks for want of
+	// credentials.
 	authFailed atomic.Pointer[error]
+	// dialed is set on a dial's record once Dial returns. The go-sdk keeps the
+	// values of the dial's context for the connection's own requests (the
+	// standalone event stream and its reconnects, the answers to the server's
+	// requests, the closing DELETE): authFailed holds none of them back. (It
+	// once did: one refresh that got no answer failed every later answer to a
+	// ping of the server's, unsent, for the rest of the session.)
+	dialed atomic.Bool
 	// cancel is 1 once the request's caller gave up and its notifications/cancelled
 	// is awaited, 2 once that was written; pending counts it (see pendingCancels).
 	cancel  atomic.Int32

@@ -69,7 +69,7 @@ type OAuth struct {
 	lastErr    error         // why the last refresh or authorization failed
 	renewing   *flight       // the renewal under way, if any
 	next       *nextSave     // the newest credentials to save, not yet handed to the store (see save)
-	saveGen    uint64        // the generation of the newest credentials given to save
+	saveGen    uint64        // the generation of the newest credentials given to save, or taken from the store
 	saved      chan struct{} // closed when the store's writer ends; nil while none runs (see write)
 	inner      *auth.AuthorizationCodeHandler
 }
@@ -492,6 +492,17 @@ func (o *OAuth) adoptStoredLocked(r *storeRead) {
 	}
 }
 
+// storedLocked notes that the current credentials were taken from the store as
+// newer than the client's own (newerStored; reload, for a refusal): a save of
+// older ones waiting is not made after that (see save), so that what another
+// process saved, and the client adopted, is not lost for credentials of the
+// client's own that it had replaced. (A read of the store after a Reset, or the
+// first, is no such sign: it may have begun before a save of the client's
+// landed.) o.mu is held.
+func (o *OAuth) storedLocked() {
+	o.saveGen = o.gen
+}
+
 // reload reads the store again, and reports whether it held other credentials
 // than the current ones (a login elsewhere), which are adopted; an error if
 // the store gave no answer before ctx ended.
@@ -513,7 +524,11 @@ func (o *OAuth) reload(ctx context.Context) (bool, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return o.gen != gen, nil
+	if o.gen == gen {
+		return false, nil
+	}
+	o.storedLocked() // (the credentials the server refused are older)
+	return true, nil
 }
 
 // adopt makes c, credentials of a new authorization (or handed over), the
@@ -641,6 +656,7 @@ func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) 
 // save).
 type nextSave struct {
 	c    *Credentials
+	gen  uint64        // c's generation
 	done chan struct{} // closed once they were handed to the store and it returned (or the writer gave up)
 }
 
@@ -650,7 +666,8 @@ type nextSave struct {
 // in the order the credentials were obtained, on one goroutine (write): c waits
 // for the save under way, and replaces older credentials waiting to be saved; it
 // is not saved at all if newer ones have been given already (save returns at
-// once: they are saved instead). A failure is logged: the credentials work in
+// once: they are saved instead), or taken from the store (storedLocked: a save
+// of c waiting is dropped then). A failure is logged: the credentials work in
 // memory all the same. (Each save once ran on a goroutine of its own, as it came:
 // with a slow store, two refreshes' saves were in the store at once, and the
 // older could land last, leaving the store a refresh token the authorization
@@ -678,7 +695,7 @@ func (o *OAuth) save(ctx context.Context, c *Credentials, gen uint64) {
 		o.next = &nextSave{done: make(chan struct{})}
 	}
 	n := o.next
-	n.c = &cp // replaces older credentials waiting to be saved
+	n.c, n.gen = &cp, gen // replaces older credentials waiting to be saved
 	if o.saved == nil {
 		o.saved = make(chan struct{})
 		go o.write(o.saved)
@@ -707,6 +724,13 @@ func (o *OAuth) write(saved chan struct{}) {
 				o.log.Warn("mcpfsm: the OAuth client is closed: credentials not saved", "server", o.server)
 			}
 			return
+		}
+		if n.gen < o.saveGen {
+			// Newer credentials were taken from the store meanwhile (another
+			// process's): it keeps them.
+			o.mu.Unlock()
+			close(n.done)
+			continue
 		}
 		o.mu.Unlock()
 		c := n.c
@@ -957,6 +981,7 @@ func (o *OAuth) newerStored(ctx context.Context, refused *Credentials) bool {
 	}
 	o.creds = sc
 	o.gen++
+	o.storedLocked()
 	o.log.Debug("mcpfsm: newer credentials in the token store: adopted", "server", o.server)
 	return true
 }

@@ -447,7 +447,8 @@ func (s *Session) ended(err error) {
 // is cut short by the deadline). An authorization that failed is final for the
 // dial: the dial's later requests are not sent (the user is asked to log in
 // once at most, and the dial never settles on an older protocol than the server
-// speaks because its credentials were refused at first).
+// speaks because its credentials were refused at first). It is not final for
+// the session the dial made (see answers.dialed).
 func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -481,6 +482,7 @@ func Dial(ctx context.Context, cfg Config, opts Options) (*Session, error) {
 	s.life, s.kill = context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, func() { s.kill(context.Cause(ctx)) })
 	dctx, status := withStatus(ctx)
+	defer status.dialed.Store(true) // (the connection's own requests keep the record: see answers.dialed)
 	cs, err := s.connect(dctx, cfg, opts)
 	if err == nil {
 		err = s.fellBack(cs)

@@ -24,7 +24,9 @@ import (
 // heed it. An OAuth client calls its store from goroutines of its own (one
 // Load at a time, and one Save at a time, in the order the credentials were
 // obtained: a Save waiting for the one under way is replaced by a newer one,
-// never made after it), which a request waits for until its own deadline only. A
+// never made after it, and dropped if the client takes newer credentials from
+// the store meanwhile: another process's), which a request waits for until its
+// own deadline only. A
 // call still running 100 ms after its context ended is abandoned: said once in
 // the log, and the store is not called again until that call returns (its
 // reads and saves fail meanwhile; the credentials held in memory serve, and

@@ -34,6 +34,10 @@ type Options struct {
 	Scopes []string
 	// CallScopes are what tools/call needs besides Scopes: a step-up mid-session.
 	CallScopes []string
+	// LaterScopes are what every MCP request needs besides Scopes, named only
+	// in the 403 insufficient_scope of a request with a token (not in the 401's
+	// challenge): a step-up right after the first login.
+	LaterScopes []string
 	// ScopesSupported is the protected resource metadata's scopes_supported.
 	ScopesSupported []string
 	// RotateRefresh issues a new refresh token with each refresh (the old one
@@ -436,7 +440,7 @@ func (s *Server) answer(w http.ResponseWriter, g *grant, withRefresh bool) {
 // protect checks the bearer token of every MCP request.
 func (s *Server) protect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		need := slices.Clone(s.opts.Scopes)
+		need := append(slices.Clone(s.opts.Scopes), s.opts.LaterScopes...)
 		if s.opts.NeverGrant != "" {
 			need = append(need, s.opts.NeverGrant)
 		}
