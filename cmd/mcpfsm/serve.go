@@ -79,8 +79,11 @@ place, and its errors are logged with their file:line:column.
 --replica I/N, for N replicas behind nginx hashing the Mcp-Session-Id header
 (upstream { hash $http_mcp_session_id; server A; server B; }, this replica
 being the I-th server line), mints session IDs that nginx sends back to this
-replica. A session whose replica is gone gets 404 from the other: clients
-must then initialize a new session.
+replica. nginx must also send a loopback Host (proxy_set_header Host
+localhost: a gateway on loopback refuses another with 403) and pass event
+streams as they come (proxy_http_version 1.1; proxy_buffering off): the
+README's Scale out has the whole block. A session whose replica is gone gets
+404 from the other: clients must then initialize a new session.
 
 With --http-status ADDR it also serves the status page of mcpfsm run (see
 mcpfsm run --help): every server behind the gateway on its lifecycle picture,
