@@ -137,7 +137,7 @@ func TestServeWatch(t *testing.T) {
 	// The reload is said, not only done: its record was at info level, below
 	// what serve logs, and an operator could not tell a reload adopted from one
 	// never made.
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.stderr.String(), "reloaded (the config file changed): added two"); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.stderr.String(), "reloaded (the config file or a spec it names changed): added two"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the reload was not said; stderr:\n%s", b.stderr.String())
 		}
@@ -1096,6 +1096,51 @@ func TestServeSIGHUPWhileStopping(t *testing.T) {
 	}
 	if err := exited(t, cmd, 40*time.Second, "after SIGTERM", &stderr); err != nil {
 		t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+	}
+}
+
+// TestServeWatchSpec: --watch adopts an edit of a lifecycle file the config names
+// (spec), the config itself unchanged, as SIGHUP does: the server gets a new
+// connection. Only the config file was looked at, and the edit was never adopted
+// (in a Kubernetes ConfigMap holding both, an update of the spec alone).
+func TestServeWatchSpec(t *testing.T) {
+	dir := t.TempDir()
+	spec, err := os.ReadFile("../../transitions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	life := filepath.Join(dir, "life.yaml")
+	if err := os.WriteFile(life, spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "servers.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "version: 1\nspec: life.yaml\nservers:\n  one:\n    command: %s\n    args: [example-server]\n", mcpfsmBin(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, url := startServeHTTP(t, "--watch", "--watch-interval", "20ms", cfg)
+	cs := connectHTTP(t, url, "2025-11-25")
+	waitTool(t, cs, "one__echo")
+	time.Sleep(200 * time.Millisecond) // ten looks: nothing to adopt
+	if strings.Contains(b.stderr.String(), "reloaded") {
+		t.Fatalf("a reload with nothing changed; stderr:\n%s", b.stderr.String())
+	}
+	edited := strings.Replace(string(spec), "default: 30s", "default: 31s", 1)
+	if edited == string(spec) {
+		t.Fatal("transitions.yaml has no default: 30s to edit")
+	}
+	if err := os.WriteFile(life, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.stderr.String(), "reloaded (the config file or a spec it names changed): reconnected one"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the spec's edit was not adopted; stderr:\n%s", b.stderr.String())
+		}
+	}
+	if got, err := echo(t.Context(), cs, "one__echo", "after"); err != nil || got != "after" {
+		t.Fatalf("one__echo after the reload: %q, %v", got, err)
+	}
+	if code := b.stop(t); code != 0 {
+		t.Errorf("exit code %d; stderr:\n%s", code, b.stderr.String())
 	}
 }
 
