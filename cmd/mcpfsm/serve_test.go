@@ -318,7 +318,10 @@ func TestGateway_Nginx(t *testing.T) {
 		})
 	}
 	front := freePort(t)
+	// One process (master_process off): the Kill below ends nginx whole. With a
+	// master, its worker outlived it, orphaned, after every run.
 	conf := fmt.Sprintf(`worker_processes 1;
+master_process off;
 daemon off;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log warn;
