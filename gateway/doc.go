@@ -76,5 +76,7 @@
 // session on the replica that created it when each replica mints IDs that hash to
 // itself (NginxHashSessionID). A session whose replica is gone gets 404 from the one
 // that takes its requests: the client must initialize a new session (the MCP rule for
-// a 404 on a session), and gets one from a live replica.
+// a 404 on a session), and gets one from a live replica. An event stream silent for
+// HTTPOptions.Heartbeat (25 s) gets an SSE comment, so that a proxy's idle timeout
+// does not cut it.
 package gateway

@@ -72,6 +72,32 @@ func ownMeta(res any) {
 	}
 }
 
+// withoutResultType returns a copy of a backend's tools/call, prompts/get or
+// resources/read result without the resultType its 2026-07-28 answer carried (the
+// go-sdk keeps it, unexported, and writes it again): the front's server sets it
+// itself for a front session on 2026-07-28, and leaves it unset before, where the
+// protocol has no such field; the gateway wrote "resultType":"complete" to front
+// sessions on 2025-06-18 and 2025-03-26, which a go-sdk server does not. The copy
+// carries every exported field; the result the connection returned is left as it
+// is (a read may be cached, and shared). Other results pass as they are.
+func withoutResultType[R any](res R) R {
+	if _, ok := any(res).(interface{ NeedsInput() bool }); !ok {
+		return res
+	}
+	v := reflect.ValueOf(res)
+	if v.Kind() != reflect.Pointer || v.IsNil() {
+		return res
+	}
+	e := v.Elem()
+	out := reflect.New(e.Type())
+	for i := range e.NumField() {
+		if e.Type().Field(i).IsExported() {
+			out.Elem().Field(i).Set(e.Field(i))
+		}
+	}
+	return out.Interface().(R)
+}
+
 // callTool forwards tools/call. A backend that cannot take the call, or whose session
 // breaks under it (and the call is not retried), makes a tool error result that says
 // why: hosts take a protocol error for a broken server, and a tool error is the
@@ -143,7 +169,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 	answer := func(ctx context.Context, res R, err error) (R, error) {
 		if err == nil {
 			ownMeta(res)
-			return res, nil
+			return withoutResultType(res), nil
 		}
 		if ctx.Err() != nil {
 			return zero, ctx.Err()

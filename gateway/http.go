@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/transport"
@@ -41,10 +42,21 @@ type HTTPOptions struct {
 	// the notifications every other front session is sent after it. 0 means
 	// DefaultWriteTimeout; negative, no bound.
 	WriteTimeout time.Duration
+	// Heartbeat is how long an event stream (a session's GET, a 2026-07-28
+	// listen, a call's answer on its way) may go without a byte: past it the
+	// gateway writes an SSE comment, which clients skip, so that a proxy that cuts
+	// a connection idle for a while (nginx's proxy_read_timeout, 60 s by default)
+	// does not cut a stream that has merely had nothing to say. 0 means
+	// DefaultHeartbeat; negative, none.
+	Heartbeat time.Duration
 }
 
 // DefaultWriteTimeout is HTTPOptions.WriteTimeout's default.
 const DefaultWriteTimeout = 30 * time.Second
+
+// DefaultHeartbeat is HTTPOptions.Heartbeat's default: below the idle timeouts of
+// the usual proxies and load balancers (60 s and more).
+const DefaultHeartbeat = 25 * time.Second
 
 // Handler returns an http.Handler that serves the gateway over streamable HTTP:
 // stateful sessions (Mcp-Session-Id) for clients on protocol versions before
@@ -72,6 +84,10 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	if writeTimeout == 0 {
 		writeTimeout = DefaultWriteTimeout
 	}
+	heartbeat := o.Heartbeat
+	if heartbeat == 0 {
+		heartbeat = DefaultHeartbeat
+	}
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(postHeader) // ours alone
 		// A stateful session's POST drops the answer to a request its client
@@ -85,6 +101,11 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session,
 				posted: r.Method == http.MethodPost, newer: transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version"))}
 			w = dw
+		}
+		if heartbeat > 0 {
+			hw := &heartbeatWriter{ResponseWriter: w, every: heartbeat}
+			defer hw.stop() // before the handler returns: no write after it
+			w = hw
 		}
 		if r.Method != http.MethodPost && r.Body != nil && r.Body != http.NoBody {
 			// Only a POST carries a message. net/http notices a client gone only
@@ -408,3 +429,86 @@ func (w *answerStarts) Write(p []byte) (int, error) {
 }
 
 func (w *answerStarts) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// A heartbeatWriter writes an SSE comment to an event stream that has written
+// nothing for every (see HTTPOptions.Heartbeat). The go-sdk writes each event whole,
+// in one Write, so a comment written between two writes falls between two events.
+// Its writes and the go-sdk's are one at a time (mu); a comment goes through the
+// writers it wraps as the go-sdk's events do (the write deadline's included).
+type heartbeatWriter struct {
+	http.ResponseWriter
+	every time.Duration
+
+	mu     sync.Mutex
+	header bool        // the status is written
+	timer  *time.Timer // once the status of an event stream is written
+	done   bool        // the handler is returning: nothing more is written
+}
+
+func (w *heartbeatWriter) WriteHeader(code int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writeHeader(code)
+}
+
+// writeHeader writes the status, and arms the heartbeat if it begins an event
+// stream. w.mu is held.
+func (w *heartbeatWriter) writeHeader(code int) {
+	if w.header {
+		w.ResponseWriter.WriteHeader(code) // net/http says it is superfluous
+		return
+	}
+	w.header = true
+	w.ResponseWriter.WriteHeader(code)
+	if code == http.StatusOK && !w.done && strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
+		w.timer = time.AfterFunc(w.every, w.beat)
+	}
+}
+
+func (w *heartbeatWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.header {
+		w.writeHeader(http.StatusOK)
+	}
+	if w.timer != nil {
+		w.timer.Reset(w.every)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *heartbeatWriter) FlushError() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// beat writes the comment, if the stream is still written.
+func (w *heartbeatWriter) beat() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return
+	}
+	if _, err := w.ResponseWriter.Write(heartbeatComment); err != nil {
+		return // the connection is broken: the go-sdk's next write finds it so
+	}
+	if http.NewResponseController(w.ResponseWriter).Flush() == nil {
+		w.timer.Reset(w.every)
+	}
+}
+
+// heartbeatComment is an SSE comment line and the blank line that ends it.
+var heartbeatComment = []byte(":\n\n")
+
+// stop ends the heartbeat, once a beat under way has been written.
+func (w *heartbeatWriter) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.done = true
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+}
+
+func (w *heartbeatWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

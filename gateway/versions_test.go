@@ -448,3 +448,43 @@ func TestGateway_HTTPClientGoneCancels(t *testing.T) {
 		}
 	}
 }
+
+// TestGateway_ResultTypeOnlyOn2026: a front session on 2025-03-26, 2025-06-18 or
+// 2025-11-25 gets the results of tools/call, prompts/get and resources/read without
+// resultType, a field those versions do not have (a go-sdk server leaves it out for
+// them); a 2026-07-28 request gets "resultType":"complete". The gateway passed on
+// the 2026-07-28 backend's resultType to every front session.
+func TestGateway_ResultTypeOnlyOn2026(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	requests := map[string]string{
+		"3": `"tools/call","params":{"name":"a__echo","arguments":{"text":"hi"}`,
+		"4": `"prompts/get","params":{"name":"a__greet","arguments":{"name":"bob"}`,
+		"5": `"resources/read","params":{"uri":"test://static/a"`,
+	}
+	for _, version := range []string{"2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"} {
+		send, answer := stdioLines(t, g)
+		meta := ""
+		if version == "2026-07-28" {
+			meta = "," + meta2026
+		} else {
+			send(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"` + version + `","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+			if a := answer("1"); !strings.Contains(a, `"protocolVersion":"`+version+`"`) {
+				t.Fatalf("%s: initialize: %.300s", version, a)
+			}
+			send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		}
+		for id, r := range requests {
+			send(`{"jsonrpc":"2.0","id":` + id + `,"method":` + r + meta + `}}`)
+			a := answer(id)
+			if !strings.Contains(a, `"result"`) {
+				t.Fatalf("%s: %.20s: %.300s", version, r, a)
+			}
+			if got, want := strings.Contains(a, `"resultType"`), version == "2026-07-28"; got != want {
+				t.Errorf("%s: %.20s: resultType in the answer is %v, want %v: %.300s", version, r, got, want, a)
+			}
+			if version == "2026-07-28" && !strings.Contains(a, `"resultType":"complete"`) {
+				t.Errorf("%s: %.20s: %.300s", version, r, a)
+			}
+		}
+	}
+}

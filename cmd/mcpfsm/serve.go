@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"os"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,7 +72,7 @@ subscriptions/listen streams, and --body-memory MiB of request bodies (each unti
 503 with Retry-After, and a request over 4 MiB gets 413 with its JSON-RPC
 error (the request fails; its session goes on).
 
-On SIGHUP (and, with --watch, when the config file changes) the config is read
+On SIGHUP (and, with --watch, when the config file or a spec it names changes) the config is read
 again and adopted without a restart: servers added, removed, reconnected or
 retuned; front sessions stay open and are told of the lists that changed. Each
 reload is said on stderr; a config that does not load leaves the running one in
@@ -79,8 +81,11 @@ place, and its errors are logged with their file:line:column.
 --replica I/N, for N replicas behind nginx hashing the Mcp-Session-Id header
 (upstream { hash $http_mcp_session_id; server A; server B; }, this replica
 being the I-th server line), mints session IDs that nginx sends back to this
-replica. A session whose replica is gone gets 404 from the other: clients
-must then initialize a new session.
+replica. nginx must also send a loopback Host (proxy_set_header Host
+localhost: a gateway on loopback refuses another with 403) and pass event
+streams as they come (proxy_http_version 1.1; proxy_buffering off): the
+README's Scale out has the whole block. A session whose replica is gone gets
+404 from the other: clients must then initialize a new session.
 
 With --http-status ADDR it also serves the status page of mcpfsm run (see
 mcpfsm run --help): every server behind the gateway on its lifecycle picture,
@@ -97,7 +102,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 	httpAddr := fs.String("http", "", "serve streamable HTTP on this address (host:port; no host binds 127.0.0.1)")
 	alsoStdio := fs.Bool("stdio", false, "with --http, serve stdio as well")
 	tokenEnv := fs.String("token-env", "", "require the bearer token held by this environment variable on HTTP")
-	watch := fs.Bool("watch", false, "reload when the config file changes (polled)")
+	watch := fs.Bool("watch", false, "reload when the config file, or a spec file it names, changes (polled)")
 	watchEvery := fs.Duration("watch-interval", time.Second, "how often --watch looks at the config file (a change is adopted once two looks in a row agree)")
 	replica := fs.String("replica", "", "I/N: replica I of N behind nginx hashing Mcp-Session-Id")
 	sessionTimeout := fs.Duration("session-timeout", 30*time.Minute, "close an HTTP front session idle this long (0: never)")
@@ -172,12 +177,14 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		}
 	}
 	path := fs.Arg(0)
-	watched := watcher{last: stamp(path)} // before the load: a change made meanwhile is not missed
+	last := stamp(path) // before the load: a change made meanwhile is not missed
 	cfg, err := mcpfsm.LoadConfig(path)
 	if err != nil {
 		fmt.Fprintln(stderr, errorText(err))
 		return 1
 	}
+	specs := specFiles(cfg) // the lifecycle files the config names, watched with it
+	watched := watcher{last: last + stampFiles(specs)}
 	web, err := newStatusServer(&sf)
 	if err != nil {
 		fmt.Fprintln(stderr, "mcpfsm serve:", errorText(err))
@@ -342,6 +349,7 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 			logger.Warn("mcpfsm serve: reload failed, keeping the running config", "why", why, "err", errorText(err))
 			return
 		}
+		specs = specFiles(next)
 		rctx, cancel := context.WithTimeout(hostCtx, 30*time.Second)
 		res, err := g.Reload(rctx, next)
 		cancel()
@@ -392,8 +400,8 @@ often buys a third more calls per second for about 10 MB at its peak.`, stderr)
 		case <-hup:
 			reload("SIGHUP")
 		case <-tick:
-			if watched.changed(stamp(path)) {
-				reload("the config file changed")
+			if watched.changed(stamp(path) + stampFiles(specs)) {
+				reload("the config file or a spec it names changed")
 			}
 		}
 	}
@@ -517,6 +525,29 @@ func stamp(path string) string {
 	}
 	sum := sha256.Sum256(data)
 	return string(sum[:])
+}
+
+// specFiles returns the lifecycle files cfg's servers name (spec), each once.
+func specFiles(cfg *mcpfsm.Config) []string {
+	var files []string
+	for _, s := range cfg.Servers {
+		if s.SpecFile != "" && !slices.Contains(files, s.SpecFile) {
+			files = append(files, s.SpecFile)
+		}
+	}
+	slices.Sort(files)
+	return files
+}
+
+// stampFiles is stamp of each of files, in order: what --watch compares of the
+// lifecycle files the config names, besides the config (a spec edited alone, or
+// swapped with the config in a ConfigMap whose config is unchanged, is a change).
+func stampFiles(files []string) string {
+	var b strings.Builder
+	for _, f := range files {
+		b.WriteString("\x00" + f + "\x00" + stamp(f))
+	}
+	return b.String()
 }
 
 // A watcher tells, from the stamps --watch reads one interval apart, when the config

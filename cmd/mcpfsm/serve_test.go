@@ -66,9 +66,15 @@ func startServeHTTP(t *testing.T, args ...string) (*background, string) {
 
 func connectHTTP(t *testing.T, url, version string) *mcp.ClientSession {
 	t.Helper()
+	return connectHTTPWith(t, url, version, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+}
+
+// connectHTTPWith is connectHTTP with a client of these options.
+func connectHTTPWith(t *testing.T, url, version string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := mcp.NewClient(&mcp.Implementation{Name: "serve-test", Version: "1"}, &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}})
+	c := mcp.NewClient(&mcp.Implementation{Name: "serve-test", Version: "1"}, opts)
 	tr := &http.Transport{}
 	t.Cleanup(tr.CloseIdleConnections) // after the session's close, below
 	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1, HTTPClient: &http.Client{Transport: tr}}, &mcp.ClientSessionOptions{ProtocolVersion: version})
@@ -131,7 +137,7 @@ func TestServeWatch(t *testing.T) {
 	// The reload is said, not only done: its record was at info level, below
 	// what serve logs, and an operator could not tell a reload adopted from one
 	// never made.
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.stderr.String(), "reloaded (the config file changed): added two"); time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.stderr.String(), "reloaded (the config file or a spec it names changed): added two"); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the reload was not said; stderr:\n%s", b.stderr.String())
 		}
@@ -281,7 +287,9 @@ func TestServeTypeScriptClient(t *testing.T) {
 // Mcp-Session-Id header (each replica minting session IDs that hash to itself:
 // --replica). A front session on one replica keeps working when the other is killed;
 // a session on the killed replica gets 404 from the survivor and is re-initialized by
-// its client, which then works. Skipped only when nginx is not installed and
+// its client, which then works. nginx runs the README's block as it is written there
+// (but for its ports), and a reload of each replica (SIGHUP) reaches the session on it
+// as tools/list_changed, through nginx. Skipped only when nginx is not installed and
 // MCPFSM_REQUIRE_NGINX is unset (.ci/run installs it and sets it).
 func TestGateway_Nginx(t *testing.T) {
 	nginx, err := exec.LookPath("nginx")
@@ -310,7 +318,10 @@ func TestGateway_Nginx(t *testing.T) {
 		})
 	}
 	front := freePort(t)
+	// One process (master_process off): the Kill below ends nginx whole. With a
+	// master, its worker outlived it, orphaned, after every run.
 	conf := fmt.Sprintf(`worker_processes 1;
+master_process off;
 daemon off;
 pid %[1]s/nginx.pid;
 error_log %[1]s/error.log warn;
@@ -322,24 +333,9 @@ http {
   fastcgi_temp_path %[1]s/fastcgi;
   uwsgi_temp_path %[1]s/uwsgi;
   scgi_temp_path %[1]s/scgi;
-  upstream gateway {
-    hash $http_mcp_session_id;
-    server 127.0.0.1:%[2]d max_fails=1 fail_timeout=30s;
-    server 127.0.0.1:%[3]d max_fails=1 fail_timeout=30s;
-  }
-  server {
-    listen 127.0.0.1:%[4]d;
-    location / {
-      proxy_pass http://gateway;
-      proxy_http_version 1.1;
-      proxy_set_header Connection "";
-      proxy_set_header Host $http_host;
-      proxy_buffering off;
-      proxy_read_timeout 300s;
-    }
-  }
+%[2]s
 }
-`, dir, ports[0], ports[1], front)
+`, dir, readmeNginx(t, ports[0], ports[1], front))
 	confPath := filepath.Join(dir, "nginx.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -362,14 +358,19 @@ http {
 	// Sessions until there is one on each replica: an initialize goes round robin, and
 	// a session's ID says its replica (as nginx hashes it).
 	on := map[int]*mcp.ClientSession{}
+	changed := map[int]chan struct{}{} // a session's tools/list_changed
 	for tries := 0; len(on) < 2; tries++ {
 		if tries == 20 {
 			t.Fatalf("20 sessions, all on one replica: %v", on)
 		}
-		cs := connectHTTP(t, url, "2025-11-25")
+		ch := make(chan struct{}, 16)
+		cs := connectHTTPWith(t, url, "2025-11-25", &mcp.ClientOptions{
+			Capabilities:           &mcp.ClientCapabilities{},
+			ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { ch <- struct{}{} },
+		})
 		r := nginxPeer(cs.ID(), 2)
 		if on[r] == nil {
-			on[r] = cs
+			on[r], changed[r] = cs, ch
 		}
 	}
 	for r, cs := range on {
@@ -377,6 +378,28 @@ http {
 		if got, err := echo(t.Context(), cs, "example__echo", "before"); err != nil || got != "before" {
 			t.Fatalf("replica %d: %q, %v", r+1, got, err)
 		}
+	}
+
+	// A reload of each replica: each session is told by its own, through nginx, and
+	// lists the server added.
+	for r := range changed {
+		for len(changed[r]) > 0 {
+			<-changed[r]
+		}
+	}
+	serveConfig(t, dir, "example", "added")
+	for _, cmd := range replicas {
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r, cs := range on {
+		select {
+		case <-changed[r]:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the session on replica %d was not told of the reload's tools", r+1)
+		}
+		waitTool(t, cs, "added__echo")
 	}
 
 	// Kill the second replica.
@@ -403,6 +426,27 @@ http {
 	if got, err := echo(t.Context(), again, "example__echo", "again"); err != nil || got != "again" {
 		t.Fatalf("the re-initialized session: %q, %v", got, err)
 	}
+}
+
+// readmeNginx returns the README's nginx block (the gateway's scale out), its
+// replicas' ports and its own changed to these.
+func readmeNginx(t *testing.T, replica1, replica2, front int) string {
+	t.Helper()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "```nginx\n")
+	if block, _, ok = strings.Cut(block, "```"); !ok {
+		t.Fatal("the README has no nginx block")
+	}
+	for from, to := range map[string]int{"127.0.0.1:8931;": replica1, "127.0.0.1:8932;": replica2, "127.0.0.1:8930;": front} {
+		if !strings.Contains(block, from) {
+			t.Fatalf("the README's nginx block has no %s:\n%s", from, block)
+		}
+		block = strings.ReplaceAll(block, from, fmt.Sprintf("127.0.0.1:%d;", to))
+	}
+	return block
 }
 
 // nginxPeer is the peer (0-based) nginx's hash picks for a key among n of equal weight.
@@ -1055,6 +1099,51 @@ func TestServeSIGHUPWhileStopping(t *testing.T) {
 	}
 	if err := exited(t, cmd, 40*time.Second, "after SIGTERM", &stderr); err != nil {
 		t.Errorf("the gateway ended with %v, want exit 0\nstderr:\n%s", err, stderr.String())
+	}
+}
+
+// TestServeWatchSpec: --watch adopts an edit of a lifecycle file the config names
+// (spec), the config itself unchanged, as SIGHUP does: the server gets a new
+// connection. Only the config file was looked at, and the edit was never adopted
+// (in a Kubernetes ConfigMap holding both, an update of the spec alone).
+func TestServeWatchSpec(t *testing.T) {
+	dir := t.TempDir()
+	spec, err := os.ReadFile("../../transitions.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	life := filepath.Join(dir, "life.yaml")
+	if err := os.WriteFile(life, spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "servers.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, "version: 1\nspec: life.yaml\nservers:\n  one:\n    command: %s\n    args: [example-server]\n", mcpfsmBin(t)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, url := startServeHTTP(t, "--watch", "--watch-interval", "20ms", cfg)
+	cs := connectHTTP(t, url, "2025-11-25")
+	waitTool(t, cs, "one__echo")
+	time.Sleep(200 * time.Millisecond) // ten looks: nothing to adopt
+	if strings.Contains(b.stderr.String(), "reloaded") {
+		t.Fatalf("a reload with nothing changed; stderr:\n%s", b.stderr.String())
+	}
+	edited := strings.Replace(string(spec), "default: 30s", "default: 31s", 1)
+	if edited == string(spec) {
+		t.Fatal("transitions.yaml has no default: 30s to edit")
+	}
+	if err := os.WriteFile(life, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.stderr.String(), "reloaded (the config file or a spec it names changed): reconnected one"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the spec's edit was not adopted; stderr:\n%s", b.stderr.String())
+		}
+	}
+	if got, err := echo(t.Context(), cs, "one__echo", "after"); err != nil || got != "after" {
+		t.Fatalf("one__echo after the reload: %q, %v", got, err)
+	}
+	if code := b.stop(t); code != 0 {
+		t.Errorf("exit code %d; stderr:\n%s", code, b.stderr.String())
 	}
 }
 
