@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -337,4 +338,54 @@ func TestGateway_UnhandledRequests(t *testing.T) {
 			t.Errorf("tools/list on the session after them: %s %.300s", list.Status, data)
 		}
 	})
+}
+
+// TestGateway_RefusedNotification: a notification the gateway's HTTP front refuses
+// (a method it does not handle, one of 256 KiB; a request's method without an ID)
+// gets HTTP 400 with a JSON-RPC error that has no ID, as MCP's streamable HTTP
+// transport asks of a notification the server cannot accept (2025-11-25 and
+// 2026-07-28), and the session serves on. The go-sdk's handler answered a 400 of
+// plain text.
+func TestGateway_RefusedNotification(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	stateful := rawSession(t, url, "2025-11-25")
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		for _, n := range []struct {
+			method string
+			code   int64
+		}{
+			{"notifications/bogus", -32601},
+			{"notifications/" + big(), -32601},
+			{"tools/call", -32600},
+		} {
+			h := stateful
+			if version == "2026-07-28" {
+				h = map[string]string{"Mcp-Protocol-Version": version, "Mcp-Method": n.method[:min(len(n.method), 64)]}
+			}
+			resp := postWith(t, url, `{"jsonrpc":"2.0","method":"`+n.method+`","params":{}}`, h)
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var msg map[string]json.RawMessage
+			var e struct {
+				Code    int64  `json:"code"`
+				Message string `json:"message"`
+			}
+			what := fmt.Sprintf("%s: a notification of %.40q", version, n.method)
+			switch {
+			case resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/json":
+				t.Errorf("%s: %s %q, want 400 with a JSON-RPC error: %.300s", what, resp.Status, resp.Header.Get("Content-Type"), data)
+			case json.Unmarshal(data, &msg) != nil || json.Unmarshal(msg["error"], &e) != nil || string(msg["jsonrpc"]) != `"2.0"`:
+				t.Errorf("%s: %.300s is no JSON-RPC error", what, data)
+			case msg["id"] != nil || e.Code != n.code || len(data) > 300:
+				t.Errorf("%s: %.300s (%d bytes), want code %d, no id, under 300 bytes", what, data, len(data), n.code)
+			}
+		}
+	}
+	list := postWith(t, url, `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}`, stateful)
+	data, _ := io.ReadAll(list.Body)
+	list.Body.Close()
+	if !strings.Contains(string(data), `"result"`) {
+		t.Errorf("tools/list on the session after them: %s %.300s", list.Status, data)
+	}
 }

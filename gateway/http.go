@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -74,6 +75,15 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	}
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(postHeader) // ours alone
+		// A POST is numbered: its requests know it by this header (see
+		// inflight, passedOn).
+		var post string
+		if r.Method == http.MethodPost {
+			post = strconv.FormatUint(g.inflight.posts.Add(1), 10)
+			r.Header.Set(postHeader, post)
+			g.passed.open(post)
+			defer g.passed.close(post)
+		}
 		// A stateful session's POST drops the answer to a request its client
 		// cancelled (see answerless).
 		var session string
@@ -83,7 +93,8 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		var dw *deadlineWriter
 		if writeTimeout > 0 || r.Method == http.MethodPost {
 			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session,
-				posted: r.Method == http.MethodPost, newer: transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version"))}
+				posted: r.Method == http.MethodPost, newer: transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")),
+				passed: func(message string) *jsonrpc.Error { return g.passed.take(post, message) }}
 			w = dw
 		}
 		if r.Method != http.MethodPost && r.Body != nil && r.Body != http.NoBody {
@@ -162,12 +173,10 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		}
 		// A POST's answer comes on its response. If the client goes away before
 		// it (the SDK's server returns then), nobody can receive it: the requests
-		// it carried, which know the POST by this header, are cancelled.
-		id := strconv.FormatUint(g.inflight.posts.Add(1), 10)
-		r.Header.Set(postHeader, id)
+		// it carried, which know the POST by its header, are cancelled.
 		defer g.inflight.postServed()()
 		stateful.ServeHTTP(w, r)
-		g.inflight.postDone(id, r.Context().Err() != nil)
+		g.inflight.postDone(post, r.Context().Err() != nil)
 	})
 	if o.Token != "" {
 		h = bearer(o.Token, h)
@@ -301,9 +310,12 @@ type deadlineWriter struct {
 	session string
 	// posted, for a POST, says its answers are looked at: the go-sdk's answer
 	// to a request whose params do not decode is re-coded
-	// (transport.ParamsRefusal); body is the POST's body, if held.
+	// (transport.ParamsRefusal); body is the POST's body, if held. A backend's
+	// error of code -32601 gets back the data the go-sdk's encoding dropped,
+	// which passed finds by the error's message (transport.PassedAnswer).
 	posted bool
 	body   transport.PostBody
+	passed func(message string) *jsonrpc.Error
 	// newer: the POST is on protocol 2026-07-28 or later, whose errors go with
 	// their HTTP status (see WriteHeader).
 	newer bool
@@ -318,7 +330,8 @@ type deadlineWriter struct {
 // which writes its text next. Write then answers the request as a session does over
 // stdio (transport.Unhandled: -32601, or -32600), with 200 (before 2026-07-28, as
 // a JSON-RPC error is; the go-sdk's client ended its whole session at a 400 of text)
-// or the 400 (on 2026-07-28, whose errors go with their status).
+// or the 400 (on 2026-07-28, whose errors go with their status); a notification
+// refused keeps its 400, with the error and no ID (as MCP asks of it).
 func (w *deadlineWriter) WriteHeader(code int) {
 	if code == http.StatusBadRequest && w.posted && w.body.Bytes() != nil && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
 		w.refused = true
@@ -333,8 +346,8 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 	if w.refused {
 		w.refused = false
 		status := http.StatusBadRequest
-		if answer := transport.Unhandled(w.body.Bytes(), string(p)); answer != nil {
-			if !w.newer {
+		if answer, notification := transport.Unhandled(w.body.Bytes(), string(p)); answer != nil {
+			if !w.newer && !notification {
 				status = http.StatusOK
 			}
 			w.Header().Set("Content-Type", "application/json")
@@ -351,7 +364,11 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 		return len(p), nil
 	}
 	if w.posted {
-		if q := transport.ParamsRefusal(p, &w.body); q != nil {
+		q := transport.ParamsRefusal(p, &w.body)
+		if q == nil {
+			q = transport.PassedAnswer(p, w.passed)
+		}
+		if q != nil {
 			if _, err := w.write(q); err != nil {
 				return 0, err
 			}

@@ -30,7 +30,7 @@ func FuzzPostAnswers(f *testing.F) {
 				t.Errorf("ParamsRefusal: %d bytes in place of %d", len(out), len(frame))
 			}
 		}
-		if out := Unhandled(body, text); out != nil && len(out) > len(body)+512 {
+		if out, _ := Unhandled(body, text); out != nil && len(out) > len(body)+512 {
 			t.Errorf("Unhandled: %d bytes for a body of %d", len(out), len(body))
 		}
 		if out := TooLarge(body, limit); out != nil && len(out) > maxIDBytes+256 {

@@ -128,20 +128,24 @@ func TooLarge(prefix []byte, limit int64) []byte {
 // Unhandled returns the JSON-RPC answer to body, a request that the go-sdk's
 // streamable HTTP server refused before any session saw it, with HTTP 400 and text
 // (its checkRequest's error: a method it does not handle, an ID on a notification's
-// method, required params missing), answered as a session answers it over stdio:
-// -32601 (method not found) for a method not handled, -32600 (invalid request)
-// otherwise, under the request's ID, quoting at most a bounded part of the request.
-// It returns nil where body holds no one request with an ID (the go-sdk's refusal of
-// a notification, of a batch or of a body that is no message stands), or text is no
-// such refusal.
-func Unhandled(body []byte, text string) []byte {
+// method, required params missing, or no ID on a request's method), answered as a
+// session answers it over stdio: -32601 (method not found) for a method not
+// handled, -32600 (invalid request) otherwise, under the request's ID, quoting at
+// most a bounded part of the request. A notification refused is answered with
+// the same error and no ID (notification set), beside an HTTP error status, as
+// MCP's streamable HTTP transport asks (2025-11-25 and 2026-07-28: "If the server
+// cannot accept it, it MUST return an HTTP error status code (e.g., 400 Bad
+// Request). The HTTP response body MAY comprise a JSON-RPC error response that has
+// no id"). It returns nil where body holds no one message (the go-sdk's refusal of
+// a batch or of a body that is no message stands), or text is no such refusal.
+func Unhandled(body []byte, text string) (answer []byte, notification bool) {
 	msgs, isBatch, err := decodeLine(body, false)
 	if err != nil || isBatch || len(msgs) != 1 {
-		return nil
+		return nil, false
 	}
 	req, ok := msgs[0].(*jsonrpc.Request)
-	if !ok || !req.IsCall() {
-		return nil
+	if !ok {
+		return nil, false
 	}
 	text = strings.TrimSpace(text)
 	var e *jsonrpc.Error
@@ -151,11 +155,21 @@ func Unhandled(body []byte, text string) []byte {
 	case strings.HasPrefix(text, "invalid request: "):
 		e = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: boundedText(text, 2*maxQuoted)}
 	default:
-		return nil
+		return nil, false
 	}
-	answer, err := refusal(body, e)
+	if !req.IsCall() {
+		answer, err = json.Marshal(struct {
+			Version string         `json:"jsonrpc"`
+			Error   *jsonrpc.Error `json:"error"`
+		}{"2.0", e})
+		if err != nil {
+			return nil, false
+		}
+		return answer, true
+	}
+	answer, err = refusal(body, e)
 	if err != nil {
-		return nil
+		return nil, false
 	}
-	return answer
+	return answer, false
 }
