@@ -212,7 +212,14 @@ func refuseUninitialized(w http.ResponseWriter, r *http.Request) bool {
 // takes such an answer for the failure of that request; at a 413 with a body of plain
 // text it ended its whole session (the TypeScript SDK's client fails the request
 // either way).
+//
+// The rest of the body is not read. net/http closes the connection once the answer
+// is written (holdBody's reader tells it the body was too large), but as it ends
+// the request it first reads up to 256 KiB more of a chunked body, for as long as
+// the client takes to send them: a read deadline already past ends that read at
+// once.
 func bodyTooLarge(w http.ResponseWriter, answer []byte, limit int64) {
+	defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Now()) }()
 	if answer == nil {
 		http.Error(w, fmt.Sprintf("request body exceeds %d bytes", limit), http.StatusRequestEntityTooLarge)
 		return
