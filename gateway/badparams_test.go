@@ -389,3 +389,53 @@ func TestGateway_RefusedNotification(t *testing.T) {
 		t.Errorf("tools/list on the session after them: %s %.300s", list.Status, data)
 	}
 }
+
+// TestGateway_BadBodies: a POST whose body the stdio front refuses as a line (not
+// JSON; an ID neither string nor number, or null; a numeric ID that is not an
+// integer below 2^53 in magnitude) gets HTTP 400 with the answer the stdio front
+// gives that line (-32700 or -32600, under the ID as written, or null), on
+// 2025-11-25 and 2026-07-28. The go-sdk's handler refused the first ones with a 400
+// of plain text ("malformed payload: ..."), and took the last: 1.5 was answered
+// under the ID 1, 9007199254740993 under 9007199254740992.
+func TestGateway_BadBodies(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	stateful := rawSession(t, url, "2025-11-25")
+	send, answer := stdioLines(t, g)
+	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+	answer(`"init"`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for _, c := range []struct{ id, answered string }{
+		{`1.5`, `1.5`}, {`9007199254740993`, `9007199254740993`}, {`-1e300`, `-1e300`},
+		{`true`, `null`}, {`{}`, `null`}, {`null`, `null`}, {`1,`, `null`}, // the last, no JSON
+	} {
+		id := c.id
+		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/list","params":{` + meta2026 + `}}`
+		send(body)
+		want := answer(c.answered)
+		var stdio errorAnswer
+		if err := json.Unmarshal([]byte(want), &stdio); err != nil || stdio.Error == nil {
+			t.Fatalf("id %s: the stdio front answered %.300s", id, want)
+		}
+		for _, version := range []string{"2025-11-25", "2026-07-28"} {
+			h := stateful
+			if version == "2026-07-28" {
+				h = map[string]string{"Mcp-Protocol-Version": version, "Mcp-Method": "tools/list"}
+			}
+			resp := postWith(t, url, body, h)
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var got errorAnswer
+			if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(data, &got) != nil || got.Error == nil ||
+				string(got.ID) != string(stdio.ID) || got.Error.Code != stdio.Error.Code || got.Error.Message != stdio.Error.Message {
+				t.Errorf("%s: a body with the id %s: %s %.300s, want 400 and the stdio front's answer %.300s", version, id, resp.Status, data, want)
+			}
+		}
+	}
+	list := postWith(t, url, `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}`, stateful)
+	data, _ := io.ReadAll(list.Body)
+	list.Body.Close()
+	if !strings.Contains(string(data), `"result"`) {
+		t.Errorf("tools/list on the session after them: %s %.300s", list.Status, data)
+	}
+}

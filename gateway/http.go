@@ -120,6 +120,16 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		defer lim.releaseBody(charge)
+		if b, ok := r.Body.(*heldBody); ok && r.Method == http.MethodPost {
+			// A numeric ID the go-sdk would answer under another: refused as
+			// the stdio front refuses it.
+			if answer := transport.InexactID(b.data); answer != nil {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = w.Write(answer)
+				return
+			}
+		}
 		if b, ok := r.Body.(*heldBody); ok {
 			if dw != nil {
 				dw.body = transport.NewPostBody(b.data) // held until the request is served
@@ -353,8 +363,8 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 	if w.refused {
 		w.refused = false
 		status := http.StatusBadRequest
-		if answer, notification := transport.Unhandled(w.body.Bytes(), string(p)); answer != nil {
-			if !w.newer && !notification {
+		if answer, call := transport.Unhandled(w.body.Bytes(), string(p)); answer != nil {
+			if !w.newer && call {
 				status = http.StatusOK
 			}
 			w.Header().Set("Content-Type", "application/json")
