@@ -58,7 +58,10 @@ const DefaultWriteTimeout = 30 * time.Second
 // POST without a session that is no initialize, only requests a session cannot take
 // before it, gets 400 and a JSON-RPC error (-32600). A request whose params the
 // go-sdk's server cannot decode gets -32602 naming the field, as over the stdio front
-// (transport.ParamsRefusal).
+// (transport.ParamsRefusal); a body the stdio front refuses as a line (no JSON, an ID
+// that is no string or exact integer) gets 400 with that front's answer, and a
+// notification the go-sdk's handler refuses 400 with a JSON-RPC error without ID. A
+// backend's own error reaches the client as it was, its code, message and data.
 func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return g.server }
 	logger := g.log.With("component", "gateway http")
