@@ -432,8 +432,18 @@ func TestGateway_BadBodies(t *testing.T) {
 			}
 		}
 	}
+	// A refusal of the request's headers stands, whatever its body: it is not
+	// told its body is no JSON.
+	h := maps.Clone(stateful)
+	h["Accept"] = "application/json"
+	resp := postWith(t, url, `{"jsonrpc":"2.0","id":1,`, h)
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.HasPrefix(string(data), "Accept must contain") {
+		t.Errorf("a body no JSON without text/event-stream accepted: %s %.300s, want the go-sdk's 400 saying what Accept must hold", resp.Status, data)
+	}
 	list := postWith(t, url, `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}`, stateful)
-	data, _ := io.ReadAll(list.Body)
+	data, _ = io.ReadAll(list.Body)
 	list.Body.Close()
 	if !strings.Contains(string(data), `"result"`) {
 		t.Errorf("tools/list on the session after them: %s %.300s", list.Status, data)

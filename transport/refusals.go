@@ -141,13 +141,17 @@ func TooLarge(prefix []byte, limit int64) []byte {
 //     status code (e.g., 400 Bad Request). The HTTP response body MAY comprise a
 //     JSON-RPC error response that has no id");
 //   - a body the stdio front refuses as a line (not JSON, an ID neither string
-//     nor number, or null), whatever the go-sdk's text, as the stdio front
-//     answers it: -32700 or -32600, under the ID as written where it is a string
-//     or a number, null otherwise.
+//     nor number, or null), refused by the go-sdk's decoding or checkRequest, as
+//     the stdio front answers it: -32700 or -32600, under the ID as written where
+//     it is a string or a number, null otherwise.
 //
-// It returns nil where text is no refusal of checkRequest's, and for a batch (the
-// go-sdk's refusal of one stands).
+// It returns nil where text is no refusal of the body (a refusal of the request's
+// headers stands), and for a batch (the go-sdk's refusal of one stands).
 func Unhandled(body []byte, text string) (answer []byte, call bool) {
+	text = strings.TrimSpace(text)
+	if !bodyRefusal(text) {
+		return nil, false // a refusal of the request's headers, not of its body
+	}
 	msgs, isBatch, err := decodeLine(body, true)
 	if err != nil {
 		answer, err = badLine(body, err)
@@ -163,7 +167,6 @@ func Unhandled(body []byte, text string) (answer []byte, call bool) {
 	if !ok {
 		return nil, false
 	}
-	text = strings.TrimSpace(text)
 	var e *jsonrpc.Error
 	switch {
 	case strings.HasPrefix(text, "JSON RPC not handled: "):
@@ -188,6 +191,18 @@ func Unhandled(body []byte, text string) (answer []byte, call bool) {
 		return nil, false
 	}
 	return answer, true
+}
+
+// bodyRefusal reports whether text is the go-sdk's streamable HTTP handler's
+// refusal of a POST's body (its decoding's, or checkRequest's), not of its headers
+// (Accept, Mcp-Protocol-Version, Last-Event-ID: those stand as they are).
+func bodyRefusal(text string) bool {
+	for _, prefix := range []string{"malformed payload: ", "POST requires a non-empty body", "JSON RPC not handled: ", "invalid request: "} {
+		if strings.HasPrefix(text, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // InexactID returns the answer to body, a POST's body, where a request in it has a
