@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/gateway"
@@ -155,7 +156,19 @@ func TestGateway_BatchRefusals(t *testing.T) {
 // data lost.
 func TestGateway_BackendMethodNotFound(t *testing.T) {
 	g := start(t, config(rawBackend(t, "raw")), gateway.Options{})
-	waitTools(t, front(t, g, nil, ""), has("raw__sample"))
+	cs := front(t, g, nil, "")
+	waitTools(t, cs, has("raw__sample"))
+	// The prompt and the resource are listed apart from the tools: waited for too.
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+		prompts, err1 := cs.ListPrompts(callCtx(t), nil)
+		resources, err2 := cs.ListResources(callCtx(t), nil)
+		if err1 == nil && err2 == nil && len(prompts.Prompts) == 1 && len(resources.Resources) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the raw backend's prompt and resource were never listed: %v %v", err1, err2)
+		}
+	}
 	requests := []struct{ method, params string }{
 		{"completion/complete", `{"ref":{"type":"ref/prompt","name":"raw__p"},"argument":{"name":"a","value":"x"}`},
 		{"resources/subscribe", `{"uri":"` + rawResource + `"`},
