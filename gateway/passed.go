@@ -67,11 +67,10 @@ func (p *passedOn) take(post, message string) *jsonrpc.Error {
 // with it, for the front's client to get it as the backend sent it (see
 // transport.PassError): held for req's POST too, if it came over HTTP.
 func (g *Gateway) passOn(req mcp.Request, je *jsonrpc.Error) error {
-	err := transport.PassError(je)
-	if transport.Passed(err) != nil {
+	if je.Code == jsonrpc.CodeMethodNotFound { // passed as no other (see transport.PassError)
 		if extra := req.GetExtra(); extra != nil && extra.Header != nil {
 			g.passed.add(extra.Header.Get(postHeader), je)
 		}
 	}
-	return err
+	return transport.PassError(je)
 }

@@ -74,7 +74,7 @@ func sdkRefusalText(method, message string) bool {
 // cause; an error a handler returned as it is, a *jsonrpc.Error (a backend's own,
 // passed on by the gateway), is never one, whatever its message says.
 func refusedAnswer(err error) *jsonrpc.Error {
-	if e := Passed(err); e != nil {
+	if e := passedOf(err); e != nil {
 		return e // a backend's -32601, as it was (see PassError)
 	}
 	inner := errors.Unwrap(err)

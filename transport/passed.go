@@ -49,9 +49,9 @@ func PassError(e *jsonrpc.Error) error {
 	return &passedError{e}
 }
 
-// Passed returns the backend's error of err, if err is one PassError made for
+// passedOf returns the backend's error of err, if err is one PassError made for
 // -32601; nil otherwise.
-func Passed(err error) *jsonrpc.Error {
+func passedOf(err error) *jsonrpc.Error {
 	if p, ok := err.(*passedError); ok {
 		return p.e
 	}
