@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -337,4 +338,114 @@ func TestGateway_UnhandledRequests(t *testing.T) {
 			t.Errorf("tools/list on the session after them: %s %.300s", list.Status, data)
 		}
 	})
+}
+
+// TestGateway_RefusedNotification: a notification the gateway's HTTP front refuses
+// (a method it does not handle, one of 256 KiB; a request's method without an ID)
+// gets HTTP 400 with a JSON-RPC error that has no ID, as MCP's streamable HTTP
+// transport asks of a notification the server cannot accept (2025-11-25 and
+// 2026-07-28), and the session serves on. The go-sdk's handler answered a 400 of
+// plain text.
+func TestGateway_RefusedNotification(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	stateful := rawSession(t, url, "2025-11-25")
+	for _, version := range []string{"2025-11-25", "2026-07-28"} {
+		for _, n := range []struct {
+			method string
+			code   int64
+		}{
+			{"notifications/bogus", -32601},
+			{"notifications/" + big(), -32601},
+			{"tools/call", -32600},
+		} {
+			h := stateful
+			if version == "2026-07-28" {
+				h = map[string]string{"Mcp-Protocol-Version": version, "Mcp-Method": n.method[:min(len(n.method), 64)]}
+			}
+			resp := postWith(t, url, `{"jsonrpc":"2.0","method":"`+n.method+`","params":{}}`, h)
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var msg map[string]json.RawMessage
+			var e struct {
+				Code    int64  `json:"code"`
+				Message string `json:"message"`
+			}
+			what := fmt.Sprintf("%s: a notification of %.40q", version, n.method)
+			switch {
+			case resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/json":
+				t.Errorf("%s: %s %q, want 400 with a JSON-RPC error: %.300s", what, resp.Status, resp.Header.Get("Content-Type"), data)
+			case json.Unmarshal(data, &msg) != nil || json.Unmarshal(msg["error"], &e) != nil || string(msg["jsonrpc"]) != `"2.0"`:
+				t.Errorf("%s: %.300s is no JSON-RPC error", what, data)
+			case msg["id"] != nil || e.Code != n.code || len(data) > 300:
+				t.Errorf("%s: %.300s (%d bytes), want code %d, no id, under 300 bytes", what, data, len(data), n.code)
+			}
+		}
+	}
+	list := postWith(t, url, `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}`, stateful)
+	data, _ := io.ReadAll(list.Body)
+	list.Body.Close()
+	if !strings.Contains(string(data), `"result"`) {
+		t.Errorf("tools/list on the session after them: %s %.300s", list.Status, data)
+	}
+}
+
+// TestGateway_BadBodies: a POST whose body the stdio front refuses as a line (not
+// JSON; an ID neither string nor number, or null; a numeric ID that is not an
+// integer below 2^53 in magnitude) gets HTTP 400 with the answer the stdio front
+// gives that line (-32700 or -32600, under the ID as written, or null), on
+// 2025-11-25 and 2026-07-28. The go-sdk's handler refused the first ones with a 400
+// of plain text ("malformed payload: ..."), and took the last: 1.5 was answered
+// under the ID 1, 9007199254740993 under 9007199254740992.
+func TestGateway_BadBodies(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	stateful := rawSession(t, url, "2025-11-25")
+	send, answer := stdioLines(t, g)
+	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+	answer(`"init"`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for _, c := range []struct{ id, answered string }{
+		{`1.5`, `1.5`}, {`9007199254740993`, `9007199254740993`}, {`-1e300`, `-1e300`},
+		{`true`, `null`}, {`{}`, `null`}, {`null`, `null`}, {`1,`, `null`}, // the last, no JSON
+	} {
+		id := c.id
+		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/list","params":{` + meta2026 + `}}`
+		send(body)
+		want := answer(c.answered)
+		var stdio errorAnswer
+		if err := json.Unmarshal([]byte(want), &stdio); err != nil || stdio.Error == nil {
+			t.Fatalf("id %s: the stdio front answered %.300s", id, want)
+		}
+		for _, version := range []string{"2025-11-25", "2026-07-28"} {
+			h := stateful
+			if version == "2026-07-28" {
+				h = map[string]string{"Mcp-Protocol-Version": version, "Mcp-Method": "tools/list"}
+			}
+			resp := postWith(t, url, body, h)
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var got errorAnswer
+			if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(data, &got) != nil || got.Error == nil ||
+				string(got.ID) != string(stdio.ID) || got.Error.Code != stdio.Error.Code || got.Error.Message != stdio.Error.Message {
+				t.Errorf("%s: a body with the id %s: %s %.300s, want 400 and the stdio front's answer %.300s", version, id, resp.Status, data, want)
+			}
+		}
+	}
+	// A refusal of the request's headers stands, whatever its body: it is not
+	// told its body is no JSON.
+	h := maps.Clone(stateful)
+	h["Accept"] = "application/json"
+	resp := postWith(t, url, `{"jsonrpc":"2.0","id":1,`, h)
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest || !strings.HasPrefix(string(data), "Accept must contain") {
+		t.Errorf("a body no JSON without text/event-stream accepted: %s %.300s, want the go-sdk's 400 saying what Accept must hold", resp.Status, data)
+	}
+	list := postWith(t, url, `{"jsonrpc":"2.0","id":9,"method":"tools/list","params":{}}`, stateful)
+	data, _ = io.ReadAll(list.Body)
+	list.Body.Close()
+	if !strings.Contains(string(data), `"result"`) {
+		t.Errorf("tools/list on the session after them: %s %.300s", list.Status, data)
+	}
 }

@@ -175,7 +175,7 @@ func forward[R any](g *Gateway, ctx context.Context, ss *mcp.ServerSession, req 
 			return zero, ctx.Err()
 		}
 		if je := backendError(err); je != nil {
-			return zero, je
+			return zero, g.passOn(req, je)
 		}
 		return fail(g.failedOn(server, c, err))
 	}

@@ -90,7 +90,10 @@ type Gateway struct {
 	// answerless are the requests stateful HTTP front clients cancelled, whose
 	// answer is not written (answerless.go)
 	answerless answerless
-	parked     parked // 2026-07-28 front calls waiting for their client's answers
+	// passed are the backends' errors of code -32601 a POST's requests were
+	// answered with, whose data its answers lack (passed.go)
+	passed passedOn
+	parked parked // 2026-07-28 front calls waiting for their client's answers
 	// elicitations are the URL-mode elicitations forwarded, for their end
 	elicitations elicitations
 

@@ -151,6 +151,25 @@ func waitTools(t *testing.T, cs *mcp.ClientSession, ok func([]string) bool) []st
 	}
 }
 
+// waitTemplates waits until the front lists a resource template: the backends'
+// templates are listed apart from their tools, and a subscribe before the gateway
+// has them finds no resource (under load, after waitTools too).
+func waitTemplates(t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+		res, err := cs.ListResourceTemplates(callCtx(t), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.ResourceTemplates) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the front never listed a resource template")
+		}
+	}
+}
+
 func has(name string) func([]string) bool {
 	return func(names []string) bool {
 		for _, n := range names {

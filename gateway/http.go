@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm/transport"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -69,7 +70,10 @@ const DefaultHeartbeat = 25 * time.Second
 // POST without a session that is no initialize, only requests a session cannot take
 // before it, gets 400 and a JSON-RPC error (-32600). A request whose params the
 // go-sdk's server cannot decode gets -32602 naming the field, as over the stdio front
-// (transport.ParamsRefusal).
+// (transport.ParamsRefusal); a body the stdio front refuses as a line (no JSON, an ID
+// that is no string or exact integer) gets 400 with that front's answer, and a
+// notification the go-sdk's handler refuses 400 with a JSON-RPC error without ID. A
+// backend's own error reaches the client as it was, its code, message and data.
 func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	getServer := func(*http.Request) *mcp.Server { return g.server }
 	logger := g.log.With("component", "gateway http")
@@ -90,6 +94,15 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 	}
 	var h http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(postHeader) // ours alone
+		// A POST is numbered: its requests know it by this header (see
+		// inflight, passedOn).
+		var post string
+		if r.Method == http.MethodPost {
+			post = strconv.FormatUint(g.inflight.posts.Add(1), 10)
+			r.Header.Set(postHeader, post)
+			g.passed.open(post)
+			defer g.passed.close(post)
+		}
 		// A stateful session's POST drops the answer to a request its client
 		// cancelled (see answerless).
 		var session string
@@ -99,7 +112,8 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		var dw *deadlineWriter
 		if writeTimeout > 0 || r.Method == http.MethodPost {
 			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session,
-				posted: r.Method == http.MethodPost, newer: transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version"))}
+				posted: r.Method == http.MethodPost, newer: transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")),
+				passed: func(message string) *jsonrpc.Error { return g.passed.take(post, message) }}
 			w = dw
 		}
 		if heartbeat > 0 {
@@ -130,6 +144,16 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		defer lim.releaseBody(charge)
+		if b, ok := r.Body.(*heldBody); ok && r.Method == http.MethodPost {
+			// A numeric ID the go-sdk would answer under another: refused as
+			// the stdio front refuses it.
+			if answer := transport.InexactID(b.data); answer != nil {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = w.Write(answer)
+				return
+			}
+		}
 		if b, ok := r.Body.(*heldBody); ok {
 			if dw != nil {
 				dw.body = transport.NewPostBody(b.data) // held until the request is served
@@ -183,12 +207,10 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		}
 		// A POST's answer comes on its response. If the client goes away before
 		// it (the SDK's server returns then), nobody can receive it: the requests
-		// it carried, which know the POST by this header, are cancelled.
-		id := strconv.FormatUint(g.inflight.posts.Add(1), 10)
-		r.Header.Set(postHeader, id)
+		// it carried, which know the POST by its header, are cancelled.
 		defer g.inflight.postServed()()
 		stateful.ServeHTTP(w, r)
-		g.inflight.postDone(id, r.Context().Err() != nil)
+		g.inflight.postDone(post, r.Context().Err() != nil)
 	})
 	if o.Token != "" {
 		h = bearer(o.Token, h)
@@ -224,7 +246,14 @@ func refuseUninitialized(w http.ResponseWriter, r *http.Request) bool {
 // takes such an answer for the failure of that request; at a 413 with a body of plain
 // text it ended its whole session (the TypeScript SDK's client fails the request
 // either way).
+//
+// The rest of the body is not read. net/http closes the connection once the answer
+// is written (holdBody's reader tells it the body was too large), but as it ends
+// the request it first reads up to 256 KiB more of a chunked body, for as long as
+// the client takes to send them: a read deadline already past ends that read at
+// once.
 func bodyTooLarge(w http.ResponseWriter, answer []byte, limit int64) {
+	defer func() { _ = http.NewResponseController(w).SetReadDeadline(time.Now()) }()
 	if answer == nil {
 		http.Error(w, fmt.Sprintf("request body exceeds %d bytes", limit), http.StatusRequestEntityTooLarge)
 		return
@@ -322,9 +351,12 @@ type deadlineWriter struct {
 	session string
 	// posted, for a POST, says its answers are looked at: the go-sdk's answer
 	// to a request whose params do not decode is re-coded
-	// (transport.ParamsRefusal); body is the POST's body, if held.
+	// (transport.ParamsRefusal); body is the POST's body, if held. A backend's
+	// error of code -32601 gets back the data the go-sdk's encoding dropped,
+	// which passed finds by the error's message (transport.PassedAnswer).
 	posted bool
 	body   transport.PostBody
+	passed func(message string) *jsonrpc.Error
 	// newer: the POST is on protocol 2026-07-28 or later, whose errors go with
 	// their HTTP status (see WriteHeader).
 	newer bool
@@ -339,7 +371,8 @@ type deadlineWriter struct {
 // which writes its text next. Write then answers the request as a session does over
 // stdio (transport.Unhandled: -32601, or -32600), with 200 (before 2026-07-28, as
 // a JSON-RPC error is; the go-sdk's client ended its whole session at a 400 of text)
-// or the 400 (on 2026-07-28, whose errors go with their status).
+// or the 400 (on 2026-07-28, whose errors go with their status); a notification
+// refused keeps its 400, with the error and no ID (as MCP asks of it).
 func (w *deadlineWriter) WriteHeader(code int) {
 	if code == http.StatusBadRequest && w.posted && w.body.Bytes() != nil && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
 		w.refused = true
@@ -354,8 +387,8 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 	if w.refused {
 		w.refused = false
 		status := http.StatusBadRequest
-		if answer := transport.Unhandled(w.body.Bytes(), string(p)); answer != nil {
-			if !w.newer {
+		if answer, call := transport.Unhandled(w.body.Bytes(), string(p)); answer != nil {
+			if !w.newer && call {
 				status = http.StatusOK
 			}
 			w.Header().Set("Content-Type", "application/json")
@@ -372,7 +405,11 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 		return len(p), nil
 	}
 	if w.posted {
-		if q := transport.ParamsRefusal(p, &w.body); q != nil {
+		q := transport.ParamsRefusal(p, &w.body)
+		if q == nil {
+			q = transport.PassedAnswer(p, w.passed)
+		}
+		if q != nil {
 			if _, err := w.write(q); err != nil {
 				return 0, err
 			}

@@ -176,7 +176,13 @@ func (l *limits) holdBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 		return charge, err
 	}
 	data := make([]byte, 0, size)
-	body := http.MaxBytesReader(w, r.Body, l.maxBody)
+	// Given the server's own writer: past the limit, the reader tells it so
+	// (an unexported method of net/http's, which no wrapper has), and net/http
+	// closes the connection once the answer is written. Told nothing, net/http
+	// first read up to 256 KiB more of the body before it wrote the answer: a
+	// client pausing past the limit waited for its 413 until it sent them, or
+	// for ever (see TestGateway_BodyTooLargeAnsweredAtOnce).
+	body := http.MaxBytesReader(serverWriter(w), r.Body, l.maxBody)
 	for {
 		buf := data[len(data):cap(data)]
 		if len(buf) == 0 && int64(cap(data)) < limit {
@@ -215,6 +221,18 @@ func (l *limits) holdBody(ctx context.Context, w http.ResponseWriter, r *http.Re
 	}
 	r.Body = &heldBody{data: data}
 	return charge, nil
+}
+
+// serverWriter is the writer under w's wrappers (each of which gives the one it
+// wraps by Unwrap, as http.ResponseController finds them): the server's own.
+func serverWriter(w http.ResponseWriter) http.ResponseWriter {
+	for {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return w
+		}
+		w = u.Unwrap()
+	}
 }
 
 // heldBody is a body read whole, which forgets its bytes once they have been read

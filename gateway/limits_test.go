@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -575,4 +577,124 @@ func TestGateway_BodyTooLargeKeepsTheSession(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestGateway_BodyTooLargeAnsweredAtOnce: a body streamed past the limit (chunked,
+// no Content-Length) is answered 413 with the request's JSON-RPC error as soon as the
+// limit is passed, and the connection is closed as net/http closes one whose body was
+// too large (its end first, a reset only later): the gateway reads no more than the
+// limit and one buffer. The body's reader was given the front's own writer, which
+// net/http's signal (an unexported method) does not reach: net/http then read up to
+// 256 KiB more of the body before it wrote the answer, so that a client pausing past
+// the limit (a slow link) had no answer until it sent them, or for ever, and reset
+// the connection at once after it; and as it ended the request it read up to 256 KiB
+// more again, for as long as the client took.
+func TestGateway_BodyTooLargeAnsweredAtOnce(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	var read atomic.Int64
+	srv := httptest.NewUnstartedServer(g.Handler(gateway.HTTPOptions{}))
+	srv.Listener = countingListener{srv.Listener, &read}
+	srv.Start()
+	t.Cleanup(func() {
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	const limit = mcp.DefaultMaxRequestBodyBytes
+	for _, tc := range []struct {
+		what string
+		send int // bytes of padding sent, then the client pauses (the rest, if it can)
+	}{
+		{"4 MiB and 64 KiB, then a pause", limit + 64<<10},
+		{"64 MiB", 64 << 20},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			read.Store(0)
+			conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			written := make(chan int64, 1)
+			stop := make(chan struct{})
+			go func() { // ends when the connection does, or the test is done with it
+				var n int64
+				defer func() { written <- n }()
+				w := bufio.NewWriterSize(conn, 80<<10)
+				fmt.Fprintf(w, "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"+
+					"Mcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: a__echo\r\nTransfer-Encoding: chunked\r\n\r\n")
+				first := `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"a__echo","arguments":{"text":"`
+				fmt.Fprintf(w, "%x\r\n%s\r\n", len(first), first)
+				chunk := strings.Repeat("x", 64<<10)
+				for ; n < int64(tc.send); n += int64(len(chunk)) {
+					fmt.Fprintf(w, "%x\r\n%s\r\n", len(chunk), chunk)
+					if w.Flush() != nil {
+						return
+					}
+				}
+				<-stop // paused
+			}()
+			_ = conn.SetReadDeadline(time.Now().Add(waitFor))
+			began := time.Now()
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				close(stop)
+				t.Fatalf("no answer after %s: %v (the gateway read %d KiB)", time.Since(began), err, read.Load()>>10)
+			}
+			data, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close ||
+				!strings.HasPrefix(string(data), `{"jsonrpc":"2.0","id":7,"error":{"code":-32600,`) {
+				t.Errorf("%s (closing: %v) %.200s, want 413 closing the connection, with the JSON-RPC error -32600 under ID 7", resp.Status, resp.Close, data)
+			}
+			// net/http's close of a connection whose request was too large: its
+			// end first (FIN), and a reset only some time later, so that the
+			// answer is not lost to a reset on the client's side (what some
+			// TCP stacks do with data not yet read). Told nothing, it reset
+			// the connection at once.
+			if _, err := br.ReadByte(); err != io.EOF {
+				t.Errorf("after the answer, the connection ended with %v, want its end (EOF) before any reset", err)
+			}
+			close(stop)
+			conn.Close()
+			<-written
+			// The limit, the request's head and the chunks' framing, and one
+			// buffer (net/http's reader's 4 KiB); not the 256 KiB net/http reads
+			// past a body unread.
+			if n := read.Load(); n > limit+32<<10 {
+				t.Errorf("the gateway read %d KiB of the connection, want at most the limit (%d KiB) and 32 KiB", n>>10, limit>>10)
+			}
+		})
+	}
+}
+
+// A countingListener counts the bytes read from its connections.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return c, err
+	}
+	return countingConn{c, l.n}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// CloseWrite ends the connection's sending side, as net/http's lingering close of a
+// TCP connection does.
+func (c countingConn) CloseWrite() error {
+	return c.Conn.(*net.TCPConn).CloseWrite()
 }

@@ -88,6 +88,7 @@ func TestGateway_SubscriptionsBounded(t *testing.T) {
 	a := front(t, g, nil, "2025-11-25")
 	b := front(t, g, nil, "2025-11-25")
 	waitTools(t, a, has("b__echo"))
+	waitTemplates(t, a)
 	item := func(i int) string { return fmt.Sprintf("test://items/%d", i) }
 	subscribe := func(cs *mcp.ClientSession, uri string) string {
 		if err := cs.Subscribe(callCtx(t), &mcp.SubscribeParams{URI: uri}); err != nil {
@@ -331,20 +332,9 @@ func TestGateway_AbandonedSubscriptionsForgotten(t *testing.T) {
 	g := start(t, config(sc), gateway.Options{SweepInterval: 20 * time.Millisecond})
 	keep := front(t, g, nil, "2025-11-25")
 	waitTools(t, keep, has("b__echo"))
+	waitTemplates(t, keep)
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	// The backend's templates are listed apart from its tools: a subscribe before
-	// the gateway has them finds no resource.
-	for {
-		res, err := keep.ListResourceTemplates(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(res.ResourceTemplates) > 0 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	uri := 0
 	abandon := func() { // a session subscribes to 1,000 URIs of its own and is gone
 		sp, cp := net.Pipe()
@@ -421,6 +411,7 @@ func TestGateway_SubscriptionsBoundedConcurrently(t *testing.T) {
 	}
 	a := front(t, g, nil, "2025-11-25")
 	waitTools(t, a, has("b__echo"))
+	waitTemplates(t, a)
 	if n := burst(20, 0, func(int) *mcp.ClientSession { return a }); n != 3 {
 		t.Errorf("one session's 20 subscribes at once: %d took, want 3", n)
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mcpfsm/mcpfsm"
 	"github.com/mcpfsm/mcpfsm/gateway"
@@ -29,9 +30,9 @@ var lookalikes = []*jsonrpc.Error{
 	{Code: -32603, Message: `method not found: "` + strings.Repeat("m", 100) + `"`, Data: json.RawMessage(`{"hint":"upgrade"}`)},
 	{Code: -32000, Message: `JSON RPC not handled: "prompts/get" unsupported`},
 	{Code: -32020, Message: `failed to extract name from parameters for method "prompts/get"`},
-	// (A backend's -32601, whatever its message and data, is sent as
-	// `method not found: "M"` by the go-sdk's jsonrpc2, the backend's and the
-	// front's: not the fronts' re-coding.)
+	// (A go-sdk backend's -32601 is sent as `method not found: "M"` by its own
+	// jsonrpc2, whatever its handler said: see TestGateway_BackendMethodNotFound
+	// for a backend's own -32601.)
 }
 
 // lookalikeBackend is a server of a config whose prompt "refuse" fails with
@@ -144,4 +145,86 @@ func TestGateway_BatchRefusals(t *testing.T) {
 	if a := answers["2"]; !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":2,"result":{`) || !strings.Contains(a, `"tools":[{`) {
 		t.Errorf("tools/list in the batch was answered %.300s", a)
 	}
+}
+
+// TestGateway_BackendMethodNotFound: a backend's own error of code -32601 (a
+// backend without completion/complete or resources/subscribe, saying so, with
+// data) reaches the front's client as the backend sent it (code, message, data),
+// on the stdio front and over streamable HTTP on 2025-11-25, 2026-07-28 and a
+// 2025-03-26 batch of two. The go-sdk's jsonrpc2 answered every handler's error of
+// code -32601 with its own `method not found: "M"`, the backend's message and
+// data lost.
+func TestGateway_BackendMethodNotFound(t *testing.T) {
+	g := start(t, config(rawBackend(t, "raw")), gateway.Options{})
+	cs := front(t, g, nil, "")
+	waitTools(t, cs, has("raw__sample"))
+	// The prompt and the resource are listed apart from the tools: waited for too.
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+		prompts, err1 := cs.ListPrompts(callCtx(t), nil)
+		resources, err2 := cs.ListResources(callCtx(t), nil)
+		if err1 == nil && err2 == nil && len(prompts.Prompts) == 1 && len(resources.Resources) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the raw backend's prompt and resource were never listed: %v %v", err1, err2)
+		}
+	}
+	requests := []struct{ method, params string }{
+		{"completion/complete", `{"ref":{"type":"ref/prompt","name":"raw__p"},"argument":{"name":"a","value":"x"}`},
+		{"resources/subscribe", `{"uri":"` + rawResource + `"`},
+	}
+	request := func(id int, r int, meta string) badParams {
+		if meta != "" {
+			meta = "," + meta
+		}
+		return badParams{id: strconv.Itoa(id), method: requests[r].method, params: requests[r].params + meta + "}"}
+	}
+	check := func(t *testing.T, what string, r int, answer string) {
+		t.Helper()
+		var msg errorAnswer
+		want := "raw does not do " + requests[r].method
+		if err := json.Unmarshal([]byte(answer), &msg); err != nil || msg.Error == nil ||
+			msg.Error.Code != -32601 || msg.Error.Message != want || string(msg.Error.Data) != rawNotFoundData {
+			t.Errorf("%s: %s: the backend's -32601 %q (data %s) reached the front's client as %.400s", what, requests[r].method, want, rawNotFoundData, answer)
+		}
+	}
+
+	t.Run("stdio", func(t *testing.T) {
+		send, answer := stdioLines(t, g)
+		send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+		answer(`"init"`)
+		send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		for r := range requests {
+			send(request(r, r, "").line())
+			check(t, "stdio", r, answer(strconv.Itoa(r)))
+		}
+	})
+
+	t.Run("http", func(t *testing.T) {
+		url := serveHTTP(t, g, gateway.HTTPOptions{})
+		stateful := rawSession(t, url, "2025-11-25")
+		for r := range requests {
+			check(t, "2025-11-25", r, postAnswer(t, url, request(r, r, ""), stateful))
+			h := map[string]string{"Mcp-Protocol-Version": "2026-07-28", "Mcp-Method": requests[r].method}
+			if r == 0 { // resources/subscribe is not of 2026-07-28
+				check(t, "2026-07-28", r, postAnswer(t, url, request(r, r, meta2026), h))
+			}
+		}
+		// A batch: each answer gets its own error's data back.
+		old := rawSession(t, url, "2025-03-26")
+		resp := postWith(t, url, "["+request(1, 0, "").line()+","+request(2, 1, "").line()+"]", old)
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answers := map[string]string{}
+		for l := range strings.Lines(string(data)) {
+			if m, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "data: "); ok {
+				var msg errorAnswer
+				if json.Unmarshal([]byte(m), &msg) == nil {
+					answers[string(msg.ID)] = m
+				}
+			}
+		}
+		check(t, "2025-03-26 batch", 0, answers["1"])
+		check(t, "2025-03-26 batch", 1, answers["2"])
+	})
 }

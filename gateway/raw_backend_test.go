@@ -54,6 +54,15 @@ var rawRequests = map[string]string{
 	"spoof_update": `{"jsonrpc":"2.0","method":"notifications/resources/updated","params":{"uri":"` + testserver.ResourceA + `"}}`,
 }
 
+// rawResource is the raw backend's one resource; rawNotFoundData the data of its
+// answer to a method it does not have (-32601, "raw does not do METHOD"): it has
+// prompt "p" and resource rawResource but neither completion/complete nor
+// resources/subscribe.
+const (
+	rawResource     = "raw://r"
+	rawNotFoundData = `{"hint":"raw has no such method","methods":["tools/call"]}`
+)
+
 func rawBackendMain() {
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 16<<20)
@@ -79,8 +88,15 @@ func rawBackendMain() {
 		}
 		switch m.Method {
 		case "initialize":
-			answer(m.ID, map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{}},
+			answer(m.ID, map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{},
+				"prompts": map[string]any{}, "resources": map[string]any{}},
 				"serverInfo": map[string]any{"name": "raw", "version": "1"}})
+		case "prompts/list":
+			answer(m.ID, map[string]any{"prompts": []any{map[string]any{"name": "p"}}})
+		case "resources/templates/list":
+			answer(m.ID, map[string]any{"resourceTemplates": []any{}})
+		case "resources/list":
+			answer(m.ID, map[string]any{"resources": []any{map[string]any{"name": "r", "uri": rawResource}}})
 		case "tools/list":
 			var tools []any
 			for name := range rawRequests {
@@ -108,7 +124,7 @@ func rawBackendMain() {
 		case "ping":
 			answer(m.ID, map[string]any{})
 		default:
-			send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"no"}}`, m.ID))
+			send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":%q,"data":%s}}`, m.ID, "raw does not do "+m.Method, rawNotFoundData))
 		}
 	}
 }

@@ -74,6 +74,9 @@ func sdkRefusalText(method, message string) bool {
 // cause; an error a handler returned as it is, a *jsonrpc.Error (a backend's own,
 // passed on by the gateway), is never one, whatever its message says.
 func refusedAnswer(err error) *jsonrpc.Error {
+	if e := passedOf(err); e != nil {
+		return e // a backend's -32601, as it was (see PassError)
+	}
 	inner := errors.Unwrap(err)
 	if _, ok := err.(*jsonrpc.Error); ok || inner == nil {
 		return nil
@@ -356,37 +359,11 @@ func (b *PostBody) request(id jsonrpc.ID) *jsonrpc.Request {
 // the same words, a backend's passed on, is left as it is. With body nil only the
 // go-sdk's own words tell its refusal, and the answer names no field.
 func ParamsRefusal(frame []byte, body *PostBody) []byte {
-	head, data, tail := frame[:0], frame, frame[len(frame):]
-	if !bytes.HasPrefix(frame, []byte("{")) { // an SSE event: the message is its data
-		i := bytes.Index(frame, []byte("data: "))
-		if i < 0 {
-			return nil
-		}
-		head, data = frame[:i+len("data: ")], frame[i+len("data: "):]
-		// An answer that is no error (a call's result, of any size) is told
-		// from its first bytes: its line's end is looked for only in an error's.
-		if _, ok := errorAnswerStart(data); !ok {
-			return nil
-		}
-		j := bytes.IndexByte(data, '\n')
-		if j < 0 {
-			return nil
-		}
-		data, tail = data[:j], data[j:]
-	}
-	start, ok := errorAnswerStart(data)
+	f, ok := errorFrame(frame)
 	if !ok {
 		return nil
 	}
-	msg, err := jsonrpc.DecodeMessage(data)
-	if err != nil {
-		return nil
-	}
-	resp, ok := msg.(*jsonrpc.Response)
-	var we *jsonrpc.Error
-	if !ok || !errors.As(resp.Error, &we) {
-		return nil
-	}
+	resp, we := f.resp, f.err
 	if we.Data != nil {
 		return nil // the go-sdk's refusals carry no data
 	}
@@ -402,13 +379,14 @@ func ParamsRefusal(frame []byte, body *PostBody) []byte {
 		// On 2026-07-28 the go-sdk's handler answers a method it does not
 		// handle itself ("JSON RPC not handled: %q unsupported", with 404),
 		// quoting the whole method: answered as a session answers it. (A
-		// session's answer of code -32601 is always "method not found: %q",
-		// the go-sdk's jsonrpc2's.)
+		// session's answer of code -32601 is the go-sdk's jsonrpc2's "method
+		// not found: %q", or a backend's error passed on: see PassError.)
 	case we.Code == mcp.CodeHeaderMismatch:
 		// On 2026-07-28 the go-sdk's handler reads a request's name
 		// (Mcp-Name) from params it cannot decode (mcp/streamable_headers.go,
 		// validateMcpHeaders) as one that does not match its header.
 		rest, found := strings.CutPrefix(we.Message, "failed to extract name from parameters for method ")
+		var err error
 		if method, err = strconv.Unquote(rest); !found || err != nil {
 			return nil
 		}
@@ -439,14 +417,7 @@ func ParamsRefusal(frame []byte, body *PostBody) []byte {
 	if answer == nil {
 		return nil
 	}
-	encoded, err := json.Marshal(answer)
-	if err != nil {
-		return nil
-	}
-	out := make([]byte, 0, len(head)+start+len(`,"error":}`)+len(encoded)+len(tail))
-	out = append(append(out, head...), data[:start]...)
-	out = append(append(append(out, `,"error":`...), encoded...), '}')
-	return append(out, tail...)
+	return f.with(answer)
 }
 
 // errorAnswerStart reports whether data, a message as the go-sdk encodes it

@@ -21,6 +21,7 @@ func FuzzPostAnswers(f *testing.F) {
 		{`{"jsonrpc":"2.0","id":1,"error":{"code":-32020,"message":"failed to extract name from parameters for method \"tools/call\""}}`, `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":[]}}`, ""},
 		{`{"jsonrpc":"2.0","id":"` + strings.Repeat(`\"`, 100) + `","error":{}}`, strings.Repeat("{", 1000), strings.Repeat(`\`, 100)},
 		{"data: {\"jsonrpc\":\"2.0\",\"id\":1", `{"id":` + strings.Repeat("9", 300) + `}`, "invalid request: "},
+		{"", `{"jsonrpc":"2.0","id":1.5,"method":"ping","params":{"x":{"id":1e99}}}`, "malformed payload: x"},
 	} {
 		f.Add([]byte(seed.frame), []byte(seed.body), seed.text, int64(100))
 	}
@@ -30,8 +31,11 @@ func FuzzPostAnswers(f *testing.F) {
 				t.Errorf("ParamsRefusal: %d bytes in place of %d", len(out), len(frame))
 			}
 		}
-		if out := Unhandled(body, text); out != nil && len(out) > len(body)+512 {
+		if out, _ := Unhandled(body, text); out != nil && len(out) > len(body)+512 {
 			t.Errorf("Unhandled: %d bytes for a body of %d", len(out), len(body))
+		}
+		if out := InexactID(body); out != nil && len(out) > len(body)+512 {
+			t.Errorf("InexactID: %d bytes for a body of %d", len(out), len(body))
 		}
 		if out := TooLarge(body, limit); out != nil && len(out) > maxIDBytes+256 {
 			t.Errorf("TooLarge: %d bytes", len(out))
@@ -52,6 +56,8 @@ func TestPostAnswersHostile(t *testing.T) {
 		[]byte(esc),
 		[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"` + strings.Repeat(`\u00e9`, size/6) + `"}}`),
 		[]byte("[" + strings.Repeat(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":7}},`, size/70) + "1]"),
+		[]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"a":[` + strings.Repeat(`{"id":1.5},`, size/11) + `1]}}`),
+		bytes.Repeat([]byte(`"id": 1e5`), size/9),
 	}
 	frames := [][]byte{
 		[]byte(`{"jsonrpc":"2.0","id":"` + strings.Repeat(`\"`, 32<<10) + `","error":{"code":-32602,"message":"handling 'tools/call': invalid params: unmarshaling \"x\" into a *T: no"}}`),
@@ -66,6 +72,7 @@ func TestPostAnswersHostile(t *testing.T) {
 		Unhandled(body, "invalid request: missing required \"params\"")
 		Unhandled(body, "JSON RPC not handled: \"x\" unsupported")
 		TooLarge(body, size)
+		InexactID(body)
 	}
 	if d := time.Since(start); d > 60*time.Second {
 		t.Errorf("the hostile bodies and frames took %v", d)

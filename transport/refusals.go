@@ -7,6 +7,7 @@ package transport
 // refusals of params the go-sdk's server cannot decode are in badparams.go.
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -125,25 +126,47 @@ func TooLarge(prefix []byte, limit int64) []byte {
 	return answer
 }
 
-// Unhandled returns the JSON-RPC answer to body, a request that the go-sdk's
+// Unhandled returns the JSON-RPC answer to body, a POST's body that the go-sdk's
 // streamable HTTP server refused before any session saw it, with HTTP 400 and text
 // (its checkRequest's error: a method it does not handle, an ID on a notification's
-// method, required params missing), answered as a session answers it over stdio:
-// -32601 (method not found) for a method not handled, -32600 (invalid request)
-// otherwise, under the request's ID, quoting at most a bounded part of the request.
-// It returns nil where body holds no one request with an ID (the go-sdk's refusal of
-// a notification, of a batch or of a body that is no message stands), or text is no
-// such refusal.
-func Unhandled(body []byte, text string) []byte {
-	msgs, isBatch, err := decodeLine(body, false)
-	if err != nil || isBatch || len(msgs) != 1 {
-		return nil
+// method, required params missing, or no ID on a request's method; or its decoding's
+// error, a body that is no message), answered as the stdio front answers it:
+//   - a request refused by checkRequest, as a session answers it: -32601 (method
+//     not found) for a method not handled, -32600 (invalid request) otherwise,
+//     under the request's ID, quoting at most a bounded part of the request (call
+//     set: the request was a call, which a session answers);
+//   - a notification so refused, with the same error and no ID, beside the HTTP
+//     error status, as MCP's streamable HTTP transport asks (2025-11-25 and
+//     2026-07-28: "If the server cannot accept it, it MUST return an HTTP error
+//     status code (e.g., 400 Bad Request). The HTTP response body MAY comprise a
+//     JSON-RPC error response that has no id");
+//   - a body the stdio front refuses as a line (not JSON, an ID neither string
+//     nor number, or null), refused by the go-sdk's decoding or checkRequest, as
+//     the stdio front answers it: -32700 or -32600, under the ID as written where
+//     it is a string or a number, null otherwise.
+//
+// It returns nil where text is no refusal of the body (a refusal of the request's
+// headers stands), and for a batch (the go-sdk's refusal of one stands).
+func Unhandled(body []byte, text string) (answer []byte, call bool) {
+	text = strings.TrimSpace(text)
+	if !bodyRefusal(text) {
+		return nil, false // a refusal of the request's headers, not of its body
+	}
+	msgs, isBatch, err := decodeLine(body, true)
+	if err != nil {
+		answer, err = badLine(body, err)
+		if err != nil {
+			return nil, false
+		}
+		return answer, false
+	}
+	if isBatch || len(msgs) != 1 {
+		return nil, false
 	}
 	req, ok := msgs[0].(*jsonrpc.Request)
-	if !ok || !req.IsCall() {
-		return nil
+	if !ok {
+		return nil, false
 	}
-	text = strings.TrimSpace(text)
 	var e *jsonrpc.Error
 	switch {
 	case strings.HasPrefix(text, "JSON RPC not handled: "):
@@ -151,11 +174,97 @@ func Unhandled(body []byte, text string) []byte {
 	case strings.HasPrefix(text, "invalid request: "):
 		e = &jsonrpc.Error{Code: jsonrpc.CodeInvalidRequest, Message: boundedText(text, 2*maxQuoted)}
 	default:
+		return nil, false
+	}
+	if !req.IsCall() {
+		answer, err = json.Marshal(struct {
+			Version string         `json:"jsonrpc"`
+			Error   *jsonrpc.Error `json:"error"`
+		}{"2.0", e})
+		if err != nil {
+			return nil, false
+		}
+		return answer, false
+	}
+	answer, err = refusal(body, e)
+	if err != nil {
+		return nil, false
+	}
+	return answer, true
+}
+
+// bodyRefusal reports whether text is the go-sdk's streamable HTTP handler's
+// refusal of a POST's body (its decoding's, or checkRequest's), not of its headers
+// (Accept, Mcp-Protocol-Version, Last-Event-ID: those stand as they are).
+func bodyRefusal(text string) bool {
+	for _, prefix := range []string{"malformed payload: ", "POST requires a non-empty body", "JSON RPC not handled: ", "invalid request: "} {
+		if strings.HasPrefix(text, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// InexactID returns the answer to body, a POST's body, where a request in it has a
+// numeric ID that the go-sdk's ID cannot hold as it was written (see exactID): the
+// stdio front's answer to such a line (-32600 under the ID as written; null for a
+// batch). The go-sdk's HTTP handler takes the request, and answers 1.5 under 1 and
+// 9007199254740993 under 9007199254740992. It returns nil otherwise. Every POST's
+// body is looked at, but decoded only where a member "id" is followed by a number
+// that is no plain integer of at most 15 digits (a name written with escapes,
+// "\u0069d", is not looked for: such a request is taken as the go-sdk takes it).
+func InexactID(body []byte) []byte {
+	if !mayBeInexact(body) {
 		return nil
 	}
-	answer, err := refusal(body, e)
+	if _, _, err := decodeLine(body, true); !errors.Is(err, errInexactID) {
+		return nil
+	}
+	answer, err := badLine(body, errInexactID)
 	if err != nil {
 		return nil
 	}
 	return answer
+}
+
+// mayBeInexact reports whether data holds a member "id" (at any depth) whose value
+// is a number with a fraction, an exponent, or more than 15 digits.
+func mayBeInexact(data []byte) bool {
+	const name = `"id"`
+	for {
+		i := bytes.Index(data, []byte(name))
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(name):]
+		j := firstNonSpace(data)
+		if j == len(data) || data[j] != ':' {
+			continue
+		}
+		data = data[j+1:]
+		data = data[firstNonSpace(data):]
+		n, digits, plain := number(data)
+		if digits > 0 && (!plain || digits > 15) {
+			return true
+		}
+		data = data[n:]
+	}
+}
+
+// number reads the number that data begins with, if any: its length, how many
+// digits it has, and whether it is plain (an integer, its sign at most).
+func number(data []byte) (n, digits int, plain bool) {
+	plain = true
+	for ; n < len(data); n++ {
+		switch c := data[n]; {
+		case '0' <= c && c <= '9':
+			digits++
+		case c == '-' && n == 0:
+		case c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-':
+			plain = false
+		default:
+			return n, digits, plain
+		}
+	}
+	return n, digits, plain
 }

@@ -492,6 +492,19 @@ const maxAnswerMessage = 512
 
 // answerBadLine writes the error answering a line that is not a message.
 func (c *lineConn) answerBadLine(line []byte, cause error) error {
+	data, err := badLine(line, cause)
+	if err != nil {
+		return err
+	}
+	c.writeMu.Lock()
+	defer c.writeMu.Unlock()
+	_, err = c.w.Write(append(data, '\n'))
+	return err
+}
+
+// badLine encodes the error answering a line that is not a message, cause being
+// why (the decoder's error, or the front's).
+func badLine(line []byte, cause error) ([]byte, error) {
 	code, message := int64(jsonrpc.CodeInvalidRequest), "Invalid request: "+cause.Error()
 	if len(message) > maxAnswerMessage {
 		message = message[:maxAnswerMessage] + "…"
@@ -509,14 +522,7 @@ func (c *lineConn) answerBadLine(line []byte, cause error) error {
 	if errors.Is(cause, errPendingFull) {
 		code, message = jsonrpc.CodeInternalError, cause.Error()
 	}
-	data, err := refusal(line, &jsonrpc.Error{Code: code, Message: message})
-	if err != nil {
-		return err
-	}
-	c.writeMu.Lock()
-	defer c.writeMu.Unlock()
-	_, err = c.w.Write(append(data, '\n'))
-	return err
+	return refusal(line, &jsonrpc.Error{Code: code, Message: message})
 }
 
 // refusal encodes the JSON-RPC error e answering line, a message (or a batch) a
