@@ -585,12 +585,21 @@ func pages[P, T any](ctx context.Context, first *P, page func(context.Context, *
 }
 
 // listAll lists every page of a list on one session (the connect effect's own
-// listing, and re-lists: not through the call path).
+// listing, and re-lists: not through the call path). A server that answers the
+// first page with method-not-found (-32601) does not have the list: none
+// (transport.Unlisted). (A server that declared resources and left out
+// resources/templates/list, as many do, failed every connect: it never came up.)
 func listAll[T any](ctx context.Context, s *session, method string, page func(context.Context, *mcp.ClientSession, string) ([]T, string, error)) ([]T, error) {
 	var out []T
 	err := s.s.Request(ctx, transport.OpRequest, method, func(ctx context.Context, cs *mcp.ClientSession) error {
+		first := true
 		for item, err := range pages(ctx, new(struct{ cursor string }), func(ctx context.Context, p *struct{ cursor string }) ([]T, string, error) {
-			return page(ctx, cs, p.cursor)
+			items, next, err := page(ctx, cs, p.cursor)
+			if first && transport.Unlisted(err) {
+				return nil, "", nil
+			}
+			first = false
+			return items, next, err
 		}, func(p *struct{ cursor string }, c string) { p.cursor = c }, func(err error) error { return err }) {
 			if err != nil {
 				return err

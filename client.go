@@ -69,6 +69,11 @@ type Handlers struct {
 	// session comes up.
 	PromptsChanged func(prompts []*mcp.Prompt)
 	// ResourcesChanged is the same for resources and resource templates.
+	//
+	// A list the server does not have is empty: one whose capability it did not
+	// declare is not asked for (tools excepted: they are always listed), and one it
+	// answers with method-not-found (-32601) is taken for none, not for a failed
+	// connect (a server that declares resources often leaves out templates).
 	ResourcesChanged func(resources []*mcp.Resource, templates []*mcp.ResourceTemplate)
 }
 

@@ -2,7 +2,6 @@ package mcpfsm
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
@@ -240,10 +240,10 @@ func TestCallResultTheSDKCannotRead(t *testing.T) {
 	}
 }
 
-// strangeServer is a server of rawHTTPServer whose tool strange answers with a
+// strangeServer is a server of testutil.RawHTTPServer whose tool strange answers with a
 // content of type "bogus" (as JSON, or as an event stream if sse).
 func strangeServer(sse bool) http.Handler {
-	return rawHTTPServer(sse, func(method string) any {
+	return testutil.RawHTTPServer(sse, func(method string) any {
 		switch method {
 		case "initialize":
 			return map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{}},
@@ -259,48 +259,12 @@ func strangeServer(sse bool) http.Handler {
 	})
 }
 
-// rawHTTPServer is a stateless streamable HTTP MCP server written by hand, which
-// sends what the SDK's would not: each request's result is answer(its method) (nil:
-// method not found), as JSON or, if sse, as an event stream; a notification gets 202.
-func rawHTTPServer(sse bool, answer func(method string) any) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodPost {
-			http.Error(w, "POST only", http.StatusMethodNotAllowed)
-			return
-		}
-		var req struct {
-			ID     json.RawMessage `json:"id"`
-			Method string          `json:"method"`
-		}
-		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		if len(req.ID) == 0 {
-			w.WriteHeader(http.StatusAccepted) // a notification
-			return
-		}
-		msg := map[string]any{"jsonrpc": "2.0", "id": req.ID, "result": answer(req.Method)}
-		if msg["result"] == nil {
-			msg = map[string]any{"jsonrpc": "2.0", "id": req.ID, "error": map[string]any{"code": -32601, "message": "no " + req.Method}}
-		}
-		data, _ := json.Marshal(msg)
-		if sse {
-			w.Header().Set("Content-Type", "text/event-stream")
-			fmt.Fprintf(w, "event: message\ndata: %s\n\n", data)
-			return
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = w.Write(data)
-	})
-}
-
 // TestIteratorErrorsAreCallErrors: an iterator's own errors (a server that repeats a
 // cursor, or lists past the caps) are *CallErrors, as every error of a request is
 // (README), with the method and cause server; they were plain errors.
 func TestIteratorErrorsAreCallErrors(t *testing.T) {
 	var loop atomic.Bool
-	srv := httptest.NewServer(rawHTTPServer(false, func(method string) any {
+	srv := httptest.NewServer(testutil.RawHTTPServer(false, func(method string) any {
 		switch method {
 		case "initialize":
 			return map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"prompts": map[string]any{}},
@@ -339,7 +303,7 @@ func TestIteratorErrorsAreCallErrors(t *testing.T) {
 func TestIteratorBytesCapped(t *testing.T) {
 	var served atomic.Int64
 	big := strings.Repeat("x", 10_000)
-	srv := httptest.NewServer(rawHTTPServer(false, func(method string) any {
+	srv := httptest.NewServer(testutil.RawHTTPServer(false, func(method string) any {
 		switch method {
 		case "initialize":
 			return map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"prompts": map[string]any{}},

@@ -755,7 +755,8 @@ func (s *Session) CallTool(ctx context.Context, p *mcp.CallToolParams) (*mcp.Cal
 // ListTools lists every tool, following pagination. Every page is requested
 // from the server: the SDK's list cache is never used. A listing of more than
 // MaxListPages pages, MaxListItems tools or MaxListBytes bytes fails with an
-// error wrapping ErrListTooLong.
+// error wrapping ErrListTooLong. A server that answers the first page with
+// method-not-found (-32601) has no tools: none, and no error (see Unlisted).
 func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 	var tools []*mcp.Tool
 	seen := map[string]bool{}
@@ -766,7 +767,12 @@ func (s *Session) ListTools(ctx context.Context) ([]*mcp.Tool, error) {
 		res, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{Cursor: cursor})
 		s.done(pctx, status)
 		if err != nil {
-			return nil, s.wrap(OpListTools, "", err, status)
+			if cursor == "" && Unlisted(err) {
+				err = nil
+				res = &mcp.ListToolsResult{Tools: []*mcp.Tool{}}
+			} else {
+				return nil, s.wrap(OpListTools, "", err, status)
+			}
 		}
 		if cursor == "" {
 			first := res.Tools
@@ -863,7 +869,7 @@ func (s *Session) probe(ctx context.Context) error {
 	pctx = context.WithValue(pctx, probeKey{}, s.listed.Load())
 	_, err := s.cs.ListTools(pctx, &mcp.ListToolsParams{})
 	s.done(pctx, status)
-	if err != nil {
+	if err != nil && !Unlisted(err) { // (a server without tools answers, alive)
 		return s.wrap(OpProbe, "", err, status)
 	}
 	return nil
@@ -871,6 +877,16 @@ func (s *Session) probe(ctx context.Context) error {
 
 // pingRefused reports whether err is a server's refusal of ping itself (method not
 // found, or invalid params), as opposed to a failure to reach it.
+// Unlisted reports whether err is a server's method-not-found answer (-32601)
+// to a list request: the server does not have that list (a server that declares
+// resources and no resource templates answers resources/templates/list so, one
+// without tools tools/list), which a client's own listing takes for an empty
+// list, not for a failure.
+func Unlisted(err error) bool {
+	var je *jsonrpc.Error
+	return errors.As(err, &je) && je.Code == jsonrpc.CodeMethodNotFound
+}
+
 func pingRefused(err error) bool {
 	var je *jsonrpc.Error
 	return errors.As(err, &je) && (je.Code == jsonrpc.CodeMethodNotFound || je.Code == jsonrpc.CodeInvalidParams)
