@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mcpfsm/mcpfsm"
+	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -59,15 +60,15 @@ left empty). With --json, all of it as one JSON object.`, stderr)
 	}
 	var err error
 	if caps.Tools != nil {
-		l.Tools, err = collect(conn.Tools(ctx, nil))
+		l.Tools, err = unlisted(collect(conn.Tools(ctx, nil)))
 	}
 	if err == nil && caps.Prompts != nil {
-		l.Prompts, err = collect(conn.Prompts(ctx, nil))
+		l.Prompts, err = unlisted(collect(conn.Prompts(ctx, nil)))
 	}
 	if err == nil && caps.Resources != nil {
-		l.Resources, err = collect(conn.Resources(ctx, nil))
+		l.Resources, err = unlisted(collect(conn.Resources(ctx, nil)))
 		if err == nil {
-			l.ResourceTemplates, err = collect(conn.ResourceTemplates(ctx, nil))
+			l.ResourceTemplates, err = unlisted(collect(conn.ResourceTemplates(ctx, nil)))
 		}
 	}
 	if err != nil {
@@ -147,6 +148,16 @@ func collect[T any](seq func(func(T, error) bool)) ([]T, error) {
 		out = append(out, it)
 	}
 	return out, nil
+}
+
+// unlisted leaves a list the server answered with method-not-found empty, as the
+// connection's own listing does (transport.Unlisted): a server that declares
+// resources often has no templates.
+func unlisted[T any](list []T, err error) ([]T, error) {
+	if transport.Unlisted(err) {
+		return nil, nil
+	}
+	return list, err
 }
 
 func runRead(ctx context.Context, args []string, stdout, stderr io.Writer) int {

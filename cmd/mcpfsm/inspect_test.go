@@ -3,9 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
 )
 
@@ -41,5 +43,31 @@ func TestLookAround(t *testing.T) {
 	}
 	if _, errOut, code := runCLI(t, "read", cfg, "nowhere", "x"); code != 1 || !strings.Contains(errOut, "has no server") {
 		t.Errorf("read of an unknown server: exit %d, %q", code, errOut)
+	}
+}
+
+// TestLsAServerWithoutTemplates: ls of a server that declares resources and answers
+// resources/templates/list with method-not-found (as many do) shows its resources and
+// no templates; it failed, and before that the connection never came up.
+func TestLsAServerWithoutTemplates(t *testing.T) {
+	srv := httptest.NewServer(testutil.RawHTTPServer(false, func(method string) any {
+		switch method {
+		case "initialize":
+			return map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"resources": map[string]any{}},
+				"serverInfo": map[string]any{"name": "templateless", "version": "0"}}
+		case "resources/list":
+			return map[string]any{"resources": []any{map[string]any{"name": "r", "uri": "test://r"}}}
+		case "ping":
+			return map[string]any{}
+		}
+		return nil
+	}))
+	t.Cleanup(srv.Close)
+	cfg := writeConfig(t, fmt.Sprintf("version: 1\nservers:\n  s:\n    url: %s\n", srv.URL))
+	out, errOut, code := runCLI(t, "ls", cfg, "s")
+	for _, want := range []string{"server     templateless", "resources (1)", "test://r", "resource templates (0)"} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("ls: exit %d, stdout lacks %q:\n%s\nstderr: %s", code, want, out, errOut)
+		}
 	}
 }
