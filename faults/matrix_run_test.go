@@ -349,12 +349,15 @@ const (
 //     is sent again on the next session), and only when the connection
 //     recorded a failure while it ran (its session broke);
 //   - the call's own deadline (cause canceled): not before that deadline;
+//   - a failure after one retry: only for a read-only call, and only when the
+//     connection recorded two failures while it ran (both its sessions broke);
 //   - any other error: never (it would be a failure of the server handed to
 //     the caller instead of being recovered from).
 //
 // Outside the fault (before it began, or once the connection had recovered)
 // a call fails only if the connection failed while it ran (a probe a loaded
-// machine answered late), or if the test's own proxy dropped data while it
+// machine answered late), or, for a call that found no session or one failing
+// fast, if a failure took the session it would have had (see lostToFailure), or if the test's own proxy dropped data while it
 // ran (a guard toxic that waited guardWait on a stalled stage: the table says
 // so). Each call that may have run is accounted for by checkCalls (the
 // journal: at most once) and in the table.
@@ -411,13 +414,15 @@ func (r *run) checkLost() {
 			if c.end.Before(c.deadline) {
 				why = fmt.Sprintf("cancelled %v before its deadline", c.deadline.Sub(c.end))
 			}
+		case ce.Retried && c.tool != "journal" && failure(ce.Cause):
+			why = brokenTwice(trs, from, c.end.Add(breakLag))
 		default:
 			why = "an error of no kind a fault may give a call (" + ce.Cause.String() + ")"
 		}
 		outside := c.end.Before(r.start) || recovered && c.start.After(rec.At)
 		switch {
 		case why != "":
-		case !outside || failed(from, c.end.Add(breakLag)):
+		case !outside || failed(from, c.end.Add(breakLag)) || lostToFailure(trs, c, r.hasSession):
 		case slices.ContainsFunc(dropped, func(at time.Time) bool { return !at.Before(from) && !at.After(to) }):
 			excused++ // the test's proxy lost data: a network fault the row did not mean
 		case c.end.Before(r.start):
@@ -430,6 +435,47 @@ func (r *run) checkLost() {
 				c.id, c.tool, c.start.Sub(r.start), c.end.Sub(c.start), why, c.err, r.timeline())
 		}
 	}
+}
+
+// lostToFailure reports whether a call that found no session, or one whose calls
+// fail fast (ErrNotReady, ErrUnavailable), found it so because the connection
+// lost its session to a failure: the last transition before the call ended that
+// left a state with a session had a failure for its cause. Such a failure comes
+// before the call (a breaker stays open for its cooldown), where the call's own
+// span does not see it.
+func lostToFailure(trs []machine.Transition, c *call, hasSession func(states.State) bool) bool {
+	if !errors.Is(c.err, mcpfsm.ErrNotReady) && !errors.Is(c.err, mcpfsm.ErrUnavailable) {
+		return false
+	}
+	lost := -1
+	for i, tr := range trs {
+		if tr.At.After(c.end.Add(seenSlack)) {
+			break
+		}
+		if hasSession(tr.From) && !hasSession(tr.To) {
+			lost = i
+		}
+	}
+	return lost >= 0 && failure(trs[lost].Cause)
+}
+
+// brokenTwice says why a read-only call that failed after its one retry is not
+// explained by the connection's record ("" if it is): it was sent on a session
+// that broke under it, then on the next, which broke too, so the connection
+// recorded at least two failures from one time to another. (The second may be a
+// probe that a loaded machine answered past its timeout, on a session that came
+// up after the fault.)
+func brokenTwice(trs []machine.Transition, from, to time.Time) string {
+	n := 0
+	for _, tr := range trs {
+		if !tr.At.Before(from) && !tr.At.After(to) && failure(tr.Cause) {
+			n++
+		}
+	}
+	if n < 2 {
+		return fmt.Sprintf("it failed after one retry, but the connection recorded %d failures while it ran, not two", n)
+	}
+	return ""
 }
 
 // statesDuring returns the states the connection was in at some point from
@@ -1015,4 +1061,73 @@ func (r *run) finish() {
 		r.errorf("leaks after the row: %s\n%s", strings.Join(leaks, "; "), stacks)
 	}
 	record(r, leaks)
+}
+
+// TestBrokenTwice checks the rule for a read-only call that failed after its one
+// retry: the connection must have recorded two failures while it ran, counting
+// only failures (not a teardown's artifact, nor a probe that passed).
+func TestBrokenTwice(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	fail := func(ms int, c states.Cause) machine.Transition {
+		return machine.Transition{At: at(ms), From: states.Probing, To: states.TearingDown, Cause: c}
+	}
+	artifact := machine.Transition{At: at(700), From: states.TearingDown, To: states.BackingOff, Cause: states.CauseArtifact}
+	for _, tc := range []struct {
+		name      string
+		trs       []machine.Transition
+		explained bool
+	}{
+		{"two failures", []machine.Transition{fail(100, states.CauseTimeout), artifact, fail(1900, states.CauseTimeout)}, true},
+		{"one failure and a teardown's artifact", []machine.Transition{fail(100, states.CauseTimeout), artifact}, false},
+		{"the second failure after the call", []machine.Transition{fail(100, states.CauseLost), fail(4500, states.CauseTimeout)}, false},
+		{"the first failure before the call", []machine.Transition{fail(-100, states.CauseLost), fail(1900, states.CauseTimeout)}, false},
+		{"none", nil, false},
+	} {
+		why := brokenTwice(tc.trs, at(0), at(2000))
+		if (why == "") != tc.explained {
+			t.Errorf("%s: brokenTwice = %q, want explained %v", tc.name, why, tc.explained)
+		}
+	}
+}
+
+// TestLostToFailure checks the rule for a call that failed outside the fault
+// for want of a session: the session must have been lost to a failure, which
+// may come before the call began.
+func TestLostToFailure(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	hasSession := func(st states.State) bool { return st == states.Ready || st == states.Probing }
+	tr := func(ms int, from, to states.State, c states.Cause) machine.Transition {
+		return machine.Transition{At: at(ms), From: from, To: to, Cause: c}
+	}
+	probeFailed := []machine.Transition{
+		tr(0, states.Ready, states.Probing, states.CauseNone),
+		tr(300, states.Probing, states.TearingDown, states.CauseTimeout),
+		tr(470, states.TearingDown, states.BreakerOpen, states.CauseNone),
+	}
+	reconnect := []machine.Transition{ // asked for: no failure
+		tr(0, states.Ready, states.Replacing, states.CauseNone),
+	}
+	unavailable := &mcpfsm.CallError{Cause: states.CauseTimeout, Err: mcpfsm.ErrUnavailable}
+	notReady := &mcpfsm.CallError{Cause: states.CauseCanceled, Err: mcpfsm.ErrNotReady}
+	timedOut := &mcpfsm.CallError{Cause: states.CauseCanceled, Err: context.DeadlineExceeded}
+	for _, tc := range []struct {
+		name      string
+		trs       []machine.Transition
+		err       error
+		start     int
+		explained bool
+	}{
+		{"unavailable, the breaker opened by a probe's failure before the call", probeFailed, unavailable, 410, true},
+		{"not ready, the session lost to a failure before the call", probeFailed, notReady, 350, true},
+		{"a call of a session, failed after a failure before it", probeFailed, timedOut, 410, false},
+		{"unavailable before the session was lost", probeFailed, unavailable, -500, false},
+		{"not ready, the session left with no failure", reconnect, notReady, 100, false},
+	} {
+		c := &call{start: at(tc.start), end: at(tc.start + 60), err: tc.err}
+		if got := lostToFailure(tc.trs, c, hasSession); got != tc.explained {
+			t.Errorf("%s: lostToFailure = %v, want %v", tc.name, got, tc.explained)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"runtime"
 	"strconv"
 	"time"
 )
@@ -39,11 +40,14 @@ func SetCutLinger(d time.Duration) (restore func()) {
 
 // EndGonePosts ends up to n POSTs of g's HTTP front whose client went away before
 // any request of theirs started, as Handler does, and returns how many it ended
-// before limit passed.
+// before it had spent limit of work: its thread's CPU time (see workClock), not
+// the wall clock, which also counts the time other processes held the CPUs.
 func (g *Gateway) EndGonePosts(n int, limit time.Duration) int {
-	deadline := time.Now().Add(limit)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	spent := workClock()
 	for i := range n {
-		if i%1000 == 0 && time.Now().After(deadline) {
+		if i%1000 == 0 && spent() > limit {
 			return i
 		}
 		g.inflight.postDone(strconv.FormatUint(g.inflight.posts.Add(1), 10), true)

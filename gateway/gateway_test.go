@@ -927,10 +927,17 @@ func TestGateway_RefusedToolLoggedOnce(t *testing.T) {
 // initialize answer 8 MiB (the host's model reads them whole; past 16 MiB a stdio
 // host cannot read the line at all), one hostile backend breaking the gateway for
 // every client.
+//
+// The backends here say 256 KiB of instructions and a name and version of 64 KiB
+// each, 32 and 320 times the bounds: uncut, the front's instructions are 768 KiB,
+// twelve times what the test allows. (They said 4 MiB and 1 MiB: a connect to
+// each then cost 0.9 s of CPU under the race detector, encoding and decoding a
+// 6 MiB answer, which on a loaded machine took longer than the connect timeout,
+// and every connect started over from nothing: the backends were never ready.)
 func TestGateway_BackendInstructionsCapped(t *testing.T) {
 	big := func(name string) mcpfsm.ServerConfig {
-		s := mcp.NewServer(&mcp.Implementation{Name: strings.Repeat("N", 1<<20), Version: strings.Repeat("V", 1<<20)},
-			&mcp.ServerOptions{Instructions: "Use me. " + strings.Repeat("x", 4<<20)})
+		s := mcp.NewServer(&mcp.Implementation{Name: strings.Repeat("N", 64<<10), Version: strings.Repeat("V", 64<<10)},
+			&mcp.ServerOptions{Instructions: "Use me. " + strings.Repeat("x", 256<<10)})
 		return mcpfsm.ServerConfig{Name: name, Policies: quick(), Transport: transport.Config{Name: name, InMemory: &transport.InMemory{Server: s}}}
 	}
 	g := start(t, config(big("a"), big("b")), gateway.Options{})
