@@ -66,14 +66,18 @@ type order struct {
 // the SDK's reading goroutine calls Read.
 type orderConn struct {
 	mcp.Connection
-	s    *Session
-	next jsonrpc.Message // the answer read, which follows the mark just returned
+	s *Session
+	// next are the messages to return before reading again: the answer read, which
+	// follows the mark just returned, or the list-changed notifications that follow
+	// the acknowledgment of a listen sent again (see listens.missedChanges).
+	next []jsonrpc.Message
 }
 
 // Read implements mcp.Connection.
 func (c *orderConn) Read(ctx context.Context) (jsonrpc.Message, error) {
-	if m := c.next; m != nil {
-		c.next = nil
+	if len(c.next) > 0 {
+		m := c.next[0]
+		c.next = c.next[1:]
 		return m, nil
 	}
 	msg, err := c.Connection.Read(ctx)
@@ -84,8 +88,11 @@ func (c *orderConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		}
 		msg, err = c.Connection.Read(ctx)
 	}
-	c.s.listens.read(msg)
 	o := &c.s.order
+	if missed := c.s.listens.read(msg); len(missed) > 0 {
+		o.notes.Add(uint64(len(missed)))
+		c.next = append(c.next, missed...)
+	}
 	switch m := msg.(type) {
 	case *jsonrpc.Request:
 		if !m.IsCall() {
@@ -95,7 +102,7 @@ func (c *orderConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		if n := o.notes.Load(); n != o.marked {
 			o.marked = n
 			seq := o.sent.Add(1)
-			c.next = msg
+			c.next = append(c.next, msg)
 			return &jsonrpc.Request{Method: "notifications/progress", Params: markParams(seq)}, nil
 		}
 	}

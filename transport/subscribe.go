@@ -264,12 +264,14 @@ func (l *listens) failed(id jsonrpc.ID, err error) {
 }
 
 // read notes a message the session receives: the acknowledgment of a listen, or the
-// answer to one.
-func (l *listens) read(msg jsonrpc.Message) {
+// answer to one. It returns the list-changed notifications the session is to be
+// handed after msg, if msg puts a list-changed listen sent again in force (see
+// missedChanges).
+func (l *listens) read(msg jsonrpc.Message) []jsonrpc.Message {
 	switch m := msg.(type) {
 	case *jsonrpc.Response:
 		if l.n.Load() == 0 {
-			return
+			return nil
 		}
 		defer l.ended(m.ID)
 		l.settle(m.ID, func(string) error {
@@ -280,7 +282,7 @@ func (l *listens) read(msg jsonrpc.Message) {
 		})
 	case *jsonrpc.Request:
 		if m.Method != "notifications/subscriptions/acknowledged" {
-			return
+			return nil
 		}
 		var p struct {
 			Meta          map[string]any `json:"_meta"`
@@ -289,17 +291,21 @@ func (l *listens) read(msg jsonrpc.Message) {
 			} `json:"notifications"`
 		}
 		if json.Unmarshal(m.Params, &p) != nil {
-			return
+			return nil
 		}
 		id, err := jsonrpc.MakeID(p.Meta[mcp.MetaKeySubscriptionID])
 		if err != nil || !id.IsValid() {
-			return
+			return nil
 		}
 		if isRelisten(id) {
-			if out := l.relistenAcked(id); out != nil {
+			out, inForce := l.relistenAcked(id)
+			if out != nil {
 				l.send(out)
 			}
-			return
+			if inForce {
+				return l.missedChanges()
+			}
+			return nil
 		}
 		honored := p.Notifications.ResourceSubscriptions
 		if len(honored) > 0 {
@@ -316,6 +322,36 @@ func (l *listens) read(msg jsonrpc.Message) {
 			return &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("the server's acknowledgment of subscriptions/listen left out %q: the subscription is refused", uri)}
 		})
 	}
+	return nil
+}
+
+// missedChanges returns a list-changed notification for each list the session's
+// list-changed listen is for: handed to the SDK as the server's, once a listen sent
+// again is in force, they have the session's user list again. Between the server's
+// forgetting of the session's registration and its registration of the listen sent
+// again (a round trip, two when an open one is cancelled first), a change of its
+// lists is notified to no one (relistenRule); it was lost until the next change.
+// The cost is a re-list of each after a resource listen ends (an Unsubscribe, a
+// refused Subscribe).
+func (l *listens) missedChanges() []jsonrpc.Message {
+	var p listenParams
+	if json.Unmarshal(l.changes, &p) != nil {
+		return nil
+	}
+	var out []jsonrpc.Message
+	for _, n := range []struct {
+		on     bool
+		method string
+	}{
+		{p.Notifications.ToolsListChanged, "notifications/tools/list_changed"},
+		{p.Notifications.PromptsListChanged, "notifications/prompts/list_changed"},
+		{p.Notifications.ResourcesListChanged, "notifications/resources/list_changed"},
+	} {
+		if n.on {
+			out = append(out, &jsonrpc.Request{Method: n.method, Params: json.RawMessage("{}")})
+		}
+	}
+	return out
 }
 
 // agreed reports whether msg is the acknowledgment of a listen in which the server
@@ -393,19 +429,23 @@ func (l *listens) relistenLocked() jsonrpc.Message {
 // relistenAcked notes the acknowledgment of the list-changed listen the session
 // sent again, and returns its cancellation if another is due: a cancellation sent
 // before the server had the listen would be lost, and the listen would stay open.
-func (l *listens) relistenAcked(id jsonrpc.ID) jsonrpc.Message {
+// inForce reports that none is due: the listen acknowledged is the one in force.
+func (l *listens) relistenAcked(id jsonrpc.ID) (cancel jsonrpc.Message, inForce bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := &l.relisten
 	if !r.open || r.id != id || l.send == nil {
-		return nil
+		return nil, false
 	}
 	r.acked = true
-	if r.again && !r.cancelling {
-		r.cancelling = true
-		return &jsonrpc.Request{Method: "notifications/cancelled", Params: cancelParams(r.id)}
+	if r.again {
+		if !r.cancelling {
+			r.cancelling = true
+			return &jsonrpc.Request{Method: "notifications/cancelled", Params: cancelParams(r.id)}, false
+		}
+		return nil, false
 	}
-	return nil
+	return nil, true
 }
 
 // relistenEnded notes the answer to a list-changed listen the session sent again,
