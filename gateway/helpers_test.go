@@ -156,16 +156,41 @@ func waitTools(t *testing.T, cs *mcp.ClientSession, ok func([]string) bool) []st
 // has them finds no resource (under load, after waitTools too).
 func waitTemplates(t *testing.T, cs *mcp.ClientSession) {
 	t.Helper()
-	for deadline := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+	waitListed(t, "a resource template", func() (int, error) {
 		res, err := cs.ListResourceTemplates(callCtx(t), nil)
+		if err != nil {
+			return 0, err
+		}
+		return len(res.ResourceTemplates), nil
+	})
+}
+
+// waitPrompts waits until the front lists a prompt: a prompts/get before the gateway
+// has the backend's prompts is refused as unknown.
+func waitPrompts(t *testing.T, cs *mcp.ClientSession) {
+	t.Helper()
+	waitListed(t, "a prompt", func() (int, error) {
+		res, err := cs.ListPrompts(callCtx(t), nil)
+		if err != nil {
+			return 0, err
+		}
+		return len(res.Prompts), nil
+	})
+}
+
+// waitListed waits until count says the front lists something (what).
+func waitListed(t *testing.T, what string, count func() (int, error)) {
+	t.Helper()
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+		n, err := count()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(res.ResourceTemplates) > 0 {
+		if n > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the front never listed a resource template")
+			t.Fatalf("the front never listed %s", what)
 		}
 	}
 }

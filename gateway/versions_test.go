@@ -461,6 +461,9 @@ func TestGateway_ResultTypeOnlyOn2026(t *testing.T) {
 		"4": `"prompts/get","params":{"name":"a__greet","arguments":{"name":"bob"}`,
 		"5": `"resources/read","params":{"uri":"test://static/a"`,
 	}
+	// The backend's prompts are listed apart from its tools: a prompts/get before
+	// the gateway has them is refused as unknown.
+	waitPrompts(t, front(t, g, nil, "2025-11-25"))
 	for _, version := range []string{"2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"} {
 		send, answer := stdioLines(t, g)
 		meta := ""
