@@ -431,7 +431,6 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 		w.begin()
 		w.ResponseWriter.WriteHeader(status)
 	}
-	w.begin()
 	reframe := w.reframe
 	w.reframe = false
 	if w.al.drop(w.session, p) {
@@ -467,6 +466,7 @@ func sseEvent(message []byte) []byte {
 }
 
 func (w *deadlineWriter) write(p []byte) (n int, err error) {
+	w.begin()
 	if w.d <= 0 {
 		return w.ResponseWriter.Write(p)
 	}
