@@ -165,19 +165,6 @@ func waitTemplates(t *testing.T, cs *mcp.ClientSession) {
 	})
 }
 
-// waitPrompts waits until the front lists a prompt: a prompts/get before the gateway
-// has the backend's prompts is refused as unknown.
-func waitPrompts(t *testing.T, cs *mcp.ClientSession) {
-	t.Helper()
-	waitListed(t, "a prompt", func() (int, error) {
-		res, err := cs.ListPrompts(callCtx(t), nil)
-		if err != nil {
-			return 0, err
-		}
-		return len(res.Prompts), nil
-	})
-}
-
 // waitListed waits until count says the front lists something (what).
 func waitListed(t *testing.T, what string, count func() (int, error)) {
 	t.Helper()

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -363,6 +364,18 @@ type deadlineWriter struct {
 	// refused: the go-sdk's handler began a 400 of plain text, whose text Write
 	// answers (see WriteHeader).
 	refused bool
+	// began: the status is written (stream: as an event stream's); reframe: a
+	// POST's event stream was given a status again, whose answer Write writes
+	// as an event (see WriteHeader).
+	began, stream, reframe bool
+}
+
+// begin notes that the status is written, and whether it began an event stream.
+func (w *deadlineWriter) begin() {
+	if !w.began {
+		w.began = true
+		w.stream = strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream")
+	}
 }
 
 // WriteHeader writes the status, but for a POST's 400 of plain text: the go-sdk's
@@ -373,11 +386,26 @@ type deadlineWriter struct {
 // a JSON-RPC error is; the go-sdk's client ended its whole session at a 400 of text)
 // or the 400 (on 2026-07-28, whose errors go with their status); a notification
 // refused keeps its 400, with the error and no ID (as MCP asks of it).
+//
+// A status given to a POST's answer begun as an event stream is the go-sdk's for an
+// error of a code it gives a status of its own on 2026-07-28 (-32601: 404; -32602:
+// 400), which its handler then writes as a JSON body whatever it wrote before: into
+// the stream, a line no client reads, the call's answer lost. Write writes that
+// answer as an event of the stream instead (see reframe).
 func (w *deadlineWriter) WriteHeader(code int) {
+	if w.began {
+		if w.stream && w.posted {
+			w.reframe = true
+			return
+		}
+		w.ResponseWriter.WriteHeader(code) // net/http says it is superfluous
+		return
+	}
 	if code == http.StatusBadRequest && w.posted && w.body.Bytes() != nil && strings.HasPrefix(w.Header().Get("Content-Type"), "text/plain") {
 		w.refused = true
 		return
 	}
+	w.begin()
 	w.ResponseWriter.WriteHeader(code)
 }
 
@@ -393,33 +421,52 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 			}
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Del("X-Content-Type-Options")
+			w.begin()
 			w.ResponseWriter.WriteHeader(status)
 			if _, err := w.write(answer); err != nil {
 				return 0, err
 			}
 			return len(p), nil
 		}
+		w.begin()
 		w.ResponseWriter.WriteHeader(status)
 	}
+	reframe := w.reframe
+	w.reframe = false
 	if w.al.drop(w.session, p) {
 		return len(p), nil
 	}
+	var q []byte // what to write in place of p, if not p
 	if w.posted {
-		q := transport.ParamsRefusal(p, &w.body)
-		if q == nil {
+		if q = transport.ParamsRefusal(p, &w.body); q == nil {
 			q = transport.PassedAnswer(p, w.passed)
 		}
-		if q != nil {
-			if _, err := w.write(q); err != nil {
-				return 0, err
-			}
-			return len(p), nil
-		}
 	}
-	return w.write(p)
+	if reframe && bytes.HasPrefix(p, []byte("{")) {
+		if q == nil {
+			q = p
+		}
+		q = sseEvent(q)
+	}
+	if q == nil {
+		return w.write(p)
+	}
+	if _, err := w.write(q); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// sseEvent returns message as the go-sdk writes it as an event of a stream.
+func sseEvent(message []byte) []byte {
+	message = bytes.ReplaceAll(message, []byte("\n"), []byte("\ndata: "))
+	out := make([]byte, 0, len("event: message\ndata: \n\n")+len(message))
+	out = append(append(out, "event: message\ndata: "...), message...)
+	return append(out, "\n\n"...)
 }
 
 func (w *deadlineWriter) write(p []byte) (n int, err error) {
+	w.begin()
 	if w.d <= 0 {
 		return w.ResponseWriter.Write(p)
 	}
@@ -438,6 +485,7 @@ func (w *deadlineWriter) write(p []byte) (n int, err error) {
 }
 
 func (w *deadlineWriter) FlushError() error {
+	w.begin()
 	if w.d <= 0 {
 		return w.rc.Flush()
 	}

@@ -324,8 +324,21 @@ func (tb *teeBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp.Body = struct {
 		io.Reader
 		io.Closer
-	}{io.TeeReader(resp.Body, buf), resp.Body}
+	}{io.TeeReader(resp.Body, lockedWriter{&tb.mu, buf}), resp.Body}
 	return resp, nil
+}
+
+// lockedWriter writes to w with mu held: the client may still read a body (its
+// stream's end, after the answer the test reads) while the test reads what it got.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // TestGateway_ProgressBeforeResult: a call's progress goes out on its response

@@ -42,6 +42,10 @@ func rawBackend(t *testing.T, name string) mcpfsm.ServerConfig {
 	}}
 }
 
+// rawFailing are the raw backend's tools that report progress (if asked to) and
+// then fail with an error of their code.
+var rawFailing = map[string]int{"fail_32601": -32601, "fail_32602": -32602, "fail_32603": -32603}
+
 var rawRequests = map[string]string{
 	"elicit_null": `{"jsonrpc":"2.0","id":"raw-1","method":"elicitation/create","params":null}`,
 	"elicit_titled_multi": `{"jsonrpc":"2.0","id":"raw-1","method":"elicitation/create","params":{"mode":"form","message":"pick",` +
@@ -81,6 +85,9 @@ func rawBackendMain() {
 			Method string          `json:"method"`
 			Params struct {
 				Name string `json:"name"`
+				Meta struct {
+					ProgressToken json.RawMessage `json:"progressToken"`
+				} `json:"_meta"`
 			} `json:"params"`
 		}
 		if json.Unmarshal(in.Bytes(), &m) != nil || m.ID == nil || m.Method == "" {
@@ -99,11 +106,21 @@ func rawBackendMain() {
 			answer(m.ID, map[string]any{"resources": []any{map[string]any{"name": "r", "uri": rawResource}}})
 		case "tools/list":
 			var tools []any
+			for name := range rawFailing {
+				tools = append(tools, map[string]any{"name": name, "inputSchema": map[string]any{"type": "object"}})
+			}
 			for name := range rawRequests {
 				tools = append(tools, map[string]any{"name": name, "inputSchema": map[string]any{"type": "object"}})
 			}
 			answer(m.ID, map[string]any{"tools": tools})
 		case "tools/call":
+			if code, ok := rawFailing[m.Params.Name]; ok { // a progress report, then an error
+				if m.Params.Meta.ProgressToken != nil {
+					send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%s,"progress":1}}`, m.Params.Meta.ProgressToken))
+				}
+				send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":%d,"message":"raw refuses %s","data":%s}}`, m.ID, code, m.Params.Name, rawNotFoundData))
+				continue
+			}
 			send(rawRequests[m.Params.Name])
 			if !strings.Contains(rawRequests[m.Params.Name], `"id"`) {
 				answer(m.ID, map[string]any{"content": []any{map[string]any{"type": "text", "text": "sent"}}})

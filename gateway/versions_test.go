@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -456,14 +457,26 @@ func TestGateway_HTTPClientGoneCancels(t *testing.T) {
 // the 2026-07-28 backend's resultType to every front session.
 func TestGateway_ResultTypeOnlyOn2026(t *testing.T) {
 	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	// The prompts and resources are listed apart from the tools: all waited for
+	// (under load the prompt was once not listed yet: "shows no prompt").
+	cs := front(t, g, nil, "")
+	waitTools(t, cs, has("a__echo"))
+	for deadline := time.Now().Add(waitFor); ; time.Sleep(10 * time.Millisecond) {
+		prompts, err1 := cs.ListPrompts(callCtx(t), nil)
+		resources, err2 := cs.ListResources(callCtx(t), nil)
+		if err1 == nil && err2 == nil && slices.ContainsFunc(prompts.Prompts, func(p *mcp.Prompt) bool { return p.Name == "a__greet" }) &&
+			slices.ContainsFunc(resources.Resources, func(r *mcp.Resource) bool { return r.URI == "test://static/a" }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the backend's prompt and resource were never listed: %v %v", err1, err2)
+		}
+	}
 	requests := map[string]string{
 		"3": `"tools/call","params":{"name":"a__echo","arguments":{"text":"hi"}`,
 		"4": `"prompts/get","params":{"name":"a__greet","arguments":{"name":"bob"}`,
 		"5": `"resources/read","params":{"uri":"test://static/a"`,
 	}
-	// The backend's prompts are listed apart from its tools: a prompts/get before
-	// the gateway has them is refused as unknown.
-	waitPrompts(t, front(t, g, nil, "2025-11-25"))
 	for _, version := range []string{"2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"} {
 		send, answer := stdioLines(t, g)
 		meta := ""
