@@ -453,7 +453,8 @@ func (c *Conn) Roots() []*mcp.Root {
 }
 
 // SetRoots replaces the client's roots: servers that ask (roots/list) get them from
-// now on, and every session of the client is sent notifications/roots/list_changed. A
+// now on, and every session of the client is sent notifications/roots/list_changed
+// (one still in its handshake is not: it asks for the roots once initialized). A
 // connection opened without roots (Options.Roots nil) has not advertised them and
 // refuses; so does a Manager's connection, whose roots are the Manager's (see
 // Manager.SetRoots).

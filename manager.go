@@ -230,7 +230,8 @@ func (m *Manager) Listed() []Tool {
 
 // SetRoots replaces the client's roots for every server (ManagerOptions.Roots must not
 // have been nil): servers that ask get them from now on, and every session is sent
-// notifications/roots/list_changed.
+// notifications/roots/list_changed (one still in its handshake is not: it asks for the
+// roots once initialized).
 func (m *Manager) SetRoots(roots ...*mcp.Root) error {
 	// The servers are told outside m.mu: a server that does not take the
 	// notification holds SetRoots (the go-sdk gives each round 10 s), not every

@@ -373,8 +373,12 @@ func (g *Gateway) complete(ctx context.Context, req *mcp.CompleteRequest) (*mcp.
 // subscribes the backend (whose connection keeps it across reconnects), later ones
 // count. The SDK's server keeps which front session gets which update. A front
 // session holds at most maxSessionSubscriptions, and the front sessions together
-// at most maxSubscriptions resources: past them a subscribe gets an error.
+// at most maxSubscriptions resources: past them a subscribe gets an error. At startup
+// it waits for the backends to list theirs, as a read does (see frontMiddleware):
+// here, for a resources/subscribe and for the subscriptions a 2026-07-28
+// subscriptions/listen carries alike.
 func (g *Gateway) subscribe(ctx context.Context, req *mcp.SubscribeRequest) error {
+	g.waitSettled(ctx)
 	uri := req.Params.URI
 	r, ok := g.table.Load().resourceRoute(uri)
 	if !ok {

@@ -51,9 +51,9 @@ type Options struct {
 	// every backend's status as JSON (mcpfsm.Status), read at the time of reading.
 	StatusResource string
 	// StartupWait bounds how long, after New, a front request that lists or uses
-	// names (tools/list, tools/call, ...) waits for the backends to list theirs: a
-	// host that launches the gateway and lists its tools at once gets them all, not
-	// an empty list. A backend that fails to connect stops being waited for. 5s when
+	// names (tools/list, tools/call, resources/subscribe, ...) waits for the
+	// backends to list theirs: a host that launches the gateway and lists its tools
+	// at once gets them all, not an empty list. A backend that fails to connect stops being waited for. 5s when
 	// 0; negative: no wait.
 	StartupWait time.Duration
 	// SweepInterval is how often the gateway forgets what it kept for front sessions

@@ -3,7 +3,9 @@ package transport
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
+	"weak"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -100,8 +102,9 @@ func (sc *sharedClient) toolsChanged(_ context.Context, req *mcp.ToolListChanged
 // ReadResource), and that advertises no roots capability unless
 // opts.Capabilities asks for it (the SDK's nil Capabilities means roots, and
 // a server that asks a client for roots it does not serve may hang), and the
-// receiving middleware that keeps the order of a session's notifications and
-// answers (see Session.Settle): receiving middleware added later sees the
+// one that tells a session of a roots change only once its handshake is over (see
+// quietHandshakes), and the receiving middleware that keeps the order of a session's
+// notifications and answers (see Session.Settle): receiving middleware added later sees the
 // session's marks, and must pass those (IsOrderMark) on untouched. impl nil
 // means DefaultClient. opts is not modified.
 func NewClient(impl *mcp.Implementation, opts *mcp.ClientOptions) *mcp.Client {
@@ -118,10 +121,55 @@ func NewClient(impl *mcp.Implementation, opts *mcp.ClientOptions) *mcp.Client {
 	}
 	c := mcp.NewClient(impl, &o)
 	c.AddSendingMiddleware(unreadable)
-	c.AddSendingMiddleware(uncachedToolLists, uncachedReads)
+	c.AddSendingMiddleware(uncachedToolLists, uncachedReads, quietHandshakes)
 	c.AddReceivingMiddleware(passMarks)
 	markable(c)
 	return c
+}
+
+// handshook holds the sessions whose handshake is over: their notifications/initialized
+// is being sent, or their server/discover was answered.
+var handshook sync.Map // weak.Pointer[mcp.ClientSession] -> struct{}
+
+// quietHandshakes is a sending middleware that drops a notifications/roots/list_changed
+// on a session whose handshake is not over. The go-sdk tells every session of a client
+// of a change of its roots, those still connecting included: one sent before the
+// initialize was answered went out without a session, and a streamable HTTP server
+// answered it 400 (the TypeScript SDK's does), which ended the connection and failed
+// the connect. Nothing is lost: the client's roots changed before it was sent, and a
+// server asks for them once it is initialized, which it is not yet.
+func quietHandshakes(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		cs, _ := req.GetSession().(*mcp.ClientSession)
+		if cs == nil {
+			return next(ctx, method, req)
+		}
+		switch method {
+		case "notifications/roots/list_changed":
+			if _, ok := handshook.Load(weak.Make(cs)); !ok {
+				return nil, nil
+			}
+		case "notifications/initialized":
+			// Before it is sent: a server asks for the roots once it has it, after
+			// a change told from now on.
+			shakeOver(cs)
+		case "server/discover":
+			res, err := next(ctx, method, req)
+			if err == nil {
+				shakeOver(cs)
+			}
+			return res, err
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// shakeOver records that the handshake of cs is over, until cs is collected.
+func shakeOver(cs *mcp.ClientSession) {
+	key := weak.Make(cs)
+	if _, loaded := handshook.LoadOrStore(key, struct{}{}); !loaded {
+		runtime.AddCleanup(cs, func(key weak.Pointer[mcp.ClientSession]) { handshook.Delete(key) }, key)
+	}
 }
 
 // unreadable is NewClient's innermost sending middleware: a panic of the SDK's

@@ -200,3 +200,50 @@ func waitFront(t *testing.T, what string, ok func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestInterop_GatewaySubscribeAtStartup: a front client subscribes to a resource as
+// soon as it is connected (one restoring its subscriptions after the gateway
+// restarted), while the backend, server-everything over stdio (started half a
+// second late), is still connecting. A request that uses a name waits at startup for
+// the backends to list theirs (--startup-wait); a subscribe did not, and got
+// "Resource not found" for a resource the backend has. Now it waits as a read does,
+// and the subscription reaches the backend: its updates come.
+func TestInterop_GatewaySubscribeAtStartup(t *testing.T) {
+	script := everythingServer(t)
+	for _, proto := range []string{"", "2025-11-25"} {
+		name := "front=" + proto
+		if proto == "" {
+			name = "front=newest"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel() // each waits for server-everything's first update, 5 s in
+			cfg := filepath.Join(t.TempDir(), "servers.yaml")
+			if err := os.WriteFile(cfg, fmt.Appendf(nil, "version: 1\nservers:\n  everything:\n    command: sh\n    args: [-c, 'sleep 0.5; exec node \"$$0\" stdio', %q]\n", script), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			var notes frontNotes
+			client := mcp.NewClient(&mcp.Implementation{Name: "interop-front", Version: "1"}, &mcp.ClientOptions{
+				ResourceUpdatedHandler: func(_ context.Context, r *mcp.ResourceUpdatedNotificationRequest) {
+					notes.mu.Lock()
+					notes.updated = append(notes.updated, r.Params.URI)
+					notes.mu.Unlock()
+				},
+			})
+			cs, err := client.Connect(ctx, &mcp.CommandTransport{Command: exec.Command(mcpfsmBin(t), "serve", cfg)}, &mcp.ClientSessionOptions{ProtocolVersion: proto})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cs.Close()
+			const uri = "demo://resource/dynamic/text/1"
+			if err := cs.Subscribe(ctx, &mcp.SubscribeParams{URI: uri}); err != nil {
+				t.Fatalf("subscribe at startup: %v", err)
+			}
+			if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "everything__toggle-subscriber-updates"}); err != nil {
+				t.Fatal(err)
+			}
+			waitFront(t, "an update", func() bool { _, _, updated := notes.snapshot(); return len(updated) > 0 })
+		})
+	}
+}
