@@ -153,3 +153,26 @@ func TestSavesLandInOrder(t *testing.T) {
 		}
 	})
 }
+
+// TestAnOlderSaveAfterANewerIsNotMade: credentials handed to save after newer ones
+// were (a renewal's goroutine that came late to its save) are not saved: the store
+// keeps the newest, whichever save call came last.
+func TestAnOlderSaveAfterANewerIsNotMade(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
+		store := &heldStore{}
+		o, err := NewOAuth(p.config(&Auth{Store: store}, false), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer o.Close(context.Background())
+		older, newer := p.issued(time.Now().Add(time.Hour)), p.issued(time.Now().Add(time.Hour))
+		o.save(context.Background(), newer, 2)
+		o.save(context.Background(), older, 1)
+		synctest.Wait()
+		stored, _ := store.Load(context.Background(), "authed")
+		if stored == nil || stored.Token.RefreshToken != newer.Token.RefreshToken {
+			t.Errorf("the store holds %v, want the newer credentials (refresh token %q)", stored, newer.Token.RefreshToken)
+		}
+	})
+}
