@@ -412,13 +412,13 @@ func (g *Gateway) handlersFor(server string) mcpfsm.Handlers {
 		ElicitationComplete:    b.elicitationComplete,
 		ResourceUpdated:        b.updated,
 		ToolsChanged: func(tools []*mcp.Tool) {
-			g.setList(server, func(l *listing) { l.tools = tools })
+			g.setList(server, listTools, func(l *listing) { l.tools = tools })
 		},
 		PromptsChanged: func(prompts []*mcp.Prompt) {
-			g.setList(server, func(l *listing) { l.prompts = prompts })
+			g.setList(server, listPrompts, func(l *listing) { l.prompts = prompts })
 		},
 		ResourcesChanged: func(resources []*mcp.Resource, templates []*mcp.ResourceTemplate) {
-			g.setList(server, func(l *listing) { l.resources, l.templates = resources, templates })
+			g.setList(server, listResources, func(l *listing) { l.resources, l.templates = resources, templates })
 		},
 	}
 }

@@ -403,9 +403,13 @@ func (g *Gateway) changed() {
 	}
 }
 
-// setList records a backend's new list (from its connection's handlers, on its
-// owner: it must not block).
-func (g *Gateway) setList(server string, f func(*listing)) {
+// setList records a backend's new list, of kind (listTools, listPrompts or
+// listResources), from its connection's handlers, on its owner: it must not block.
+// At startup a backend has listed once it has delivered every kind, each once as its
+// first session comes up: until then a front request that lists or uses names waits
+// (StartupWait). (Its tools alone once settled it: a front that listed resources, or
+// subscribed to one, as soon as the tools were in could find none.)
+func (g *Gateway) setList(server string, kind uint8, f func(*listing)) {
 	if !slices.ContainsFunc(*g.rules.Load(), func(r rules) bool { return r.server == server }) {
 		return // a removed server's last word
 	}
@@ -416,9 +420,11 @@ func (g *Gateway) setList(server string, f func(*listing)) {
 		g.lists[server] = l
 	}
 	f(l)
+	l.delivered |= kind
+	all := l.delivered == listAll
 	g.listMu.Unlock()
 	g.settleMu.Lock()
-	if g.unsettled[server] {
+	if g.unsettled[server] && all {
 		g.listed[server] = true
 	}
 	g.settleMu.Unlock()

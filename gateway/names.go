@@ -59,7 +59,19 @@ type listing struct {
 	prompts   []*mcp.Prompt
 	resources []*mcp.Resource
 	templates []*mcp.ResourceTemplate
+	// delivered are the lists the backend's connection has delivered (bits of
+	// listTools, listPrompts, listResources): a backend has listed at startup
+	// once it has delivered all three (see Gateway.setList).
+	delivered uint8
 }
+
+// The lists of a listing, as bits of listing.delivered.
+const (
+	listTools uint8 = 1 << iota
+	listPrompts
+	listResources
+	listAll = listTools | listPrompts | listResources
+)
 
 // A route is where a shown item goes: its server, and its name (a tool's or a
 // prompt's) or URI (a resource's, a template's) there.
