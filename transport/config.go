@@ -47,8 +47,11 @@ type HTTP struct {
 	URL     string            // the MCP endpoint; its userinfo and query values are secrets
 	Headers map[string]string // set on every request to URL's host (not the SDK's protocol headers); values are secrets
 	// Client, if set, is the caller's HTTP client. Its Transport is used (wrapped)
-	// and never closed by the session. If nil, each session uses a private
-	// transport whose idle connections are closed when the session closes.
+	// and never closed by the session (its pool is the caller's to size: net/http's
+	// default keeps 2 idle connections a host, and a session making many calls at
+	// once then opens a connection for nearly each). If nil, each session uses a
+	// private transport that keeps up to 64 idle connections to its server, closed
+	// when the session closes.
 	Client *http.Client
 	// MaxRetries bounds how many times the streamable HTTP transport tries to
 	// reconnect its server-to-client event stream before it declares the
