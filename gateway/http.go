@@ -145,17 +145,14 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			return
 		}
 		defer lim.releaseBody(charge)
-		if b, ok := r.Body.(*heldBody); ok && r.Method == http.MethodPost {
-			// A numeric ID the go-sdk would answer under another: refused as
-			// the stdio front refuses it.
+		if b, ok := r.Body.(*heldBody); ok {
 			if answer := transport.InexactID(b.data); answer != nil {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusBadRequest)
-				_, _ = w.Write(answer)
+				// A numeric ID the go-sdk would answer under another: refused as
+				// the stdio front refuses it. (A held body is a POST's: any other
+				// with a body is refused above.)
+				writeAnswer(w, http.StatusBadRequest, answer)
 				return
 			}
-		}
-		if b, ok := r.Body.(*heldBody); ok {
 			if dw != nil {
 				dw.body = transport.NewPostBody(b.data) // held until the request is served
 			}
@@ -235,10 +232,16 @@ func refuseUninitialized(w http.ResponseWriter, r *http.Request) bool {
 	if body == nil {
 		return false
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusBadRequest)
-	_, _ = w.Write(body)
+	writeAnswer(w, http.StatusBadRequest, body)
 	return true
+}
+
+// writeAnswer answers an HTTP request with a JSON-RPC message of the gateway's own
+// (a refusal), with status.
+func writeAnswer(w http.ResponseWriter, status int, message []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(message)
 }
 
 // bodyTooLarge answers a POST whose body is over limit: HTTP 413, with answer, the
@@ -259,9 +262,7 @@ func bodyTooLarge(w http.ResponseWriter, answer []byte, limit int64) {
 		http.Error(w, fmt.Sprintf("request body exceeds %d bytes", limit), http.StatusRequestEntityTooLarge)
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusRequestEntityTooLarge)
-	_, _ = w.Write(answer)
+	writeAnswer(w, http.StatusRequestEntityTooLarge, answer)
 }
 
 // tooMany answers a request that would open one more session or listen stream

@@ -54,11 +54,7 @@ func (n *frontNotes) snapshot() (logs []string, progress []float64, updated []st
 func TestInterop_GatewayEverything(t *testing.T) {
 	script := everythingServer(t)
 	for _, proto := range []string{"", "2025-11-25"} {
-		name := "front=" + proto
-		if proto == "" {
-			name = "front=newest"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(frontName(proto), func(t *testing.T) {
 			dir := t.TempDir()
 			cfg, pidFile := filepath.Join(dir, "servers.yaml"), filepath.Join(dir, "pid")
 			if err := os.WriteFile(cfg, fmt.Appendf(nil, "version: 1\nservers:\n  everything:\n    command: sh\n    args: [-c, 'echo $$$$ >\"$$0\"; exec node \"$$1\" stdio', %q, %q]\n", pidFile, script), 0o644); err != nil {
@@ -211,11 +207,7 @@ func waitFront(t *testing.T, what string, ok func() bool) {
 func TestInterop_GatewaySubscribeAtStartup(t *testing.T) {
 	script := everythingServer(t)
 	for _, proto := range []string{"", "2025-11-25"} {
-		name := "front=" + proto
-		if proto == "" {
-			name = "front=newest"
-		}
-		t.Run(name, func(t *testing.T) {
+		t.Run(frontName(proto), func(t *testing.T) {
 			t.Parallel() // each waits for server-everything's first update, 5 s in
 			cfg := filepath.Join(t.TempDir(), "servers.yaml")
 			if err := os.WriteFile(cfg, fmt.Appendf(nil, "version: 1\nservers:\n  everything:\n    command: sh\n    args: [-c, 'sleep 0.5; exec node \"$$0\" stdio', %q]\n", script), 0o644); err != nil {
@@ -246,4 +238,12 @@ func TestInterop_GatewaySubscribeAtStartup(t *testing.T) {
 			waitFront(t, "an update", func() bool { _, _, updated := notes.snapshot(); return len(updated) > 0 })
 		})
 	}
+}
+
+// frontName names a subtest by the front client's protocol version ("": the newest).
+func frontName(proto string) string {
+	if proto == "" {
+		return "front=newest"
+	}
+	return "front=" + proto
 }
