@@ -33,7 +33,13 @@
 // exits before its sessions have finished closing calls [KillAll] for the rest
 // of their groups (mcpfsm's commands do). The last 4
 // KiB of its stderr are kept (and passed on to Stdio.Stderr) for the errors
-// of a child that fails to start or dies ([Error.StderrTail]).
+// of a child that fails to start or dies ([Error.StderrTail]). A line the
+// child writes to stdout that is not a message and could not be one (a
+// banner, a log record: a line that does not start as a JSON object or batch
+// does, a JSON scalar, an object with none of a message's members) goes the
+// same way, after "stdout: ", and is skipped, as the TypeScript and Python
+// SDKs' clients skip it; the session's first such line is logged. A broken
+// message (a line that starts as one) ends the session, as in the go-sdk.
 //
 // Beyond the SDK's own, a session runs at most these goroutines while it
 // lives, each ending with the session: for streamable HTTP, the watcher of
@@ -148,14 +154,14 @@
 //     bare context.DeadlineExceeded at its context's end; OnEnd `the write to
 //     the server's stdin was interrupted part-way: the stream is broken
 //     (after N bytes): context deadline exceeded`.
-//   - garbage on stdout mid-session: OnEnd within milliseconds, `invalid
-//     character ...`; an over-size line: `inbound JSON-RPC frame exceeded the
+//   - a broken message on stdout mid-session: OnEnd within milliseconds,
+//     `invalid character ...`; an over-size line: `inbound JSON-RPC frame exceeded the
 //     configured maximum line length`; stdout closed: `EOF` after 250ms (the
 //     child is given that long to exit: then its exit status instead).
 //   - the SDK's ping works (even on 2026-07-28); refused:
 //     `calling "ping": method not found: "ping"`, code -32601.
-//   - Dial: initialize hangs: bare context.DeadlineExceeded; garbage on
-//     stdout: `connection closed: calling "initialize": client is closing:
+//   - Dial: initialize hangs: bare context.DeadlineExceeded; a broken
+//     message on stdout: `connection closed: calling "initialize": client is closing:
 //     invalid character ...`; no command: `fork/exec PATH: no such file or
 //     directory`, is syscall.ENOENT. A failed handshake kills the child at
 //     once (Dial does not wait for its context).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,11 +35,14 @@ var errLineTooLong = fmt.Errorf("a message from the server exceeded the maximum 
 type lineTransport struct {
 	r io.ReadCloser
 	w io.WriteCloser
+	// noise is told each line the server wrote that is not a message (see
+	// lineConn.noise).
+	noise func(line []byte)
 }
 
 // Connect implements mcp.Transport.
 func (t *lineTransport) Connect(context.Context) (mcp.Connection, error) {
-	return newLineConn(t.r, t.w), nil
+	return newLineConn(t.r, t.w, t.noise), nil
 }
 
 // lineConn is the connection to a stdio server: newline-delimited JSON-RPC
@@ -62,6 +66,17 @@ type lineConn struct {
 	// front is set on a server's side of the pipes (ServerStdio): a line that
 	// is not a message is answered with an error and skipped.
 	front bool
+
+	// noise, if set (a stdio server's side: see Session.connect), is handed
+	// each line the server wrote that is not a message and could not be one (a
+	// start-up banner, a console.log, a JSON log record: see notAMessage), and
+	// the line is skipped, as the TypeScript and Python SDKs' clients skip
+	// such lines; a line that starts as a message and is broken still ends the
+	// connection. Without noise, lineConn reads as the go-sdk's connection
+	// does: the first line that is not a message ends it. Called on the
+	// reader's goroutine or in Read, one line at a time; the line is cut at
+	// maxNoiseText bytes and must not be kept.
+	noise func(line []byte)
 
 	queue []jsonrpc.Message // the rest of a batch; reads are serialized
 	// init is where a front's session is in its initialization: not begun,
@@ -122,32 +137,51 @@ type lineOrErr struct {
 	raw     []byte
 	err     error
 	tooLong bool // a front's line longer than maxLineLength, skipped (raw holds only its ID: see readLine)
+	noise   bool // a line that is not a message, skipped (raw holds its text: see skipNoise)
 }
 
-func newLineConn(r io.ReadCloser, w io.WriteCloser) *lineConn {
+func newLineConn(r io.ReadCloser, w io.WriteCloser, noise func(line []byte)) *lineConn {
 	incoming := make(chan lineOrErr)
-	c := &lineConn{r: r, w: w, incoming: incoming, closed: make(chan struct{})}
+	c := &lineConn{r: r, w: w, incoming: incoming, closed: make(chan struct{}), noise: noise}
 	go c.readLoop(incoming)
 	return c
 }
 
 // readLoop reads the stream's JSON values one by one, as the go-sdk's stdio
 // connection does: through one streaming decoder, so a value may span lines,
-// but a value must be followed by a line's end, not by more on its line.
+// but a value must be followed by a line's end, not by more on its line. With
+// noise set, a line that is not a message and could not be one (see
+// skipNoise) is handed to it and skipped; reading goes on with a new decoder.
 func (c *lineConn) readLoop(incoming chan<- lineOrErr) {
-	limiter := &lineLimitReader{r: c.r}
+	src := &heldReader{r: c.r}
+	limiter := &lineLimitReader{r: src}
 	dec := json.NewDecoder(limiter)
 	for {
 		var raw json.RawMessage
 		err := dec.Decode(&raw)
+		trailing := false
 		if err == nil {
 			var tr [1]byte
 			if n, readErr := dec.Buffered().Read(tr[:]); n > 0 {
 				if tr[0] != '\n' && tr[0] != '\r' {
-					err = errors.New("invalid trailing data at the end of a message")
+					err, trailing = errors.New("invalid trailing data at the end of a message"), true
 				}
 			} else if readErr != nil && readErr != io.EOF {
 				err = readErr
+			}
+		}
+		if err != nil && c.noise != nil {
+			text, skipped, skipErr := c.skipNoise(dec, src, raw, err, trailing)
+			if skipped && !c.send(incoming, lineOrErr{raw: text, noise: true}) {
+				return
+			}
+			if skipped && skipErr == nil {
+				limiter.n = 0
+				dec = json.NewDecoder(limiter)
+				continue
+			}
+			if skipErr != nil {
+				err = skipErr
 			}
 		}
 		select {
@@ -159,6 +193,158 @@ func (c *lineConn) readLoop(incoming chan<- lineOrErr) {
 			return
 		}
 		limiter.n = 0
+	}
+}
+
+// send hands v to Read, unless the connection closes first.
+func (c *lineConn) send(incoming chan<- lineOrErr, v lineOrErr) bool {
+	select {
+	case incoming <- v:
+		return true
+	case <-c.closed:
+		return false
+	}
+}
+
+// maxNoiseText is how much of a line that is not a message is handed to noise.
+const maxNoiseText = 4 << 10
+
+// skipNoise is readLoop's judgment of a value it could not read: a syntax
+// error, or a value followed by more on its line (trailing). If the value is not
+// a message and could not be one (see messageStart), its line is skipped: the
+// bytes the decoder holds after the line's end are put back in src, for a new
+// decoder, and the line's text (at most maxNoiseText bytes) returned, for noise.
+// A line that starts as a message would is not skipped: it is a broken message.
+// The line is read to its end, at most maxLineLength bytes (errLineTooLong past
+// that); a stream that ends first returns the text and the read's error.
+func (c *lineConn) skipNoise(dec *json.Decoder, src *heldReader, raw json.RawMessage, err error, trailing bool) (text []byte, skipped bool, _ error) {
+	buffered, _ := io.ReadAll(dec.Buffered())
+	var line, rest []byte
+	switch se := (*json.SyntaxError)(nil); {
+	case trailing && !messageStart(raw):
+		// A scalar and more on its line ("404 not found", "true story"): the
+		// decoder holds what follows the scalar.
+		line, rest = raw, buffered
+	case errors.As(err, &se) && !messageStart(buffered):
+		// The decoder did not move past the value: buffered starts with it, and
+		// the byte it stumbled on is its Offset-th since the decoder's start.
+		from := firstNonSpace(buffered)
+		at := max(from, min(len(buffered), int(se.Offset-dec.InputOffset())-1))
+		i := bytes.IndexByte(buffered[at:], '\n')
+		if i < 0 {
+			line, rest = buffered[from:], nil
+			break
+		}
+		line, rest = buffered[from:at+i], buffered[at+i:]
+	default:
+		return nil, false, nil
+	}
+	text = noiseText(nil, line)
+	if i := bytes.IndexByte(rest, '\n'); i >= 0 {
+		text = noiseText(text, rest[:i])
+		src.hold(rest[i+1:])
+	} else {
+		text = noiseText(text, rest)
+		if err := src.skipLine(len(line)+len(rest), &text); errors.Is(err, io.EOF) {
+			return bytes.TrimRight(text, "\r"), true, err // the last line, then the end
+		} else if err != nil {
+			return nil, false, err
+		}
+	}
+	return bytes.TrimRight(text, "\r"), true, nil
+}
+
+// noiseText appends b to text, up to maxNoiseText bytes in all.
+func noiseText(text, b []byte) []byte {
+	return append(text, b[:min(len(b), max(0, maxNoiseText-len(text)))]...)
+}
+
+// messageStart reports whether b, JSON that failed to read, starts as a message
+// would: an object's brace and then a member's quote (or its end), or a batch's
+// bracket and an object's brace. Anything else (a banner's word, a number, a log's
+// "[INFO]") is not a message and could not be one.
+func messageStart(b []byte) bool {
+	i := firstNonSpace(b)
+	if i == len(b) {
+		return true // nothing to judge by
+	}
+	open := b[i]
+	if open != '{' && open != '[' {
+		return false
+	}
+	j := i + 1 + firstNonSpace(b[i+1:])
+	if j == len(b) {
+		return true
+	}
+	if open == '{' {
+		return b[j] == '"' || b[j] == '}'
+	}
+	return b[j] == '{' || b[j] == ']'
+}
+
+// notAMessage reports whether data, a JSON value read whole that is not a
+// valid message, could not be one: a scalar ("text", 17, null), or an object
+// with none of a message's members (a JSON log record). A broken message (a
+// wrong version tag, an ID of the wrong kind, a batch of anything) is not noise.
+func notAMessage(data []byte) bool {
+	i := firstNonSpace(data)
+	if i == len(data) || data[i] == '[' {
+		return false
+	}
+	if data[i] != '{' {
+		return true
+	}
+	var m struct {
+		VersionTag json.RawMessage `json:"jsonrpc"`
+		ID         json.RawMessage `json:"id"`
+		Method     json.RawMessage `json:"method"`
+		Result     json.RawMessage `json:"result"`
+		Error      json.RawMessage `json:"error"`
+	}
+	return unmarshal(data, &m) == nil && m.VersionTag == nil && m.ID == nil && m.Method == nil && m.Result == nil && m.Error == nil
+}
+
+// heldReader reads the bytes held back first (put back by skipNoise), then r.
+type heldReader struct {
+	r    io.Reader
+	held []byte
+}
+
+func (h *heldReader) Read(p []byte) (int, error) {
+	if len(h.held) > 0 {
+		n := copy(p, h.held)
+		h.held = h.held[n:]
+		return n, nil
+	}
+	return h.r.Read(p)
+}
+
+// hold puts b back before what is held already (b was read after it).
+func (h *heldReader) hold(b []byte) {
+	h.held = append(slices.Clip(b), h.held...)
+}
+
+// skipLine reads on to the end of a line of which n bytes were read already,
+// adding what it reads to text (see noiseText) and holding back what follows the
+// line: errLineTooLong once the line has taken maxLineLength bytes, and the read's
+// error if the stream ends first.
+func (h *heldReader) skipLine(n int, text *[]byte) error {
+	var buf [4 << 10]byte
+	for {
+		if n >= maxLineLength {
+			return errLineTooLong
+		}
+		m, err := h.Read(buf[:min(len(buf), maxLineLength-n)])
+		if i := bytes.IndexByte(buf[:m], '\n'); i >= 0 {
+			*text = noiseText(*text, buf[:i])
+			h.hold(bytes.Clone(buf[i+1 : m]))
+			return nil
+		}
+		*text = noiseText(*text, buf[:m])
+		n += m
+		if err != nil {
+			return err
+		}
 	}
 }
 
@@ -231,6 +417,10 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 		case <-c.closed:
 			return nil, io.EOF
 		}
+		if v.noise {
+			c.noise(v.raw)
+			continue
+		}
 		if v.tooLong {
 			if err := c.answerBadLine(v.raw, errFrontLineTooLong); err != nil {
 				return nil, err
@@ -291,6 +481,10 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 			return msgs[0], nil
 		}
 		if !c.front {
+			if c.noise != nil && notAMessage(v.raw) {
+				c.noise(v.raw[:min(len(v.raw), maxNoiseText)])
+				continue
+			}
 			return nil, err
 		}
 		c.queue = nil

@@ -103,7 +103,7 @@ func TestLineConnDecodesAsTheSDK(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer sdk.Close()
-			ours := newLineConn(io.NopCloser(strings.NewReader(tc.stream)), nopWriteCloser{})
+			ours := newLineConn(io.NopCloser(strings.NewReader(tc.stream)), nopWriteCloser{}, nil)
 			defer ours.Close()
 			want, got := readAll(t, sdk), readAll(t, ours)
 			if diff := cmp.Diff(want, got); diff != "" {
@@ -188,7 +188,7 @@ func FuzzLineDecode(f *testing.F) {
 // write with a done context writes nothing.
 func TestLineConnWrites(t *testing.T) {
 	var buf bytes.Buffer
-	c := newLineConn(io.NopCloser(strings.NewReader("")), &bufCloser{&buf})
+	c := newLineConn(io.NopCloser(strings.NewReader("")), &bufCloser{&buf}, nil)
 	defer c.Close()
 	id, _ := jsonrpc.MakeID(float64(4))
 	req := &jsonrpc.Request{ID: id, Method: "tools/call", Params: json.RawMessage(`{"name":"a<b"}`)}
@@ -211,7 +211,7 @@ func TestLineConnWrites(t *testing.T) {
 // reader goroutine with the stream.
 func TestLineConnCloseEndsReads(t *testing.T) {
 	pr, pw := io.Pipe()
-	c := newLineConn(pr, nopWriteCloser{})
+	c := newLineConn(pr, nopWriteCloser{}, nil)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Read(context.Background())
@@ -264,7 +264,7 @@ func BenchmarkStdioRead(b *testing.B) {
 			c, _ := (&mcp.IOTransport{Reader: &repeatReader{line: line}, Writer: nopWriteCloser{}}).Connect(context.Background())
 			return c
 		}},
-		{"lineconn", func() mcp.Connection { return newLineConn(&repeatReader{line: line}, nopWriteCloser{}) }},
+		{"lineconn", func() mcp.Connection { return newLineConn(&repeatReader{line: line}, nopWriteCloser{}, nil) }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			c := tc.conn()
@@ -316,7 +316,7 @@ func TestLineConnAnswersBatchesAsTheSDK(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sdk.Close()
-	ours := newLineConn(io.NopCloser(strings.NewReader(stream)), &bufCloser{&ourOut})
+	ours := newLineConn(io.NopCloser(strings.NewReader(stream)), &bufCloser{&ourOut}, nil)
 	defer ours.Close()
 	want, got := written(sdk, &sdkOut), written(ours, &ourOut)
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -401,6 +401,21 @@ func (s *Session) logAt(level slog.Level, msg string, args ...any) {
 	s.log.Log(ctx, level, msg, append([]any{"server", s.name, "transport", s.kind}, args...)...)
 }
 
+// stdoutNoise is what a stdio session does with a line its server wrote to stdout
+// that is not a message (see lineConn.noise): the line goes where the server's
+// stderr goes, after "stdout: " (its tail in this session's errors, and
+// Stdio.Stderr), and the session's first such line is logged, without its text
+// (what a server prints may hold secrets; its stderr is routed as the user chose).
+func (s *Session) stdoutNoise(p *process) func(line []byte) {
+	var once sync.Once
+	return func(line []byte) {
+		once.Do(func() {
+			s.logAt(slog.LevelWarn, "the server writes lines to stdout that are not JSON-RPC (a banner, a log record): each is skipped, and passed on with its stderr")
+		})
+		_, _ = p.stderr.Write(append(append([]byte("stdout: "), line...), '\n'))
+	}
+}
+
 // endHandled marks the end handled, if nothing did yet, and reports whether it
 // did: the caller then closes watched.
 func (s *Session) endHandled() bool {
@@ -587,7 +602,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 			return nil, err
 		}
 		s.proc = p
-		inner = &lineTransport{r: procReader{p}, w: procWriter{p}}
+		inner = &lineTransport{r: procReader{p}, w: procWriter{p}, noise: s.stdoutNoise(p)}
 	case KindHTTP:
 		az, built, err := authorizerFor(cfg, s.log)
 		if err != nil {

@@ -439,6 +439,7 @@ func (w *pipeWrite) interrupt() {
 // from draining the child's stderr (the child would block writing to it).
 type tailWriter struct {
 	w         io.Writer
+	wmu       sync.Mutex // serializes writes to w: exec's copy and a session's stdout noise
 	mu        sync.Mutex
 	buf       []byte // the last bytes, at most stderrTailSize
 	truncated bool   // bytes were dropped from buf's front
@@ -463,7 +464,9 @@ func (t *tailWriter) Write(b []byte) (int, error) {
 	}
 	t.mu.Unlock()
 	if t.w != nil {
+		t.wmu.Lock()
 		_, _ = t.w.Write(b)
+		t.wmu.Unlock()
 	}
 	return len(b), nil
 }

@@ -34,6 +34,7 @@ func Args(opts Options) []string {
 		{opts.HangInitialize, "-hang-initialize"},
 		{opts.HangClose, "-hang-close"},
 		{opts.Garbage, "-garbage"},
+		{opts.Noise, "-noise"},
 		{opts.Stateless, "-stateless"},
 		{opts.SSE, "-sse"},
 		{opts.SpawnGrandchild, "-grandchild"},

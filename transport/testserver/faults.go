@@ -33,8 +33,8 @@ const (
 	// ControlHangInitialize makes initialize (and server/discover) hang
 	// until the client gives up, as Options.HangInitialize does.
 	ControlHangInitialize = "hang-initialize"
-	// ControlGarbage makes the stdio binary write a line that is not JSON to
-	// stdout when it starts, as Options.Garbage does: every respawn does so
+	// ControlGarbage makes the stdio binary write a broken message
+	// (GarbageLine) to stdout when it starts, as Options.Garbage does: every respawn does so
 	// while the word is in the file.
 	ControlGarbage = "garbage"
 )

@@ -14,6 +14,22 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
+// GarbageLine is what the stdio binary writes to stdout for Options.Garbage,
+// GarbageOnSignal and ControlGarbage: a broken message, a line that starts as a
+// JSON-RPC message and is not JSON, which ends a client's session.
+const GarbageLine = `{"jsonrpc":"2.0", this is not JSON-RPC}` + "\n"
+
+// NoiseLines is what the stdio binary writes to stdout for Options.Noise (and on
+// SIGUSR2 with -on-usr2 noise): lines that are not messages and could not be one,
+// as servers print banners and log records to stdout (a word, a log's bracket, a
+// JSON object with no JSON-RPC member, a number and more on its line, a scalar).
+// A client may skip them (mcpfsm does).
+const NoiseLines = "Starting the test server on stdio...\n" +
+	"[INFO] ready\n" +
+	`{"level":"info","msg":"listening","time":"2026-11-28T12:00:00Z"}` + "\n" +
+	"42 tools loaded\n" +
+	"true\n"
+
 // Options are the switches of a test server. Some apply to a transport only,
 // as noted; New ignores those.
 type Options struct {
@@ -28,9 +44,13 @@ type Options struct {
 	// SIGTERM and SIGINT and keeps running (only SIGKILL ends it); an HTTP
 	// server never answers DELETE.
 	HangClose bool
-	// Garbage (stdio binary) writes a line that is not JSON to stdout before
-	// anything else.
+	// Garbage (stdio binary) writes a broken message (GarbageLine) to stdout
+	// before anything else.
 	Garbage bool
+	// Noise (stdio binary) writes NoiseLines to stdout before anything else:
+	// lines that are not messages and could not be one, as servers print
+	// banners and logs there.
+	Noise bool
 	// ExitStatus (stdio binary), if not zero, is the status the server exits with
 	// when its stdin closes, so that every close of its session reports an error.
 	ExitStatus int
@@ -65,7 +85,7 @@ type Options struct {
 	// BurstTool registers the tool tools_changed_burst {n}, which makes the
 	// server send notifications/tools/list_changed n times in a row.
 	BurstTool bool
-	// GarbageOnSignal (stdio binary) writes a line that is not JSON to
+	// GarbageOnSignal (stdio binary) writes a broken message (GarbageLine) to
 	// stdout each time the process receives SIGUSR1: garbage mid-session.
 	GarbageOnSignal bool
 	// ProtocolVersions, if not empty, are the only protocol versions the

@@ -26,7 +26,8 @@ func main() {
 	flag.BoolVar(&opts.RefusePing, "refuse-ping", false, "answer ping with method-not-found")
 	flag.BoolVar(&opts.HangInitialize, "hang-initialize", false, "never answer initialize")
 	flag.BoolVar(&opts.HangClose, "hang-close", false, "stdio: ignore stdin EOF, SIGTERM and SIGINT; HTTP: never answer DELETE")
-	flag.BoolVar(&opts.Garbage, "garbage", false, "stdio: write a line of garbage to stdout first")
+	flag.BoolVar(&opts.Garbage, "garbage", false, "stdio: write a broken message to stdout first")
+	flag.BoolVar(&opts.Noise, "noise", false, "stdio: write lines that are not messages (a banner, a log record) to stdout first")
 	flag.IntVar(&opts.ExitStatus, "exit-status", 0, "stdio: exit with this status when stdin closes")
 	flag.BoolVar(&opts.Stateless, "stateless", false, "HTTP: stateless streamable HTTP (protocol 2026-07-28)")
 	flag.BoolVar(&opts.SSE, "sse", false, "HTTP: legacy SSE transport")
@@ -34,12 +35,12 @@ func main() {
 	flag.StringVar(&opts.Journal, "journal", "", "register the journal tool, appending to this file")
 	flag.StringVar(&opts.Control, "control", "", "read faults from this control file before each request (and, for garbage, at start)")
 	flag.BoolVar(&opts.BurstTool, "burst-tool", false, "register the tools_changed_burst tool")
-	flag.BoolVar(&opts.GarbageOnSignal, "garbage-on-usr1", false, "stdio: write a line of garbage to stdout on each SIGUSR1")
+	flag.BoolVar(&opts.GarbageOnSignal, "garbage-on-usr1", false, "stdio: write a broken message to stdout on each SIGUSR1")
 	addr := flag.String("http", "", "serve HTTP on this address (e.g. 127.0.0.1:0) instead of stdio")
 	flag.BoolVar(&opts.SpawnGrandchild, "grandchild", false, "start a child process, in this process group, that sleeps forever holding stdout")
 	sleep := flag.Bool("sleep", false, "sleep forever (what the grandchild runs)")
 	flag.BoolVar(&extra.ignoreEOF, "ignore-eof", false, "stdio: keep running after stdin closes (SIGTERM still ends it)")
-	flag.StringVar(&extra.onUSR2, "on-usr2", "", "stdio: on SIGUSR2, close-stdout or oversize (write a line over the SDK's limit)")
+	flag.StringVar(&extra.onUSR2, "on-usr2", "", "stdio: on SIGUSR2, close-stdout, oversize (write a line over the SDK's limit) or noise (write testserver.NoiseLines)")
 	flag.BoolVar(&extra.crashLoudly, "crash-loudly", false, "the crash tool writes a line to stderr before it exits")
 	flag.StringVar(&extra.echoArgs, "echo-args", "", "error: quote the arguments in initialize's error; stderr: print them there and exit 1")
 	flag.String("token", "", "ignored: a secret for redaction tests")
@@ -152,6 +153,10 @@ func onUSR2(what string) {
 			switch what {
 			case "close-stdout":
 				os.Stdout.Close()
+			case "noise":
+				// One write, as the SDK writes each message: the lines land
+				// between two messages.
+				_, _ = os.Stdout.WriteString(testserver.NoiseLines)
 			case "oversize":
 				// A JSON-RPC message longer than mcp.DefaultMaxLineLength
 				// (16 MiB), on one line.
@@ -173,7 +178,12 @@ func serveStdio(opts testserver.Options) error {
 		onUSR2(extra.onUSR2)
 	}
 	if opts.Garbage || testserver.ReadControl(opts.Control).Has(testserver.ControlGarbage) {
-		if _, err := os.Stdout.WriteString("this is not JSON-RPC\n"); err != nil {
+		if _, err := os.Stdout.WriteString(testserver.GarbageLine); err != nil {
+			return err
+		}
+	}
+	if opts.Noise {
+		if _, err := os.Stdout.WriteString(testserver.NoiseLines); err != nil {
 			return err
 		}
 	}
@@ -184,7 +194,7 @@ func serveStdio(opts testserver.Options) error {
 			for range usr1 {
 				// One write: the SDK writes each message in one write too,
 				// so the line lands between two messages.
-				_, _ = os.Stdout.WriteString("garbage mid-session: this is not JSON-RPC\n")
+				_, _ = os.Stdout.WriteString(testserver.GarbageLine)
 			}
 		}()
 	}
