@@ -33,6 +33,46 @@ func everythingServer(t *testing.T) string {
 	return filepath.Join(dir, "node_modules", "@modelcontextprotocol", "server-everything", "dist", "index.js")
 }
 
+// TestInterop_ServerPrintingToStdout: a stdio server on the TypeScript SDK that
+// prints to stdout what is not a message (testdata/interop/banner-server.mjs: a
+// banner, a log line once connected, a log line and a JSON record in each call, all
+// with console.log) is served as the TypeScript SDK's own client serves it: the
+// connection comes up at once and stays up, every call answered, and the lines
+// reach the server's stderr, in order, after "stdout: ". Before, its banner failed
+// every connect (breaker-open).
+func TestInterop_ServerPrintingToStdout(t *testing.T) {
+	dir := testutil.NpmCI(t, "testdata/interop")
+	var stderr testutil.SyncBuffer
+	cfg := transport.Config{Name: "banner", Stdio: &transport.Stdio{Command: "node", Args: []string{filepath.Join(dir, "banner-server.mjs")}, Stderr: &stderr}}
+	c := open(t, cfg, nil, nil)
+	c.waitState(states.Ready, 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for i := range 3 {
+		want := fmt.Sprintf("call %d", i)
+		if got, err := toolText(c.CallTool(ctx, &mcp.CallToolParams{Name: "echo", Arguments: map[string]any{"text": want}})); err != nil || got != want {
+			t.Fatalf("echo = %q, %v\n%s", got, err, c.timeline())
+		}
+	}
+	waitUntil(t, 10*time.Second, "the third call's log lines", func() bool { return strings.Count(stderr.String(), "stdout: {") == 3 })
+	lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
+	want := []string{"stdout: Banner server v1.0 starting on stdio...", "stdout: connected"}
+	for i := range 3 {
+		want = append(want, fmt.Sprintf(`stdout: [INFO] echo called with {"text":"call %d"}`, i), `stdout: {"level":"info","msg":"echo","at":`)
+	}
+	for i := range lines {
+		if i < len(want) && strings.HasPrefix(want[i], `stdout: {"level"`) && strings.HasPrefix(lines[i], want[i]) {
+			lines[i] = want[i]
+		}
+	}
+	if diff := cmp.Diff(want, lines); diff != "" {
+		t.Errorf("the server's stderr (-want +got):\n%s", diff)
+	}
+	if st := c.Status(); st.State != states.Ready || st.Failures != 0 || c.count(states.Ready, states.TearingDown) != 0 {
+		t.Errorf("status %+v, want ready without a failure\n%s", st, c.timeline())
+	}
+}
+
 // startEverythingHTTP runs server-everything in its streamable HTTP mode on a free
 // loopback port and returns its MCP endpoint; the server is killed at cleanup.
 func startEverythingHTTP(t *testing.T, script string) string {
