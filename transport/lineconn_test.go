@@ -43,9 +43,11 @@ func describe(msg jsonrpc.Message, err error) string {
 	return fmt.Sprintf("%T", msg)
 }
 
-// readAll reads c until EOF, or until a read after an error waits: a
+// readAll reads c until EOF, or until a read after an error waits a second: a
 // stream that no longer frames messages ends the connection's reader, as the
-// SDK's does.
+// SDK's does. (The second is generous: the next message of a stream read
+// from memory comes within microseconds, but a loaded machine may not run the
+// reader for a while.)
 func readAll(t *testing.T, c mcp.Connection) []string {
 	t.Helper()
 	var got []string
@@ -64,10 +66,24 @@ func readAll(t *testing.T, c mcp.Connection) []string {
 			break
 		}
 		if err != nil {
-			wait = 200 * time.Millisecond
+			wait = time.Second
 		}
 	}
 	return got
+}
+
+// readBoth reads the SDK's connection and ours side by side (each may wait its
+// second at the end), and returns what each read.
+func readBoth(t *testing.T, sdk, ours mcp.Connection) (want, got []string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		want = readAll(t, sdk)
+	}()
+	got = readAll(t, ours)
+	<-done
+	return want, got
 }
 
 // TestLineConnDecodesAsTheSDK: a stdio server's output, read by lineConn and by
@@ -98,6 +114,7 @@ func TestLineConnDecodesAsTheSDK(t *testing.T) {
 		{"too long", long},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			sdk, err := (&mcp.IOTransport{Reader: io.NopCloser(strings.NewReader(tc.stream)), Writer: nopWriteCloser{}}).Connect(context.Background())
 			if err != nil {
 				t.Fatal(err)
@@ -105,7 +122,7 @@ func TestLineConnDecodesAsTheSDK(t *testing.T) {
 			defer sdk.Close()
 			ours := newLineConn(io.NopCloser(strings.NewReader(tc.stream)), nopWriteCloser{}, nil)
 			defer ours.Close()
-			want, got := readAll(t, sdk), readAll(t, ours)
+			want, got := readBoth(t, sdk, ours)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("lineConn and the SDK's stdio connection read differently (-sdk +lineConn):\n%s", diff)
 			}

@@ -36,105 +36,67 @@ func noiseConn(r io.Reader) (*lineConn, func() []string) {
 // connection reads of it without them. A line that starts as a message and is
 // broken still ends the connection.
 func TestLineConnSkipsNoise(t *testing.T) {
-	msg1 := `{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}` + "\n"
-	msg2 := `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}` + "\n"
-	msg3 := `[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":7,"method":"b"}]` + "\n"
+	type part struct {
+		text  string
+		noise bool
+	}
+	m := func(text string) part { return part{text: text} }
+	n := func(text string) part { return part{text: text, noise: true} }
+	msg1 := m(`{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}` + "\n")
+	msg2 := m(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}` + "\n")
+	msg3 := m(`[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":7,"method":"b"}]` + "\n")
 	long := strings.Repeat("x", 100<<10) // longer than the decoder's buffer
 	for _, tc := range []struct {
 		name   string
-		stream []string // lines that are messages (or broken ones) and noise, in order
-		noise  []string // the lines noise should get
-		slow   bool     // read one byte at a time
+		stream []part
+		slow   bool // read one byte at a time
 	}{
-		{
-			name:   "banners and logs between messages",
-			stream: []string{"Starting server on stdio...\n", msg1, "[INFO] ready\n", `{"level":"info","msg":"listening"}` + "\n", msg2, "42 tools loaded\n", "true\n", `"text"` + "\n", "17\n", "null\n", msg3},
-			noise:  []string{"Starting server on stdio...", "[INFO] ready", `{"level":"info","msg":"listening"}`, "42 tools loaded", "true", `"text"`, "17", "null"},
-		},
-		{
-			name:   "one byte at a time",
-			stream: []string{"Starting server on stdio...\n", msg1, "[INFO] ready\r\n", msg2, "42 tools loaded\n", msg3},
-			noise:  []string{"Starting server on stdio...", "[INFO] ready", "42 tools loaded"},
-			slow:   true,
-		},
-		{
-			name:   "a long banner, cut where noise is handed it",
-			stream: []string{"banner " + long + "\n", msg1, "404 " + long + "\n", msg2},
-			noise:  []string{("banner " + long)[:maxNoiseText], ("404 " + long)[:maxNoiseText]},
-		},
-		{
-			name:   "a banner spread over lines after a bracket",
-			stream: []string{"[\n  INFO ready\n", msg1},
-			noise:  []string{"[\n  INFO ready"},
-		},
-		{
-			name:   "a last line without its end",
-			stream: []string{msg1, "bye"},
-			noise:  []string{"bye"},
-		},
-		{
-			name:   "an object's keys in the wrong case say nothing of a message",
-			stream: []string{`{"JSONRPC":"2.0","ID":1,"Result":{}}` + "\n", msg1},
-			noise:  []string{`{"JSONRPC":"2.0","ID":1,"Result":{}}`},
-		},
-		{
-			name:   "a broken message ends it",
-			stream: []string{"banner\n", msg1, `{"jsonrpc":"2.0", this is not JSON-RPC}` + "\n", msg2},
-			noise:  []string{"banner"},
-		},
-		{
-			name:   "a broken batch ends it",
-			stream: []string{msg1, `[{"jsonrpc":"2.0" oops]` + "\n", msg2},
-		},
-		{
-			name:   "a message with a wrong version ends it",
-			stream: []string{msg1, `{"jsonrpc":"1.0","id":1,"result":{}}` + "\n", msg2},
-		},
-		{
-			name:   "a message and more on its line ends it",
-			stream: []string{`{"jsonrpc":"2.0","id":1,"result":{}} and more` + "\n", msg2},
-		},
-		{
-			name:   "a batch of scalars ends it",
-			stream: []string{msg1, "[1,2]\n", msg2},
-		},
+		{"banners and logs between messages", []part{n("Starting server on stdio...\n"), msg1, n("[INFO] ready\n"), n(`{"level":"info","msg":"listening"}` + "\n"), msg2,
+			n("42 tools loaded\n"), n("true\n"), n(`"text"` + "\n"), n("17\n"), n("null\n"), msg3}, false},
+		{"one byte at a time", []part{n("Starting server on stdio...\n"), msg1, n("[INFO] ready\r\n"), msg2, n("42 tools loaded\n"), msg3}, true},
+		{"long lines, cut where noise is handed them", []part{n("banner " + long + "\n"), msg1, n("404 " + long + "\n"), msg2}, false},
+		{"a banner spread over lines after a bracket", []part{n("[\n  INFO ready\n"), msg1}, false},
+		{"a last line without its end", []part{msg1, n("bye")}, false},
+		{"an object's keys in the wrong case say nothing of a message", []part{n(`{"JSONRPC":"2.0","ID":1,"Result":{}}` + "\n"), msg1}, false},
+		{"a broken message ends it", []part{n("banner\n"), msg1, m(`{"jsonrpc":"2.0", this is not JSON-RPC}` + "\n"), msg2}, false},
+		{"a broken batch ends it", []part{msg1, m(`[{"jsonrpc":"2.0" oops]` + "\n"), msg2}, false},
+		{"a message with a wrong version ends it", []part{msg1, m(`{"jsonrpc":"1.0","id":1,"result":{}}` + "\n"), msg2}, false},
+		{"a message and more on its line ends it", []part{m(`{"jsonrpc":"2.0","id":1,"result":{}} and more` + "\n"), msg2}, false},
+		{"a batch of scalars ends it", []part{msg1, m("[1,2]\n"), msg2}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var clean strings.Builder
-			for _, l := range tc.stream {
-				if !slicesContains(tc.noise, strings.TrimRight(l, "\r\n")) && !strings.HasPrefix(l, "banner ") && !strings.HasPrefix(l, "404 ") && !strings.HasPrefix(l, "[\n") && l != "bye" {
-					clean.WriteString(l)
+			t.Parallel()
+			var all, clean strings.Builder
+			var wantNoise []string
+			for _, p := range tc.stream {
+				all.WriteString(p.text)
+				if !p.noise {
+					clean.WriteString(p.text)
+					continue
 				}
+				line := strings.TrimRight(p.text, "\r\n")
+				wantNoise = append(wantNoise, line[:min(len(line), maxNoiseText)])
 			}
 			sdk, err := (&mcp.IOTransport{Reader: io.NopCloser(strings.NewReader(clean.String())), Writer: nopWriteCloser{}}).Connect(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer sdk.Close()
-			var r io.Reader = strings.NewReader(strings.Join(tc.stream, ""))
+			var r io.Reader = strings.NewReader(all.String())
 			if tc.slow {
 				r = iotest.OneByteReader(r)
 			}
 			ours, noise := noiseConn(r)
 			defer ours.Close()
-			want, got := readAll(t, sdk), readAll(t, ours)
+			want, got := readBoth(t, sdk, ours)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("lineConn with noise and the SDK's stdio connection without it read differently (-sdk +lineConn):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.noise, noise()); diff != "" {
+			if diff := cmp.Diff(wantNoise, noise()); diff != "" {
 				t.Errorf("noise (-want +got):\n%s", diff)
 			}
 		})
 	}
-}
-
-func slicesContains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // TestLineConnNoiseOverTheLineLimit: a line that is not a message is read to its
