@@ -28,7 +28,9 @@ import (
 // GET again (a second and more, each time the proxy cut it).
 func TestGateway_HeartbeatKeepsStreamsAlive(t *testing.T) {
 	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
-	url := idleCutProxy(t, serveHTTP(t, g, gateway.HTTPOptions{Heartbeat: 50 * time.Millisecond}), 300*time.Millisecond)
+	// The proxy's idle cut is 20 heartbeats: a loaded machine (a load of 30 on
+	// 2 cores) once kept the gateway's heartbeat from being written for 300 ms.
+	url := idleCutProxy(t, serveHTTP(t, g, gateway.HTTPOptions{Heartbeat: 50 * time.Millisecond}), time.Second)
 	for _, version := range []string{"2025-11-25", "2026-07-28"} {
 		t.Run(version, func(t *testing.T) {
 			changed := make(chan struct{}, 16)
@@ -37,7 +39,7 @@ func TestGateway_HeartbeatKeepsStreamsAlive(t *testing.T) {
 				ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { changed <- struct{}{} },
 			})
 			waitTools(t, cs, has("a__echo"))
-			time.Sleep(time.Second) // idle, past the proxy's cut
+			time.Sleep(2 * time.Second) // idle, past the proxy's cut
 			for len(changed) > 0 {
 				<-changed
 			}
