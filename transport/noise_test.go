@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -55,8 +56,12 @@ func TestLineConnSkipsNoise(t *testing.T) {
 			n("42 tools loaded\n"), n("true\n"), n(`"text"` + "\n"), n("17\n"), n("null\n"), msg3}, false},
 		{"one byte at a time", []part{n("Starting server on stdio...\n"), msg1, n("[INFO] ready\r\n"), msg2, n("42 tools loaded\n"), msg3}, true},
 		{"long lines, cut where noise is handed them", []part{n("banner " + long + "\n"), msg1, n("404 " + long + "\n"), msg2}, false},
-		{"a banner spread over lines after a bracket", []part{n("[\n  INFO ready\n"), msg1}, false},
+		{"a banner spread over lines after a bracket: a line each", []part{n("[\n"), n("  INFO ready\n"), msg1}, false},
+		{"a bracket or a brace left open, and a message on the next line", []part{n("[1, 2, 3\n"), msg1, n("{\n"), msg2, n(`["a",` + "\n"), msg3}, false},
+		{"the same one byte at a time", []part{n("[1, 2, 3\n"), msg1, n("{\r\n"), msg2}, true},
 		{"a last line without its end", []part{msg1, n("bye")}, false},
+		{"a last line cut off in a literal", []part{msg1, n("tru")}, false},
+		{"a last line cut off in a string", []part{msg1, n(`"open`)}, false},
 		{"an object's keys in the wrong case say nothing of a message", []part{n(`{"JSONRPC":"2.0","ID":1,"Result":{}}` + "\n"), msg1}, false},
 		{"a broken message ends it", []part{n("banner\n"), msg1, m(`{"jsonrpc":"2.0", this is not JSON-RPC}` + "\n"), msg2}, false},
 		{"a broken batch ends it", []part{msg1, m(`[{"jsonrpc":"2.0" oops]` + "\n"), msg2}, false},
@@ -74,7 +79,7 @@ func TestLineConnSkipsNoise(t *testing.T) {
 					clean.WriteString(p.text)
 					continue
 				}
-				line := strings.TrimRight(p.text, "\r\n")
+				line := strings.TrimLeft(strings.TrimRight(p.text, "\r\n"), " \t")
 				wantNoise = append(wantNoise, line[:min(len(line), maxNoiseText)])
 			}
 			sdk, err := (&mcp.IOTransport{Reader: io.NopCloser(strings.NewReader(clean.String())), Writer: nopWriteCloser{}}).Connect(context.Background())
@@ -125,4 +130,50 @@ func (endless) Read(p []byte) (int, error) {
 		p[i] = 'x'
 	}
 	return len(p), nil
+}
+
+// TestLineConnNoiseCostPerLine: a run of short lines that are not messages costs
+// a bounded amount per line, however long the run and whatever was read before
+// it: after a 1 MiB message (the decoder's buffer grown to match, so one read
+// takes a pipe's worth), each line put back what its decoder read past it in
+// front of the rest, copying the rest: the bytes allocated per line grew with
+// the run (35 KB a line for 6,000 lines).
+func TestLineConnNoiseCostPerLine(t *testing.T) {
+	const lines = 20000
+	big := `{"jsonrpc":"2.0","id":1,"result":{"x":"` + strings.Repeat("x", 1<<20) + `"}}` + "\n"
+	r := &chunkReader{chunks: []string{big, strings.Repeat("noise one\n", lines)}}
+	c, noise := noiseConn(r)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := c.Read(ctx)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.EOF) {
+		t.Fatalf("Read = %v, want EOF", err)
+	}
+	if n := len(noise()); n != lines {
+		t.Fatalf("noise got %d lines, want %d", n, lines)
+	}
+	if per := (after.TotalAlloc - before.TotalAlloc) / lines; per > 8<<10 {
+		t.Errorf("%d bytes allocated a line that is not a message, want at most 8 KiB", per)
+	}
+}
+
+// chunkReader reads its chunks, each at most in one read.
+type chunkReader struct{ chunks []string }
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if len(c.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.chunks[0])
+	if c.chunks[0] = c.chunks[0][n:]; c.chunks[0] == "" {
+		c.chunks = c.chunks[1:]
+	}
+	return n, nil
 }
