@@ -69,7 +69,8 @@ type lineConn struct {
 
 	// noise, if set (a stdio server's side: see Session.connect), is handed
 	// each line the server wrote that is not a message and could not be one (a
-	// start-up banner, a console.log, a JSON log record: see notAMessage), and
+	// start-up banner, a console.log, a JSON log record: see skipNoise and
+	// notAMessage), and
 	// the line is skipped, as the TypeScript and Python SDKs' clients skip
 	// such lines; a line that starts as a message and is broken still ends the
 	// connection. Without noise, lineConn reads as the go-sdk's connection
@@ -283,25 +284,45 @@ func messageStart(b []byte) bool {
 }
 
 // notAMessage reports whether data, a JSON value read whole that is not a
-// valid message, could not be one: a scalar ("text", 17, null), or an object
-// with none of a message's members (a JSON log record). A broken message (a
-// wrong version tag, an ID of the wrong kind, a batch of anything) is not noise.
+// valid message, could not be one: a scalar ("text", 17, null), an object
+// without a "jsonrpc" member (a JSON log record, whatever else it holds: a log
+// record's "id", "method" or "error" says nothing of a message, and a message
+// has a "jsonrpc"), or an array without such an object ([], a printed list). An
+// object with a "jsonrpc" member (a wrong version tag, an ID of the wrong kind),
+// or an array holding one, is a broken message, not noise.
 func notAMessage(data []byte) bool {
 	i := firstNonSpace(data)
-	if i == len(data) || data[i] == '[' {
+	if i == len(data) {
 		return false
 	}
-	if data[i] != '{' {
-		return true
+	switch data[i] {
+	case '{':
+		return !hasVersionTag(data)
+	case '[':
+		var batch []json.RawMessage
+		if unmarshal(data, &batch) != nil {
+			return false
+		}
+		for _, raw := range batch {
+			if hasVersionTag(raw) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// hasVersionTag reports whether data, a JSON value, is an object with a
+// "jsonrpc" member (of any value), as a message is; an object that does not
+// decode is taken for one.
+func hasVersionTag(data []byte) bool {
+	if i := firstNonSpace(data); i == len(data) || data[i] != '{' {
+		return false
 	}
 	var m struct {
 		VersionTag json.RawMessage `json:"jsonrpc"`
-		ID         json.RawMessage `json:"id"`
-		Method     json.RawMessage `json:"method"`
-		Result     json.RawMessage `json:"result"`
-		Error      json.RawMessage `json:"error"`
 	}
-	return unmarshal(data, &m) == nil && m.VersionTag == nil && m.ID == nil && m.Method == nil && m.Result == nil && m.Error == nil
+	return unmarshal(data, &m) != nil || m.VersionTag != nil
 }
 
 // heldReader reads the bytes held back first (put back by skipNoise), then r.

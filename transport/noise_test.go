@@ -67,7 +67,11 @@ func TestLineConnSkipsNoise(t *testing.T) {
 		{"a broken batch ends it", []part{msg1, m(`[{"jsonrpc":"2.0" oops]` + "\n"), msg2}, false},
 		{"a message with a wrong version ends it", []part{msg1, m(`{"jsonrpc":"1.0","id":1,"result":{}}` + "\n"), msg2}, false},
 		{"a message and more on its line ends it", []part{m(`{"jsonrpc":"2.0","id":1,"result":{}} and more` + "\n"), msg2}, false},
-		{"a batch of scalars ends it", []part{msg1, m("[1,2]\n"), msg2}, false},
+		{"a batch with a broken message ends it", []part{msg1, m(`[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"1.0","id":1,"result":{}}]` + "\n"), msg2}, false},
+		{"a message whose version tag is null ends it, as the go-sdk ends", []part{msg1, m(`{"jsonrpc":null,"id":1,"result":{}}` + "\n"), msg2}, false},
+		{"a log record's id, method, result or error say nothing of a message", []part{n(`{"time":"2026-11-28T12:00:00Z","level":"ERROR","msg":"fetch failed","error":"connection refused"}` + "\n"), msg1,
+			n(`{"id":42,"method":"GET","path":"/health","result":"ok"}` + "\n"), n(`{"level":"info","id":7} and more` + "\n"), msg2}, false},
+		{"printed lists", []part{n("[1, 2]\n"), n("[]\n"), n(`["a", {"b": 1}]` + "\n"), msg1, n("[ 1, 2 ] total\n"), msg2}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
