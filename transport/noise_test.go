@@ -2,7 +2,9 @@ package transport
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -181,3 +184,210 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	}
 	return n, nil
 }
+
+// noisePool are the messages FuzzLineNoise's streams are made of (a line
+// "\x01" and a byte picks one): a value over two lines, a batch, CRLF, space
+// before.
+var noisePool = []string{
+	`{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}` + "\n",
+	`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}` + "\r\n",
+	`[{"jsonrpc":"2.0","method":"a"},{"jsonrpc":"2.0","id":7,"method":"b"}]` + "\n",
+	`  {"jsonrpc":"2.0",` + "\n" + `"id":"x","error":{"code":-1,"message":"m"}}` + "\n",
+	`{"jsonrpc":"2.0","id":2,"method":"ping"}` + "\n",
+}
+
+// noiseKind is what FuzzLineNoise makes of a line that is not one of noisePool
+// (without its "\n"), by the rule in plain words, not by lineConn's code: blank
+// (space only, read past by both); noise (the first thing on it is not a brace or
+// a bracket; or it is JSON, an object without a "jsonrpc" member or an array
+// without such an object; or a brace not followed on its line by a quote, or a
+// bracket by a brace, with no JSON value to read at its start and no "jsonrpc"
+// or escape in it); or neither (a CR inside it, where the go-sdk ends a value's line; a broken message; or a line that says too little
+// of itself: left out of the stream).
+func noiseKind(line string) (blank, noise bool) {
+	t := strings.TrimLeft(line, " \t\r")
+	if t == "" {
+		return true, false
+	}
+	if strings.Contains(strings.TrimRight(t, "\r"), "\r") {
+		return false, false // a CR after a value ends its line (the go-sdk's rule): noise's text is cut there
+	}
+	if t[0] != '{' && t[0] != '[' {
+		return false, true
+	}
+	if json.Valid([]byte(t)) {
+		var v any
+		_ = json.Unmarshal([]byte(t), &v)
+		switch v := v.(type) {
+		case map[string]any:
+			_, tag := v["jsonrpc"]
+			return false, !tag
+		case []any:
+			for _, e := range v {
+				if o, ok := e.(map[string]any); ok {
+					if _, tag := o["jsonrpc"]; tag {
+						return false, false
+					}
+				}
+			}
+			return false, true
+		}
+	}
+	if strings.Contains(t, "jsonrpc") || strings.Contains(t, `\`) {
+		return false, false
+	}
+	var v json.RawMessage
+	if json.NewDecoder(strings.NewReader(t)).Decode(&v) == nil {
+		return false, false // a value and more on its line: judged by the value, and where a read ends (see the doc)
+	}
+	next := strings.TrimLeft(t[1:], " \t\r")
+	switch {
+	case next == "":
+		return false, false // what follows on the next lines decides
+	case t[0] == '{':
+		return false, next[0] != '"'
+	default:
+		return false, next[0] != '{'
+	}
+}
+
+// FuzzLineNoise: a stream of messages and lines that are not messages reads, with
+// noise set and its reads split anyhow, as the go-sdk's connection reads the
+// messages alone, and noise gets the other lines, each once, in order. data is
+// the stream's lines: "\x01" and a byte picks a message of noisePool, "\x02" and
+// a byte is a banner of that many 512-byte runs (past the decoder's buffer), the
+// rest are taken as written if noiseKind says they are noise or blank. splits are
+// the sizes of the reads, in turn (a whole read each if empty).
+func FuzzLineNoise(f *testing.F) {
+	for _, seed := range []struct{ data, splits string }{
+		{"Starting...\n\x01\x00\n[INFO] ready\n\x01\x01\n42 tools loaded\n\x01\x02\n", ""},
+		{"Starting...\n\x01\x00\n[INFO] ready\n\x01\x01\n42 tools loaded\n\x01\x02\n", "\x00"},
+		{"true\n17\nnull\n\"text\"\n\x01\x03\n{\"level\":\"info\",\"id\":1}\n\x01\x04\nbye", "\x02\x05"},
+		{"[1, 2, 3\n\x01\x00\n{ a: 1 }\n\x01\x01\n[]\n[ 1, 2 ] x\n\x01\x02\n\"open\n\x01\x00\ntru", "\x00\x01\x02"},
+		{"\x02\x80\n\x01\x00\n\x02\x01\n\x01\x01\n404 not found\r\n\x01\x00\n2026-11-28 12:00 INFO\n-\n\x01\x04", "\x3f\xff"},
+		{"\x00\xff\xfe\n\x01\x00\n   \n\t\r\n\x01\x01\n\r\rbanner\r\n\x01\x02\n{}\n{} x\n", "\x06"},
+	} {
+		f.Add([]byte(seed.data), []byte(seed.splits))
+	}
+	f.Fuzz(func(t *testing.T, data, splits []byte) {
+		var all, clean strings.Builder
+		var wantNoise []string
+		lines := strings.Split(string(data), "\n")
+		for i, line := range lines {
+			end := "\n"
+			if i == len(lines)-1 {
+				end = "" // the stream's last line, without its end
+			}
+			switch {
+			case strings.HasPrefix(line, "\x01") && len(line) >= 2:
+				msg := noisePool[int(line[1])%len(noisePool)]
+				all.WriteString(msg)
+				clean.WriteString(msg)
+				continue
+			case strings.HasPrefix(line, "\x02") && len(line) >= 2:
+				line = "banner " + strings.Repeat("y", 512*int(line[1]))
+			}
+			blank, noise := noiseKind(line)
+			switch {
+			case blank:
+				clean.WriteString(line + end)
+			case noise:
+				text := strings.TrimLeft(strings.TrimRight(line, "\r"), " \t\r")
+				wantNoise = append(wantNoise, strings.TrimRight(text[:min(len(text), maxNoiseText)], " \t"))
+			default:
+				continue
+			}
+			all.WriteString(line + end)
+		}
+		sdk, err := (&mcp.IOTransport{Reader: io.NopCloser(strings.NewReader(clean.String())), Writer: nopWriteCloser{}}).Connect(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sdk.Close()
+		var r io.Reader = strings.NewReader(all.String())
+		if len(splits) > 0 {
+			r = &splitReader{r: r, sizes: splits}
+		}
+		ours, noise := noiseConn(r)
+		defer ours.Close()
+		want, got := readBoth(t, sdk, ours)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("stream %q: lineConn with noise and the SDK's stdio connection without it read differently (-sdk +lineConn):\n%s", all.String(), diff)
+		}
+		// Space after an object or an array that ends a read is read as the
+		// space between values, not as more on the value's line: compared without
+		// the space that ends a line.
+		if diff := cmp.Diff(wantNoise, noise(), cmpopts.EquateEmpty(), cmp.Transformer("trim", func(s string) string { return strings.TrimRight(s, " \t") })); diff != "" {
+			t.Errorf("stream %q: noise (-want +got):\n%s", all.String(), diff)
+		}
+	})
+}
+
+// splitReader reads r in reads of the sizes given (each plus one), in turn.
+type splitReader struct {
+	r     io.Reader
+	sizes []byte
+	i     int
+}
+
+func (s *splitReader) Read(p []byte) (int, error) {
+	n := int(s.sizes[s.i%len(s.sizes)]) + 1
+	s.i++
+	return s.r.Read(p[:min(len(p), n)])
+}
+
+// TestNoteNoiseBounded: the lines noteNoise holds for a Stdio.Stderr that does not
+// take them are bounded (maxNoiseQueued); the rest are dropped, and counted to it
+// once it takes lines again.
+func TestNoteNoiseBounded(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var got []string
+	tw := &tailWriter{w: writerFunc(func(b []byte) (int, error) {
+		<-release
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, string(b))
+		return len(b), nil
+	})}
+	line := strings.Repeat("x", 1<<10-1) + "\n"
+	for range 200 {
+		tw.noteNoise([]byte(line))
+	}
+	tw.mu.Lock()
+	queued := tw.queued
+	tw.mu.Unlock()
+	if queued > maxNoiseQueued {
+		t.Errorf("%d bytes held for a stuck writer, want at most %d", queued, maxNoiseQueued)
+	}
+	close(release)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		tw.mu.Lock()
+		passing := tw.passing
+		tw.mu.Unlock()
+		if !passing {
+			break
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The passer took the first lines queued (up to maxNoiseQueued) at once and
+	// waits in Write with them; as many more queue behind it.
+	lines, dropped := 0, 0
+	for _, w := range got {
+		if _, err := fmt.Sscanf(w, "stdout: (%d lines dropped", &dropped); err == nil {
+			continue
+		}
+		lines++
+	}
+	if max := 2 * maxNoiseQueued / len(line); lines > max || lines+dropped != 200 {
+		t.Errorf("the writer got %d lines and a count of %d dropped, want at most %d lines and 200 in all", lines, dropped, max)
+	}
+	if tail, _ := tw.tail(); tail != strings.Repeat(line, 4) {
+		t.Errorf("the tail holds %d bytes, want the last 4 lines", len(tail))
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
