@@ -70,10 +70,9 @@ type lineConn struct {
 	// noise, if set (a stdio server's side: see Session.connect), is handed
 	// each line the server wrote that is not a message and could not be one (a
 	// start-up banner, a console.log, a JSON log record: see skipNoise and
-	// notAMessage), and
-	// the line is skipped, as the TypeScript and Python SDKs' clients skip
-	// such lines; a line that starts as a message and is broken still ends the
-	// connection. Without noise, lineConn reads as the go-sdk's connection
+	// notAMessage), and the line is skipped, as the TypeScript and Python
+	// SDKs' clients skip such lines; a line that starts as a message and is
+	// broken still ends the connection. Without noise, lineConn reads as the go-sdk's connection
 	// does: the first line that is not a message ends it. Called on the
 	// reader's goroutine or in Read, one line at a time; the line is cut at
 	// maxNoiseText bytes and must not be kept.
