@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/goleak"
 )
 
 // noiseConn is a lineConn that keeps the lines handed to its noise.
@@ -61,6 +62,7 @@ func TestLineConnSkipsNoise(t *testing.T) {
 		{"long lines, cut where noise is handed them", []part{n("banner " + long + "\n"), msg1, n("404 " + long + "\n"), msg2}, false},
 		{"a banner spread over lines after a bracket: a line each", []part{n("[\n"), n("  INFO ready\n"), msg1}, false},
 		{"a bracket or a brace left open, and a message on the next line", []part{n("[1, 2, 3\n"), msg1, n("{\n"), msg2, n(`["a",` + "\n"), msg3}, false},
+		{"a JSON value over lines that is not a message: one line's noise", []part{n("[0,\n 1]\n"), msg1, n("{\n  \"level\": \"info\",\n  \"id\": 3\n}\n"), msg2}, false},
 		{"the same one byte at a time", []part{n("[1, 2, 3\n"), msg1, n("{\r\n"), msg2}, true},
 		{"a last line without its end", []part{msg1, n("bye")}, false},
 		{"a last line cut off in a literal", []part{msg1, n("tru")}, false},
@@ -201,8 +203,8 @@ var noisePool = []string{
 // (space only, read past by both); noise (the first thing on it is not a brace or
 // a bracket; or it is JSON, an object without a "jsonrpc" member or an array
 // without such an object; or a brace not followed on its line by a quote, or a
-// bracket by a brace, with no JSON value to read at its start and no "jsonrpc"
-// or escape in it); or neither (a CR inside it, where the go-sdk ends a value's line; a broken message; or a line that says too little
+// bracket by a brace, with no JSON value read or begun at its start and no
+// "jsonrpc" or escape in it); or neither (a CR inside it, where the go-sdk ends a value's line; a broken message; or a line that says too little
 // of itself: left out of the stream).
 func noiseKind(line string) (blank, noise bool) {
 	t := strings.TrimLeft(line, " \t\r")
@@ -237,8 +239,11 @@ func noiseKind(line string) (blank, noise bool) {
 		return false, false
 	}
 	var v json.RawMessage
-	if json.NewDecoder(strings.NewReader(t)).Decode(&v) == nil {
+	switch err := json.NewDecoder(strings.NewReader(t)).Decode(&v); {
+	case err == nil:
 		return false, false // a value and more on its line: judged by the value, and where a read ends (see the doc)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return false, false // a value begun ("[0"): the next lines may end it, and it is judged whole (TestLineConnSkipsNoise has such lines)
 	}
 	next := strings.TrimLeft(t[1:], " \t\r")
 	switch {
@@ -391,3 +396,32 @@ func TestNoteNoiseBounded(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// TestLineConnNoiseReaderEnds: the reader goroutine ends on Close while it reads a
+// line that is not a message to its end (a banner without its line's end yet), and
+// at the stream's end right after such a line.
+func TestLineConnNoiseReaderEnds(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	pr, pw := io.Pipe()
+	c := newLineConn(pr, nopWriteCloser{}, func([]byte) {})
+	if _, err := pw.Write([]byte("Starting the server, please wait")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Read(ctx); !errors.Is(err, io.EOF) {
+		t.Errorf("Read after Close = %v, want EOF", err)
+	}
+
+	c, noise := noiseConn(strings.NewReader("\n[INFO] bye"))
+	if _, err := c.Read(ctx); !errors.Is(err, io.EOF) {
+		t.Errorf("Read at the end = %v, want EOF", err)
+	}
+	if got := noise(); len(got) != 1 || got[0] != "[INFO] bye" {
+		t.Errorf("noise = %q, want the last line", got)
+	}
+	goleak.VerifyNone(t, before)
+}
