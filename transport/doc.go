@@ -36,17 +36,23 @@
 // of a child that fails to start or dies ([Error.StderrTail]). A line the
 // child writes to stdout that is not a message and could not be one (a
 // banner, a log record: a line that does not start as a JSON object or batch
-// does, a JSON scalar, an object with none of a message's members) goes the
-// same way, after "stdout: ", and is skipped, as the TypeScript and Python
-// SDKs' clients skip it; the session's first such line is logged. A broken
-// message (a line that starts as one) ends the session, as in the go-sdk.
+// does, a JSON scalar, an object without a "jsonrpc" member, an array without
+// such an object) goes the same way, after "stdout: ", and is skipped, as the
+// TypeScript and Python SDKs' clients skip it; the session's first such line
+// is logged. Such lines reach Stdio.Stderr in the order printed, but not in
+// order with the child's stderr (two pipes), and without holding the session
+// up: up to 64 KiB of them wait for a Stdio.Stderr that is slow to take them,
+// the rest are dropped and counted. A broken message (a line that starts as
+// one, an object with a "jsonrpc" member) ends the session, as in the go-sdk.
 //
 // Beyond the SDK's own, a session runs at most these goroutines while it
 // lives, each ending with the session: for streamable HTTP, the watcher of
 // [mcp.ClientSession.Wait] (OnEnd needs it: the streamable HTTP connection
 // cannot be wrapped to see its end, because the SDK drives it through an
-// unexported interface); for stdio, the reaper, and exec's copier of the
-// child's stderr. A probe runs on a goroutine of its own while it is under
+// unexported interface); for stdio, the reaper, exec's copier of the
+// child's stderr, and, while lines the child printed to stdout wait for
+// Stdio.Stderr, their passer (which, like exec's copier, ends when
+// Stdio.Stderr takes them). A probe runs on a goroutine of its own while it is under
 // way (see Bounds). Stdio, in-memory and SSE connections are wrapped instead:
 // the SDK closes its connection once it stops for good, and a close that is
 // not ours is the end, reported (on a goroutine started then) with the error

@@ -69,10 +69,10 @@ type lineConn struct {
 
 	// noise, if set (a stdio server's side: see Session.connect), is handed
 	// each line the server wrote that is not a message and could not be one (a
-	// start-up banner, a console.log, a JSON log record: see notAMessage), and
-	// the line is skipped, as the TypeScript and Python SDKs' clients skip
-	// such lines; a line that starts as a message and is broken still ends the
-	// connection. Without noise, lineConn reads as the go-sdk's connection
+	// start-up banner, a console.log, a JSON log record: see skipNoise and
+	// notAMessage), and the line is skipped, as the TypeScript and Python
+	// SDKs' clients skip such lines; a line that starts as a message and is
+	// broken still ends the connection. Without noise, lineConn reads as the go-sdk's connection
 	// does: the first line that is not a message ends it. Called on the
 	// reader's goroutine or in Read, one line at a time; the line is cut at
 	// maxNoiseText bytes and must not be kept.
@@ -210,32 +210,32 @@ func (c *lineConn) send(incoming chan<- lineOrErr, v lineOrErr) bool {
 const maxNoiseText = 4 << 10
 
 // skipNoise is readLoop's judgment of a value it could not read: a syntax
-// error, or a value followed by more on its line (trailing). If the value is not
-// a message and could not be one (see messageStart), its line is skipped: the
-// bytes the decoder holds after the line's end are put back in src, for a new
-// decoder, and the line's text (at most maxNoiseText bytes) returned, for noise.
-// A line that starts as a message would is not skipped: it is a broken message.
-// The line is read to its end, at most maxLineLength bytes (errLineTooLong past
-// that); a stream that ends first returns the text and the read's error.
+// error, a value cut off by the stream's end, or a value followed by more on its
+// line (trailing). If the value is not a message and could not be one (see
+// messageStart and notAMessage), its line is skipped: the line the value starts
+// on, to its end, whatever the decoder read past it (a value may span lines, but
+// what follows the noise's first line is a line of its own: "[1, 2" or "{" alone
+// on a line does not take the message on the next one with it). The bytes the
+// decoder holds after the line's end are put back in src, for a new decoder, and
+// the line's text (at most maxNoiseText bytes) returned, for noise. A line that
+// starts as a message would is not skipped: it is a broken message. The line is
+// read to its end, at most maxLineLength bytes (errLineTooLong past that); a
+// stream that ends first returns the text and the read's error.
 func (c *lineConn) skipNoise(dec *json.Decoder, src *heldReader, raw json.RawMessage, err error, trailing bool) (text []byte, skipped bool, _ error) {
 	buffered, _ := io.ReadAll(dec.Buffered())
 	var line, rest []byte
 	switch se := (*json.SyntaxError)(nil); {
-	case trailing && !messageStart(raw):
+	case trailing && notAMessage(raw):
 		// A scalar and more on its line ("404 not found", "true story"): the
 		// decoder holds what follows the scalar.
 		line, rest = raw, buffered
-	case errors.As(err, &se) && !messageStart(buffered):
-		// The decoder did not move past the value: buffered starts with it, and
-		// the byte it stumbled on is its Offset-th since the decoder's start.
-		from := firstNonSpace(buffered)
-		at := max(from, min(len(buffered), int(se.Offset-dec.InputOffset())-1))
-		i := bytes.IndexByte(buffered[at:], '\n')
-		if i < 0 {
-			line, rest = buffered[from:], nil
-			break
+	case (errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF)) && !messageStart(buffered):
+		// The decoder did not move past the value: buffered starts with it
+		// (after the space before it).
+		line = buffered[firstNonSpace(buffered):]
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line, rest = line[:i], line[i:]
 		}
-		line, rest = buffered[from:at+i], buffered[at+i:]
 	default:
 		return nil, false, nil
 	}
@@ -283,45 +283,75 @@ func messageStart(b []byte) bool {
 }
 
 // notAMessage reports whether data, a JSON value read whole that is not a
-// valid message, could not be one: a scalar ("text", 17, null), or an object
-// with none of a message's members (a JSON log record). A broken message (a
-// wrong version tag, an ID of the wrong kind, a batch of anything) is not noise.
+// valid message, could not be one: a scalar ("text", 17, null), an object
+// without a "jsonrpc" member (a JSON log record, whatever else it holds: a log
+// record's "id", "method" or "error" says nothing of a message, and a message
+// has a "jsonrpc"), or an array without such an object ([], a printed list). An
+// object with a "jsonrpc" member (a wrong version tag, an ID of the wrong kind),
+// or an array holding one, is a broken message, not noise.
 func notAMessage(data []byte) bool {
 	i := firstNonSpace(data)
-	if i == len(data) || data[i] == '[' {
+	if i == len(data) {
 		return false
 	}
-	if data[i] != '{' {
-		return true
+	switch data[i] {
+	case '{':
+		return !hasVersionTag(data)
+	case '[':
+		var batch []json.RawMessage
+		if unmarshal(data, &batch) != nil {
+			return false
+		}
+		for _, raw := range batch {
+			if hasVersionTag(raw) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// hasVersionTag reports whether data, a JSON value, is an object with a
+// "jsonrpc" member (of any value), as a message is; an object that does not
+// decode is taken for one.
+func hasVersionTag(data []byte) bool {
+	if i := firstNonSpace(data); i == len(data) || data[i] != '{' {
+		return false
 	}
 	var m struct {
 		VersionTag json.RawMessage `json:"jsonrpc"`
-		ID         json.RawMessage `json:"id"`
-		Method     json.RawMessage `json:"method"`
-		Result     json.RawMessage `json:"result"`
-		Error      json.RawMessage `json:"error"`
 	}
-	return unmarshal(data, &m) == nil && m.VersionTag == nil && m.ID == nil && m.Method == nil && m.Result == nil && m.Error == nil
+	return unmarshal(data, &m) != nil || m.VersionTag != nil
 }
 
 // heldReader reads the bytes held back first (put back by skipNoise), then r.
+// What is put back is kept as it was given, not copied in front of what is held
+// already: a run of short lines that are not messages puts back, at each line,
+// what its decoder read past it, and copying that in front of the rest (up to a
+// pipe's read, 64 KiB) at every line made the run's cost grow with its square.
 type heldReader struct {
 	r    io.Reader
-	held []byte
+	held [][]byte // the first to be read first; none empty
 }
 
 func (h *heldReader) Read(p []byte) (int, error) {
 	if len(h.held) > 0 {
-		n := copy(p, h.held)
-		h.held = h.held[n:]
+		n := copy(p, h.held[0])
+		if h.held[0] = h.held[0][n:]; len(h.held[0]) == 0 {
+			h.held[0] = nil
+			h.held = h.held[1:]
+		}
 		return n, nil
 	}
 	return h.r.Read(p)
 }
 
-// hold puts b back before what is held already (b was read after it).
+// hold puts b back before what is held already (b was read after it). The held
+// pieces stay few: a new decoder reads b before the pieces behind it.
 func (h *heldReader) hold(b []byte) {
-	h.held = append(slices.Clip(b), h.held...)
+	if len(b) > 0 {
+		h.held = slices.Insert(h.held, 0, b)
+	}
 }
 
 // skipLine reads on to the end of a line of which n bytes were read already,

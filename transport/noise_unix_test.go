@@ -74,3 +74,65 @@ func TestAServerThatPrintsToStdout(t *testing.T) {
 		}
 	})
 }
+
+// TestNoiseNotHeldByAStuckStderr: a Stdio.Stderr that blocks (a terminal paused,
+// a pipe nobody reads) holds neither the session's reads nor its Dial nor its
+// Close: the lines a server prints to stdout reach it once it takes them, in
+// order. Written by the session's reader itself, such a line held the reader, and
+// a Dial with a 2s deadline was still waiting 15s later.
+func TestNoiseNotHeldByAStuckStderr(t *testing.T) {
+	stderr := &stuckWriter{release: make(chan struct{})}
+	cfg := stdioConfig(t, testserver.Options{Noise: true})
+	cfg.Stdio.Stderr = stderr
+	type result struct {
+		got string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s, err := Dial(ctx, cfg, Options{})
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		got, err := echo(ctx, s, "past the banner")
+		done <- result{got, errors.Join(err, s.Close(ctx))}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil || r.got != "past the banner" {
+			t.Errorf("Dial, echo and Close with Stdio.Stderr stuck = %q, %v", r.got, r.err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Dial, echo and Close with Stdio.Stderr stuck: still waiting after 10s (a 2s deadline)")
+	}
+	close(stderr.release)
+	var want string
+	for _, l := range strings.SplitAfter(testserver.NoiseLines, "\n") {
+		if l != "" {
+			want += "stdout: " + l
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for stderr.String() != want && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := stderr.String(); got != want {
+		t.Errorf("Stdio.Stderr got %q once it took lines, want %q", got, want)
+	}
+}
+
+// stuckWriter takes nothing until release is closed.
+type stuckWriter struct {
+	release chan struct{}
+	buf     testutil.SyncBuffer
+}
+
+func (w *stuckWriter) Write(b []byte) (int, error) {
+	<-w.release
+	return w.buf.Write(b)
+}
+
+func (w *stuckWriter) String() string { return w.buf.String() }

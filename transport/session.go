@@ -412,7 +412,7 @@ func (s *Session) stdoutNoise(p *process) func(line []byte) {
 		once.Do(func() {
 			s.logAt(slog.LevelWarn, "the server writes lines to stdout that are not JSON-RPC (a banner, a log record): each is skipped, and passed on with its stderr")
 		})
-		_, _ = p.stderr.Write(append(append([]byte("stdout: "), line...), '\n'))
+		p.stderr.noteNoise(append(append([]byte("stdout: "), line...), '\n'))
 	}
 }
 

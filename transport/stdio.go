@@ -439,29 +439,31 @@ func (w *pipeWrite) interrupt() {
 // from draining the child's stderr (the child would block writing to it).
 type tailWriter struct {
 	w         io.Writer
-	wmu       sync.Mutex // serializes writes to w: exec's copy and a session's stdout noise
+	wmu       sync.Mutex // serializes writes to w: exec's copy and noteNoise's passer
 	mu        sync.Mutex
 	buf       []byte // the last bytes, at most stderrTailSize
 	truncated bool   // bytes were dropped from buf's front
+
+	// The lines noteNoise has yet to pass on to w (under mu): at most
+	// maxNoiseQueued bytes of them, the lines past that dropped and counted.
+	queue   [][]byte
+	queued  int
+	dropped int
+	passing bool // a goroutine passes the queue on
 }
 
 // stderrTailSize is how much of a stdio child's stderr is kept for the errors
 // of a child that fails to start or dies (Error.StderrTail).
 const stderrTailSize = 4 << 10
 
+// maxNoiseQueued bounds the bytes of the lines noteNoise holds for a w that is
+// slow to take them.
+const maxNoiseQueued = 64 << 10
+
 // Write implements io.Writer.
 func (t *tailWriter) Write(b []byte) (int, error) {
 	t.mu.Lock()
-	if len(b) >= stderrTailSize {
-		t.buf = append(t.buf[:0], b[len(b)-stderrTailSize:]...)
-		t.truncated = true
-	} else {
-		if drop := len(t.buf) + len(b) - stderrTailSize; drop > 0 {
-			t.buf = append(t.buf[:0], t.buf[drop:]...)
-			t.truncated = true
-		}
-		t.buf = append(t.buf, b...)
-	}
+	t.keep(b)
 	t.mu.Unlock()
 	if t.w != nil {
 		t.wmu.Lock()
@@ -469,6 +471,71 @@ func (t *tailWriter) Write(b []byte) (int, error) {
 		t.wmu.Unlock()
 	}
 	return len(b), nil
+}
+
+// keep adds b to the tail (under mu).
+func (t *tailWriter) keep(b []byte) {
+	if len(b) >= stderrTailSize {
+		t.buf = append(t.buf[:0], b[len(b)-stderrTailSize:]...)
+		t.truncated = true
+		return
+	}
+	if drop := len(t.buf) + len(b) - stderrTailSize; drop > 0 {
+		t.buf = append(t.buf[:0], t.buf[drop:]...)
+		t.truncated = true
+	}
+	t.buf = append(t.buf, b...)
+}
+
+// noteNoise is Write for a line the session's reader found on the child's
+// stdout (Session.stdoutNoise; line is its own): kept in the tail at once, and
+// passed on to w without waiting for it, by a goroutine that lives while lines
+// wait (one at a time, so they reach w in order). Written by the reader itself,
+// a w that blocked (a terminal paused, a pipe nobody reads) held the session's
+// reads, and with them its calls, its Dial past its deadline and its Close, for
+// as long as w blocked; exec's copy of stderr, blocked the same way, holds only
+// the child. Past maxNoiseQueued bytes waiting, a line is dropped, and w is told
+// how many were once it takes lines again.
+func (t *tailWriter) noteNoise(line []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.keep(line)
+	if t.w == nil {
+		return
+	}
+	if t.queued+len(line) > maxNoiseQueued {
+		t.dropped++
+		return
+	}
+	t.queue = append(t.queue, line)
+	t.queued += len(line)
+	if !t.passing {
+		t.passing = true
+		go t.passNoise()
+	}
+}
+
+// passNoise passes the lines noteNoise queued on to w, until none is left.
+func (t *tailWriter) passNoise() {
+	for {
+		t.mu.Lock()
+		queue, dropped := t.queue, t.dropped
+		t.queue, t.queued, t.dropped = nil, 0, 0
+		if len(queue) == 0 && dropped == 0 {
+			t.passing = false
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+		t.wmu.Lock()
+		if dropped > 0 {
+			_, _ = fmt.Fprintf(t.w, "stdout: (%d lines dropped: they came faster than they could be passed on)\n", dropped)
+		}
+		for _, line := range queue {
+			_, _ = t.w.Write(line)
+		}
+		t.wmu.Unlock()
+	}
 }
 
 // tail returns the bytes kept, and whether earlier ones were dropped.

@@ -21,12 +21,14 @@ const GarbageLine = `{"jsonrpc":"2.0", this is not JSON-RPC}` + "\n"
 
 // NoiseLines is what the stdio binary writes to stdout for Options.Noise (and on
 // SIGUSR2 with -on-usr2 noise): lines that are not messages and could not be one,
-// as servers print banners and log records to stdout (a word, a log's bracket, a
-// JSON object with no JSON-RPC member, a number and more on its line, a scalar).
+// as servers print banners and log records to stdout (a word, a log's bracket,
+// JSON log records without a "jsonrpc" member, one with an "id" and an "error", a
+// number and more on its line, a scalar).
 // A client may skip them (mcpfsm does).
 const NoiseLines = "Starting the test server on stdio...\n" +
 	"[INFO] ready\n" +
 	`{"level":"info","msg":"listening","time":"2026-11-28T12:00:00Z"}` + "\n" +
+	`{"level":"warn","msg":"retrying","id":3,"error":"connection refused"}` + "\n" +
 	"42 tools loaded\n" +
 	"true\n"
 
