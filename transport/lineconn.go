@@ -72,10 +72,10 @@ type lineConn struct {
 	// start-up banner, a console.log, a JSON log record: see skipNoise and
 	// notAMessage), and the line is skipped, as the TypeScript and Python
 	// SDKs' clients skip such lines; a line that starts as a message and is
-	// broken still ends the connection. Without noise, lineConn reads as the go-sdk's connection
-	// does: the first line that is not a message ends it. Called on the
-	// reader's goroutine or in Read, one line at a time; the line is cut at
-	// maxNoiseText bytes and must not be kept.
+	// broken still ends the connection. Without noise, lineConn reads as the
+	// go-sdk's connection does: the first line that is not a message ends it.
+	// Called in Read, one line at a time, in the stream's order; the line is
+	// cut at maxNoiseText bytes and must not be kept.
 	noise func(line []byte)
 
 	queue []jsonrpc.Message // the rest of a batch; reads are serialized
