@@ -102,7 +102,7 @@ func NewOAuth(cfg Config, log *slog.Logger) (*OAuth, error) {
 	}
 	o := &OAuth{
 		src: *h.Auth, cfg: a, server: cfg.Name, resource: h.URL, key: a.StoreKey, log: log,
-		client: sameOriginClient(a.Client, a.Timeout),
+		client: sameOriginClient(a.Client, a.Timeout, log),
 		sem:    make(chan struct{}, 1), asked: map[string]bool{},
 	}
 	o.life, o.end = context.WithCancelCause(context.Background())
