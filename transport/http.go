@@ -92,22 +92,23 @@ func callersTripper(c *http.Client, field string, log *slog.Logger, red *redacto
 }
 
 // callerTripper calls a RoundTripper of the caller's (HTTP.Client's, whose
-// requests a session sends; Auth.Client's, an OAuth client's): a panic there is
-// the request's error (a *panicError, which names it), its stack logged (an
-// error, once per panic), the request's body closed as RoundTrip must. This is
-// where the caller's code is called, the one place that sees every request, and
-// a request failed so leaves the go-sdk (and the OAuth client) as any failed
-// request does: on a session, its connection is lost, as when the server cannot
-// be reached. Above it nothing recovered such a panic in every case: on a call's
-// POST it went up the caller's goroutine through the go-sdk's jsonrpc2 write,
-// past the line that takes the call off the connection's calls in flight, and
-// the connection, though the call's error was had (the SDK's panic recovered, see
-// unreadable), waited at its Close for that call for ever: the session's Close
-// returned at its context's end, forced, a goroutine left. On the go-sdk's own
-// goroutines' requests (the event stream's GET, the DELETE at close) and an OAuth
-// client's renewal it ended the process. A panic is not the caller's intended
-// answer, but ending the process (or wedging its connection) for one request's
-// bug is what "nothing wedges" rules out; its stack in the log says where it is.
+// requests a session sends; Auth.Client's, an OAuth client's): a panic there, in
+// RoundTrip or in the body of the response it returned, is the request's error
+// (a *panicError, which names it), its stack logged (an error, once per panic),
+// the request's body closed as RoundTrip must. This is where the caller's code is
+// called, the one place that sees every request, and a request failed so leaves
+// the go-sdk (and the OAuth client) as any failed request does: on a session,
+// its connection is lost, as when the server cannot be reached. Above it nothing
+// recovered such a panic in every case: on a call's POST it went up the caller's
+// goroutine through the go-sdk's jsonrpc2 write, past the line that takes the
+// call off the connection's calls in flight, and the connection, though the
+// call's error was had (the SDK's panic recovered, see unreadable), waited at its
+// Close for that call for ever: the session's Close returned at its context's
+// end, forced, a goroutine left. On the go-sdk's own goroutines (the event
+// stream's GET, the DELETE at close, the reading of a body) and an OAuth client's
+// renewal it ended the process. A panic is not the caller's intended answer, but
+// ending the process (or wedging its connection) for one request's bug is what
+// "nothing wedges" rules out; its stack in the log says where it is.
 type callerTripper struct {
 	base  http.RoundTripper
 	field string       // the config's field that gave it: "HTTP.Client", "Auth.Client"
@@ -117,33 +118,74 @@ type callerTripper struct {
 
 func (c *callerTripper) RoundTrip(r *http.Request) (resp *http.Response, err error) {
 	defer func() {
-		v := recover()
-		if v == nil {
-			return
-		}
-		if r.Body != nil {
-			_ = r.Body.Close()
-		}
-		pe := &panicError{field: c.field, value: v}
-		resp, err = nil, pe
-		if c.log != nil {
-			// The stack names functions and lines; the panic's value may quote
-			// anything (a URL, a header), so it is scrubbed as errors are.
-			c.log.Error("mcpfsm: a RoundTripper of the caller's panicked: its request fails", "field", c.field, "method", r.Method, "error", c.red.scrub(pe.Error()), "stack", string(debug.Stack()))
+		if v := recover(); v != nil {
+			if r.Body != nil {
+				_ = r.Body.Close()
+			}
+			resp, err = nil, c.panicked(v, "RoundTrip", r.Method)
 		}
 	}()
-	return c.base.RoundTrip(r)
+	resp, err = c.base.RoundTrip(r)
+	if resp != nil && resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = &callerBody{ReadCloser: resp.Body, c: c, method: r.Method}
+	}
+	return resp, err
+}
+
+// panicked returns the error of a panic (v) of the caller's code in where (a
+// method's name), for a request of method, and logs it with its stack.
+func (c *callerTripper) panicked(v any, where, method string) error {
+	pe := &panicError{field: c.field, where: where, value: v}
+	if c.log != nil {
+		// The stack names functions and lines; the panic's value may quote
+		// anything (a URL, a header), so it is scrubbed as errors are.
+		c.log.Error("mcpfsm: a RoundTripper of the caller's panicked: its request fails", "field", c.field, "method", method, "error", c.red.scrub(pe.Error()), "stack", string(debug.Stack()))
+	}
+	return pe
+}
+
+// callerBody is the body of a response of a callerTripper's: a panic in its Read
+// or Close (on the go-sdk's goroutine that reads an event stream or an answer, it
+// ended the process) is their error, and every later Read's.
+type callerBody struct {
+	io.ReadCloser
+	c      *callerTripper
+	method string
+	err    error // the panic's, once there was one
+}
+
+func (b *callerBody) Read(p []byte) (n int, err error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			b.err = b.c.panicked(v, "a response body's Read", b.method)
+			n, err = 0, b.err
+		}
+	}()
+	return b.ReadCloser.Read(p)
+}
+
+func (b *callerBody) Close() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = b.c.panicked(v, "a response body's Close", b.method)
+		}
+	}()
+	return b.ReadCloser.Close()
 }
 
 // panicError is the error of a request whose RoundTripper, the caller's,
 // panicked (see callerTripper); a panic with an error is unwrapped to it.
 type panicError struct {
-	field string
+	field string // the config's field that gave the RoundTripper
+	where string // "RoundTrip", "a response body's Read"
 	value any
 }
 
 func (e *panicError) Error() string {
-	return fmt.Sprintf("the RoundTripper of %s panicked: %v", e.field, e.value)
+	return fmt.Sprintf("the RoundTripper of %s panicked (in %s): %v", e.field, e.where, e.value)
 }
 
 func (e *panicError) Unwrap() error {

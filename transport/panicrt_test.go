@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -16,21 +17,48 @@ import (
 
 // panickyTripper is a caller's http.RoundTripper with a bug: once armed, it
 // panics on the request that makes its count reach zero (and, with always, on
-// every one after).
+// every one after), or, with inBody, that request's response body panics when
+// read.
 type panickyTripper struct {
 	base   http.RoundTripper
 	left   atomic.Int64 // requests until the panic; 0 or less: disarmed
 	always bool
+	inBody bool
 	panics atomic.Int64
 }
 
 func (p *panickyTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	if n := p.left.Add(-1); n == 0 || (p.always && n < 0 && p.panics.Load() > 0) {
+	n := p.left.Add(-1)
+	if p.inBody {
+		resp, err := p.base.RoundTrip(req)
+		if n == 0 && err == nil {
+			resp.Body = panickyBody{resp.Body, p}
+		}
+		return resp, err
+	}
+	if n == 0 || (p.always && n < 0 && p.panics.Load() > 0) {
 		p.panics.Add(1)
-		var m map[string]int
-		m["the caller's bug"]++ // a nil map: a runtime error (an error), as a real bug's
+		callersBug()
 	}
 	return p.base.RoundTrip(req)
+}
+
+// panickyBody is a response body whose Read panics.
+type panickyBody struct {
+	io.ReadCloser
+	p *panickyTripper
+}
+
+func (b panickyBody) Read([]byte) (int, error) {
+	b.p.panics.Add(1)
+	callersBug()
+	return 0, io.EOF
+}
+
+// callersBug panics as a real bug does: with a runtime error.
+func callersBug() {
+	var m map[string]int
+	m["the caller's bug"]++ // a nil map
 }
 
 // TestPanickingRoundTripper: a caller's HTTP.Client whose RoundTripper panics. On
@@ -40,30 +68,30 @@ func (p *panickyTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 // recovered it as the call's error, but the connection held the call in flight
 // for ever: its Close waited for it, and the session's Close returned only at its
 // context's end, forced, a goroutine left. On a request of the go-sdk's own
-// goroutines (the event stream's GET, the DELETE at close) nothing recovered it:
-// the process died. Now the session's RoundTripper turns the panic into the
-// request's error, which names it: the call fails by its deadline, the session
-// serves on or ends, and Close returns, not forced.
+// goroutines (the event stream's GET, the DELETE at close), and in a response's
+// body (read on the go-sdk's goroutines), nothing recovered it: the process died.
+// Now the caller's RoundTripper (and the bodies it returns) is called through
+// callerTripper, which turns a panic into the request's error, naming it: the
+// call fails by its deadline, the panic's stack is logged, and Close returns, not
+// forced.
 func TestPanickingRoundTripper(t *testing.T) {
 	for _, proto := range []string{"", "2025-11-25", "sse"} {
-		for _, always := range []bool{false, true} {
+		for _, mode := range []string{"one request", "every request", "a body"} {
 			name := "newest"
 			if proto != "" {
 				name = proto
 			}
-			if always {
-				name += "/every request"
-			} else {
-				name += "/one request"
+			if proto == "sse" && mode == "a body" {
+				continue // the answer comes on the event stream, not the POST's body
 			}
-			t.Run(name, func(t *testing.T) { panickingRoundTripper(t, proto, always) })
+			t.Run(name+"/"+mode, func(t *testing.T) { panickingRoundTripper(t, proto, mode) })
 		}
 	}
 }
 
-func panickingRoundTripper(t *testing.T, proto string, always bool) {
+func panickingRoundTripper(t *testing.T, proto, mode string) {
 	h := testserver.StartHTTP(t, testserver.Options{SSE: proto == "sse"})
-	rt := &panickyTripper{base: http.DefaultTransport.(*http.Transport).Clone(), always: always}
+	rt := &panickyTripper{base: http.DefaultTransport.(*http.Transport).Clone(), always: mode == "every request", inBody: mode == "a body"}
 	t.Cleanup(rt.base.(*http.Transport).CloseIdleConnections)
 	cfg := httpConfig(h)
 	if proto == "sse" {
@@ -105,10 +133,10 @@ func panickingRoundTripper(t *testing.T, proto string, always bool) {
 	if rt.panics.Load() == 0 {
 		t.Fatal("the RoundTripper did not panic")
 	}
-	if !strings.Contains(err.Error(), "RoundTripper of HTTP.Client panicked") || !strings.Contains(err.Error(), "assignment to entry in nil map") {
+	if mode != "a body" && (!strings.Contains(err.Error(), "RoundTripper of HTTP.Client panicked") || !strings.Contains(err.Error(), "assignment to entry in nil map")) {
 		t.Errorf("the call's error does not name the panic: %v", err)
 	}
-	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "panickyTripper") {
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") {
 		t.Errorf("the panic's stack was not logged:\n%s", l)
 	}
 
@@ -153,7 +181,7 @@ func TestPanickingAuthClient(t *testing.T) {
 	if st := o.Status(); !strings.Contains(st.LastError, "RoundTripper of Auth.Client panicked") {
 		t.Errorf("the client's last error does not name the panic: %q", st.LastError)
 	}
-	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "panickyTripper") {
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") {
 		t.Errorf("the panic's stack was not logged:\n%s", l)
 	}
 	if err := o.Close(ctx); err != nil {
