@@ -39,8 +39,9 @@ import (
 // made by one may come after newer credentials another saved (its refresh, whose
 // rotated refresh token retired the older one's). Such a store should, as
 // FileStore does, compare before it writes, atomically with the write: if what it
-// holds for key was obtained later than c (Credentials.Obtained; both set), keep
-// it and return an error wrapping ErrNewerStored, which the client takes as
+// holds for key was obtained later than c (Credentials.Obtained; both set, and
+// the stored one not past the store's clock), keep it and return an error
+// wrapping ErrNewerStored, which the client takes as
 // another process's credentials kept, not as a failure (it reads the store before
 // its next refresh). A store that does not compare keeps the last Save made.
 type TokenStore interface {
@@ -104,8 +105,11 @@ func (c *Credentials) Status() TokenStatus {
 // (Credentials.Obtained, both set) are not written, and Save returns an error
 // wrapping ErrNewerStored (a save of one process's, made after another's newer
 // credentials had landed, once replaced them: the older refresh token, which the
-// newer's refresh had retired, was what the next start found). Where there is no
-// flock the compare and the write are not atomic across processes.
+// newer's refresh had retired, was what the next start found). The times are the
+// processes' wall clocks: stored ones later than the saving process's clock are
+// not trusted (a clock set back would have every save refused until it caught
+// up), and are replaced. Where there is no flock the compare and the write are
+// not atomic across processes.
 type FileStore struct {
 	Dir string // the directory; created (0700) at the first save
 }
@@ -194,7 +198,11 @@ func (s *FileStore) Save(ctx context.Context, key string, c *Credentials) error 
 func (s *FileStore) saveLocked(key string, c *Credentials) error {
 	cp := *c
 	if old, err := s.Load(context.Background(), key); err == nil && old != nil && old.Token != nil {
-		if !old.Obtained.IsZero() && !cp.Obtained.IsZero() && old.Obtained.After(cp.Obtained) {
+		// A stored time past this process's clock is not trusted: a clock set
+		// back (or another machine's, ahead) would have every later save
+		// refused until the clock caught up, and the store keep a retired
+		// refresh token meanwhile.
+		if !old.Obtained.IsZero() && !cp.Obtained.IsZero() && old.Obtained.After(cp.Obtained) && !old.Obtained.After(time.Now()) {
 			return fmt.Errorf("token store: %s: credentials obtained %s kept, not replaced by older ones (obtained %s): %w",
 				s.Path(key), old.Obtained.Format(time.RFC3339Nano), cp.Obtained.Format(time.RFC3339Nano), ErrNewerStored)
 		}

@@ -117,8 +117,9 @@ func TestFileStoreKeepsNewerFromElsewhere(t *testing.T) {
 		t.Errorf("the client's log, want an info that the newer credentials were kept, no warning:\n%s", l)
 	}
 
-	// Direct saves: older ones are refused with ErrNewerStored; newer ones, and
-	// ones whose time is not known, are written.
+	// Direct saves: older ones are refused with ErrNewerStored; newer ones, ones
+	// whose time is not known, and any over stored ones obtained after now (by a
+	// clock since set back: not trusted) are written.
 	older := *ours
 	if err := store.Save(ctx, "authed", &older); !errors.Is(err, ErrNewerStored) {
 		t.Errorf("a save of older credentials: %v, want ErrNewerStored", err)
@@ -128,7 +129,11 @@ func TestFileStoreKeepsNewerFromElsewhere(t *testing.T) {
 	later := p.issued(time.Now().Add(time.Hour))
 	later.Obtained = time.Now()
 	unknown := p.issued(time.Now().Add(time.Hour))
-	for _, c := range []*Credentials{later, unknown} {
+	future := p.issued(time.Now().Add(time.Hour))
+	future.Obtained = time.Now().Add(time.Hour)
+	afterFuture := p.issued(time.Now().Add(time.Hour))
+	afterFuture.Obtained = time.Now()
+	for _, c := range []*Credentials{later, unknown, future, afterFuture} {
 		if err := store.Save(ctx, "authed", c); err != nil {
 			t.Fatalf("save: %v", err)
 		}
