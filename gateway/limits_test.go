@@ -151,6 +151,7 @@ func TestGateway_BodyMemory(t *testing.T) {
 	waitTools(t, cs, has("a__hold"))
 
 	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel() // a failure below ends the held call: the front's Close (a cleanup) waits for it
 	held := make(chan error, 1)
 	go func() {
 		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "a__hold", Arguments: map[string]any{"ms": 600000},

@@ -100,7 +100,8 @@ type Auth struct {
 	LoginScopeHint [2]string
 	// Client makes the requests to the authorization server (metadata,
 	// registration, tokens); nil: a private client. It never follows a
-	// redirect to another origin.
+	// redirect to another origin. A panic in its RoundTripper fails the
+	// request, as HTTP.Client's does.
 	Client *http.Client
 	// Timeout bounds each request to the authorization server (DefaultAuthTimeout
 	// if 0). An authorization as a whole, the user's part included, gets at most
@@ -507,11 +508,13 @@ func authContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // sameOriginClient returns a copy of c (or a private client) that makes each
 // request within timeout and follows no redirect to another origin: an
 // authorization server's redirect elsewhere is refused, not followed with our
-// client's credentials.
-func sameOriginClient(c *http.Client, timeout time.Duration) *http.Client {
+// client's credentials. c's RoundTripper is called through a callerTripper
+// (its panics logged to log).
+func sameOriginClient(c *http.Client, timeout time.Duration, log *slog.Logger) *http.Client {
 	var out http.Client
 	if c != nil {
 		out = *c
+		out.Transport = callersTripper(c, "Auth.Client", log, nil)
 	} else {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		// Authorization requests are rare: no idle connection is kept for them.

@@ -51,7 +51,10 @@ type HTTP struct {
 	// default keeps 2 idle connections a host, and a session making many calls at
 	// once then opens a connection for nearly each). If nil, each session uses a
 	// private transport that keeps up to 64 idle connections to its server, closed
-	// when the session closes.
+	// when the session closes. A panic in its RoundTripper (or in a body it
+	// returns) fails the request it was sending (the error names the panic; its
+	// stack is logged, an error), as a request that could not be sent: it does
+	// not end the process or hold the session.
 	Client *http.Client
 	// MaxRetries bounds how many times the streamable HTTP transport tries to
 	// reconnect its server-to-client event stream before it declares the

@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -48,16 +50,14 @@ const maxIdlePerSession = 64
 
 // newHTTPClient returns the client a session uses for h: the caller's client
 // (or a private transport) wrapped in a lifeRoundTripper. own is the private
-// transport, nil if the caller gave a client.
-func newHTTPClient(life context.Context, h *HTTP, az authorizer, red *redactor) (client *http.Client, own *http.Transport) {
+// transport, nil if the caller gave a client. log receives the panics of the
+// caller's RoundTripper (see callerTripper).
+func newHTTPClient(life context.Context, h *HTTP, az authorizer, red *redactor, log *slog.Logger) (client *http.Client, own *http.Transport) {
 	var base http.RoundTripper
 	if h.Client != nil {
 		c := *h.Client // a shallow copy: the caller's client is not modified
 		client = &c
-		base = h.Client.Transport
-		if base == nil {
-			base = http.DefaultTransport
-		}
+		base = callersTripper(h.Client, "HTTP.Client", log, red)
 	} else {
 		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
 			own = dt.Clone()
@@ -79,6 +79,118 @@ func newHTTPClient(life context.Context, h *HTTP, az authorizer, red *redactor) 
 	}
 	client.Transport = &lifeRoundTripper{base: base, life: life, headers: h.Headers, origin: origin, maxBody: MaxResponseBody, auth: az, red: red}
 	return client, own
+}
+
+// callersTripper returns the RoundTripper of c, a caller's client (field names
+// it in the config: "HTTP.Client"), called through a callerTripper.
+func callersTripper(c *http.Client, field string, log *slog.Logger, red *redactor) http.RoundTripper {
+	base := c.Transport
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &callerTripper{base: base, field: field, log: log, red: red}
+}
+
+// callerTripper calls a RoundTripper of the caller's (HTTP.Client's, whose
+// requests a session sends; Auth.Client's, an OAuth client's): a panic there, in
+// RoundTrip or in the body of the response it returned, is the request's error
+// (a *panicError, which names it), its stack logged (an error, once per panic),
+// the request's body closed as RoundTrip must. This is where the caller's code is
+// called, the one place that sees every request, and a request failed so leaves
+// the go-sdk (and the OAuth client) as any failed request does: on a session,
+// its connection is lost, as when the server cannot be reached. Above it nothing
+// recovered such a panic in every case: on a call's POST it went up the caller's
+// goroutine through the go-sdk's jsonrpc2 write, past the line that takes the
+// call off the connection's calls in flight, and the connection, though the
+// call's error was had (the SDK's panic recovered, see unreadable), waited at its
+// Close for that call for ever: the session's Close returned at its context's
+// end, forced, a goroutine left. On the go-sdk's own goroutines (the event
+// stream's GET, the DELETE at close, the reading of a body) and an OAuth client's
+// renewal it ended the process. A panic is not the caller's intended answer, but
+// ending the process (or wedging its connection) for one request's bug is what
+// "nothing wedges" rules out; its stack in the log says where it is.
+type callerTripper struct {
+	base  http.RoundTripper
+	field string       // the config's field that gave it: "HTTP.Client", "Auth.Client"
+	log   *slog.Logger // nil: nothing logged
+	red   *redactor    // scrubs the panic's value in the log (errors are scrubbed where they are shown)
+}
+
+func (c *callerTripper) RoundTrip(r *http.Request) (resp *http.Response, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if r.Body != nil {
+				_ = r.Body.Close()
+			}
+			resp, err = nil, c.panicked(v, "RoundTrip", r.Method)
+		}
+	}()
+	resp, err = c.base.RoundTrip(r)
+	if resp != nil && resp.Body != nil && resp.Body != http.NoBody {
+		resp.Body = &callerBody{ReadCloser: resp.Body, c: c, method: r.Method}
+	}
+	return resp, err
+}
+
+// panicked returns the error of a panic (v) of the caller's code in where (a
+// method's name), for a request of method, and logs it with its stack.
+func (c *callerTripper) panicked(v any, where, method string) error {
+	pe := &panicError{field: c.field, where: where, value: v}
+	if c.log != nil {
+		// The stack names functions and lines; the panic's value may quote
+		// anything (a URL, a header), so it is scrubbed as errors are.
+		c.log.Error("mcpfsm: a RoundTripper of the caller's panicked: its request fails", "field", c.field, "method", method, "error", c.red.scrub(pe.Error()), "stack", string(debug.Stack()))
+	}
+	return pe
+}
+
+// callerBody is the body of a response of a callerTripper's: a panic in its Read
+// or Close (on the go-sdk's goroutine that reads an event stream or an answer, it
+// ended the process) is their error, and every later Read's.
+type callerBody struct {
+	io.ReadCloser
+	c      *callerTripper
+	method string
+	err    error // the panic's, once there was one
+}
+
+func (b *callerBody) Read(p []byte) (n int, err error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			b.err = b.c.panicked(v, "a response body's Read", b.method)
+			n, err = 0, b.err
+		}
+	}()
+	return b.ReadCloser.Read(p)
+}
+
+func (b *callerBody) Close() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = b.c.panicked(v, "a response body's Close", b.method)
+		}
+	}()
+	return b.ReadCloser.Close()
+}
+
+// panicError is the error of a request whose RoundTripper, the caller's,
+// panicked (see callerTripper); a panic with an error is unwrapped to it.
+type panicError struct {
+	field string // the config's field that gave the RoundTripper
+	where string // "RoundTrip", "a response body's Read"
+	value any
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("the RoundTripper of %s panicked (in %s): %v", e.field, e.where, e.value)
+}
+
+func (e *panicError) Unwrap() error {
+	err, _ := e.value.(error)
+	return err
 }
 
 // originOf returns u's scheme, host and port (the scheme's default port if
@@ -113,9 +225,10 @@ type lifeRoundTripper struct {
 	origin  string // originOf the configured URL
 	maxBody int64  // MaxResponseBody; smaller in tests
 	auth    authorizer
-	red     *redactor // learns the bearer tokens sent, which errors must not quote
-	order   *order    // the session's, whose marks its SSE bodies hand out (order.go); nil: none
-	listens *listens  // the session's, shown its listens and their first words (subscribe.go); nil: none
+	red     *redactor    // learns the bearer tokens sent, which errors must not quote
+	log     *slog.Logger // nil: nothing logged
+	order   *order       // the session's, whose marks its SSE bodies hand out (order.go); nil: none
+	listens *listens     // the session's, shown its listens and their first words (subscribe.go); nil: none
 	// lost, if set, is told when the server ends a listen it had agreed to
 	// (see Session.listenLost), unless the listen's caller or the session's life
 	// ended it.

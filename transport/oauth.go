@@ -102,7 +102,7 @@ func NewOAuth(cfg Config, log *slog.Logger) (*OAuth, error) {
 	}
 	o := &OAuth{
 		src: *h.Auth, cfg: a, server: cfg.Name, resource: h.URL, key: a.StoreKey, log: log,
-		client: sameOriginClient(a.Client, a.Timeout),
+		client: sameOriginClient(a.Client, a.Timeout, log),
 		sem:    make(chan struct{}, 1), asked: map[string]bool{},
 	}
 	o.life, o.end = context.WithCancelCause(context.Background())
@@ -229,7 +229,7 @@ func (o *OAuth) Authorize(ctx context.Context, req *http.Request, resp *http.Res
 // SetCredentials hands the client credentials obtained elsewhere: at least a
 // token; with TokenURL (and the client it was issued to) if it can be
 // refreshed. They are used at once, and saved in the store once the server has
-// accepted them.
+// accepted them, as obtained now (their Obtained is set: see TokenStore).
 func (o *OAuth) SetCredentials(c *Credentials) error {
 	if c == nil || c.Token == nil || c.Token.AccessToken == "" {
 		return errors.New("mcpfsm: SetCredentials: no token")
@@ -540,8 +540,8 @@ func (o *OAuth) adopt(c *Credentials) {
 
 // adoptOver is adopt, but if over is not nil only while the current
 // credentials are still generation *over (the ones c renews); it reports
-// whether c was adopted. Unless pending, c is saved at once (waited for until
-// ctx ends: see save).
+// whether c was adopted. c.Obtained is set to now. Unless pending, c is saved at
+// once (waited for until ctx ends: see save).
 func (o *OAuth) adoptOver(ctx context.Context, c *Credentials, pending bool, over *uint64) bool {
 	o.mu.Lock()
 	if over != nil && o.gen != *over {
@@ -553,6 +553,7 @@ func (o *OAuth) adoptOver(ctx context.Context, c *Credentials, pending bool, ove
 		t.RefreshToken = old.Token.RefreshToken
 		c.Token = &t
 	}
+	c.Obtained = time.Now() // by the wall clock: compared with other processes' (see TokenStore)
 	o.creds, o.pending = c, pending
 	o.gen++
 	gen := o.gen
@@ -742,6 +743,12 @@ func (o *OAuth) write(saved chan struct{}) {
 			o.unsaved = true
 			o.mu.Unlock()
 			o.saveUnsaved() // (in case the store returned meanwhile)
+		}
+		if errors.Is(err, ErrNewerStored) {
+			// Another process's credentials, obtained later, landed first: they
+			// stay, and are read before the next refresh (newerStored).
+			o.log.Info("mcpfsm: the token store holds newer credentials (another process's): kept, not replaced", "server", o.server)
+			continue
 		}
 		if err != nil && !errors.Is(err, errStoreSilent) {
 			o.log.Warn("mcpfsm: saving credentials to the token store", "server", o.server, "error", err)

@@ -609,7 +609,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 			return nil, err
 		}
 		s.oauth = built
-		hc, own := newHTTPClient(s.life, cfg.HTTP, az, s.red)
+		hc, own := newHTTPClient(s.life, cfg.HTTP, az, s.red, s.log)
 		s.own = own
 		s.rt = hc.Transport.(*lifeRoundTripper)
 		if isMarkable(client) {
@@ -626,7 +626,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 			return nil, err
 		}
 		s.oauth = built
-		hc, own := newHTTPClient(s.life, cfg.SSE, az, s.red)
+		hc, own := newHTTPClient(s.life, cfg.SSE, az, s.red, s.log)
 		s.own = own
 		inner = &mcp.SSEClientTransport{Endpoint: cfg.SSE.URL, HTTPClient: hc}
 		// Protocol 2026-07-28 has no SSE binding. Ask for the last version

@@ -33,6 +33,17 @@ import (
 // are saved once it returns if a save failed so), so
 // that a store that hangs holds one goroutine, its own, and no request and no
 // Close.
+//
+// That order holds within one client. A store shared by several processes (two
+// gateways, a gateway and the CLI) sees their saves interleave: a Save already
+// made by one may come after newer credentials another saved (its refresh, whose
+// rotated refresh token retired the older one's). Such a store should, as
+// FileStore does, compare before it writes, atomically with the write: if what it
+// holds for key was obtained later than c (Credentials.Obtained; both set, and
+// the stored one not past the store's clock), keep it and return an error
+// wrapping ErrNewerStored, which the client takes as
+// another process's credentials kept, not as a failure (it reads the store before
+// its next refresh). A store that does not compare keeps the last Save made.
 type TokenStore interface {
 	Load(ctx context.Context, key string) (*Credentials, error)
 	Save(ctx context.Context, key string, c *Credentials) error
@@ -52,8 +63,19 @@ type Credentials struct {
 	ClientSecret string        `json:"client_secret,omitempty"`
 	Scopes       []string      `json:"scopes,omitempty"` // granted
 	Token        *oauth2.Token `json:"token"`            // the access token, its expiry and refresh token
-	Saved        time.Time     `json:"saved,omitzero"`   // when it was last saved
+	// Obtained is when the OAuth client obtained them (a new authorization, a
+	// refresh, a SetCredentials), by its wall clock: what a store shared by
+	// processes compares to keep the newer (see TokenStore). Zero: unknown (an
+	// entry written before it was kept), never taken for newer or older.
+	Obtained time.Time `json:"obtained,omitzero"`
+	Saved    time.Time `json:"saved,omitzero"` // when it was last saved
 }
+
+// ErrNewerStored is wrapped by the error of a TokenStore's Save that did not
+// write the credentials given, because the store holds newer ones for the key
+// (obtained later: another process's). The client keeps working with its own, and
+// reads the store's before its next refresh.
+var ErrNewerStored = errors.New("the token store holds newer credentials")
 
 // String describes the credentials without their secrets.
 func (c *Credentials) String() string {
@@ -78,7 +100,16 @@ func (c *Credentials) Status() TokenStatus {
 // never half of either. Saving credentials without a refresh token keeps the
 // stored one for the same client: a refresh answer without one does not erase
 // it. Saves from several processes are serialized by a lock file where the
-// system has flock; a save waits for it until its context ends.
+// system has flock; a save waits for it until its context ends. Under that lock,
+// a save compares before it writes: credentials obtained earlier than those stored
+// (Credentials.Obtained, both set) are not written, and Save returns an error
+// wrapping ErrNewerStored (a save of one process's, made after another's newer
+// credentials had landed, once replaced them: the older refresh token, which the
+// newer's refresh had retired, was what the next start found). The times are the
+// processes' wall clocks: stored ones later than the saving process's clock are
+// not trusted (a clock set back would have every save refused until it caught
+// up), and are replaced. Where there is no flock the compare and the write are
+// not atomic across processes.
 type FileStore struct {
 	Dir string // the directory; created (0700) at the first save
 }
@@ -146,7 +177,8 @@ func openRegular(path string) (*os.File, error) {
 	return f, nil
 }
 
-// Save writes key's credentials, atomically.
+// Save writes key's credentials, atomically, unless newer ones are stored (see
+// FileStore).
 func (s *FileStore) Save(ctx context.Context, key string, c *Credentials) error {
 	if c == nil || c.Token == nil {
 		return errors.New("token store: no credentials to save")
@@ -159,12 +191,26 @@ func (s *FileStore) Save(ctx context.Context, key string, c *Credentials) error 
 		return fmt.Errorf("token store: %w", err)
 	}
 	defer unlock()
+	return s.saveLocked(key, c)
+}
+
+// saveLocked is Save under the store's lock.
+func (s *FileStore) saveLocked(key string, c *Credentials) error {
 	cp := *c
-	if old, err := s.Load(ctx, key); err == nil && old != nil && old.Token != nil &&
-		cp.Token.RefreshToken == "" && old.Token.RefreshToken != "" && sameClient(old, &cp) {
-		t := *cp.Token
-		t.RefreshToken = old.Token.RefreshToken
-		cp.Token = &t
+	if old, err := s.Load(context.Background(), key); err == nil && old != nil && old.Token != nil {
+		// A stored time past this process's clock is not trusted: a clock set
+		// back (or another machine's, ahead) would have every later save
+		// refused until the clock caught up, and the store keep a retired
+		// refresh token meanwhile.
+		if !old.Obtained.IsZero() && !cp.Obtained.IsZero() && old.Obtained.After(cp.Obtained) && !old.Obtained.After(time.Now()) {
+			return fmt.Errorf("token store: %s: credentials obtained %s kept, not replaced by older ones (obtained %s): %w",
+				s.Path(key), old.Obtained.Format(time.RFC3339Nano), cp.Obtained.Format(time.RFC3339Nano), ErrNewerStored)
+		}
+		if cp.Token.RefreshToken == "" && old.Token.RefreshToken != "" && sameClient(old, &cp) {
+			t := *cp.Token
+			t.RefreshToken = old.Token.RefreshToken
+			cp.Token = &t
+		}
 	}
 	data, err := json.MarshalIndent(&cp, "", "  ")
 	if err != nil {

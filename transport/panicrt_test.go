@@ -1,0 +1,190 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/mcpfsm/mcpfsm/internal/authtest"
+	"github.com/mcpfsm/mcpfsm/transport/testserver"
+)
+
+// panickyTripper is a caller's http.RoundTripper with a bug: once armed, it
+// panics on the request that makes its count reach zero (and, with always, on
+// every one after), or, with inBody, that request's response body panics when
+// read.
+type panickyTripper struct {
+	base   http.RoundTripper
+	left   atomic.Int64 // requests until the panic; 0 or less: disarmed
+	always bool
+	inBody bool
+	panics atomic.Int64
+}
+
+func (p *panickyTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	n := p.left.Add(-1)
+	if p.inBody {
+		resp, err := p.base.RoundTrip(req)
+		if n == 0 && err == nil {
+			resp.Body = panickyBody{resp.Body, p}
+		}
+		return resp, err
+	}
+	if n == 0 || (p.always && n < 0 && p.panics.Load() > 0) {
+		p.panics.Add(1)
+		callersBug()
+	}
+	return p.base.RoundTrip(req)
+}
+
+// panickyBody is a response body whose Read panics.
+type panickyBody struct {
+	io.ReadCloser
+	p *panickyTripper
+}
+
+func (b panickyBody) Read([]byte) (int, error) {
+	b.p.panics.Add(1)
+	callersBug()
+	return 0, io.EOF
+}
+
+// callersBug panics as a real bug does: with a runtime error.
+func callersBug() {
+	var m map[string]int
+	m["the caller's bug"]++ // a nil map
+}
+
+// TestPanickingRoundTripper: a caller's HTTP.Client whose RoundTripper panics. On
+// the call's POST the panic went up the caller's goroutine through the go-sdk's
+// jsonrpc2 write, past the line that takes the call off the connection's calls
+// in flight; package transport's innermost sending middleware (unreadable)
+// recovered it as the call's error, but the connection held the call in flight
+// for ever: its Close waited for it, and the session's Close returned only at its
+// context's end, forced, a goroutine left. On a request of the go-sdk's own
+// goroutines (the event stream's GET, the DELETE at close), and in a response's
+// body (read on the go-sdk's goroutines), nothing recovered it: the process died.
+// Now the caller's RoundTripper (and the bodies it returns) is called through
+// callerTripper, which turns a panic into the request's error, naming it: the
+// call fails by its deadline, the panic's stack is logged, and Close returns, not
+// forced.
+func TestPanickingRoundTripper(t *testing.T) {
+	for _, proto := range []string{"", "2025-11-25", "sse"} {
+		for _, mode := range []string{"one request", "every request", "a body"} {
+			name := "newest"
+			if proto != "" {
+				name = proto
+			}
+			if proto == "sse" && mode == "a body" {
+				continue // the answer comes on the event stream, not the POST's body
+			}
+			t.Run(name+"/"+mode, func(t *testing.T) { panickingRoundTripper(t, proto, mode) })
+		}
+	}
+}
+
+func panickingRoundTripper(t *testing.T, proto, mode string) {
+	h := testserver.StartHTTP(t, testserver.Options{SSE: proto == "sse"})
+	rt := &panickyTripper{base: http.DefaultTransport.(*http.Transport).Clone(), always: mode == "every request", inBody: mode == "a body"}
+	t.Cleanup(rt.base.(*http.Transport).CloseIdleConnections)
+	cfg := httpConfig(h)
+	if proto == "sse" {
+		cfg = sseConfig(h)
+	} else {
+		cfg.ProtocolVersion = proto
+	}
+	cfg.httpConfig().Client = &http.Client{Transport: rt}
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	var logs syncBuffer
+	s, err := Dial(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = s.Close(ctx)
+		}
+	}()
+	if _, err := echo(callCtx(t), s, "before"); err != nil {
+		t.Fatalf("a call before: %v", err)
+	}
+
+	rt.left.Store(1) // the next request, the call's POST, panics
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	start := time.Now()
+	_, err = echo(cctx, s, "during")
+	if err == nil {
+		t.Fatal("a call whose request panicked succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second+time.Second {
+		t.Errorf("the call returned after %v, its deadline 5s", d)
+	}
+	if rt.panics.Load() == 0 {
+		t.Fatal("the RoundTripper did not panic")
+	}
+	if mode != "a body" && (!strings.Contains(err.Error(), "RoundTripper of HTTP.Client panicked") || !strings.Contains(err.Error(), "assignment to entry in nil map")) {
+		t.Errorf("the call's error does not name the panic: %v", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") {
+		t.Errorf("the panic's stack was not logged:\n%s", l)
+	}
+
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer closeCancel()
+	start = time.Now()
+	err = s.Close(closeCtx)
+	closed = true
+	if errors.Is(err, ErrForcedClose) || closeCtx.Err() != nil {
+		t.Errorf("Close after %v (its context 5s): %v; want a graceful close", time.Since(start), err)
+	}
+}
+
+// TestPanickingAuthClient: an OAuth client whose Auth.Client's RoundTripper
+// panics. The refresh runs on a goroutine of the OAuth client's (it outlives the
+// request that needs it): nothing recovered the panic there, and the process
+// died. Now the refresh fails with an error that names the panic (the client's
+// last error; the request goes without a token), its stack logged, and Close
+// returns.
+func TestPanickingAuthClient(t *testing.T) {
+	p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
+	rt := &panickyTripper{base: p.pipe.Client().Transport, always: true}
+	cfg := p.config(&Auth{}, false)
+	cfg.HTTP.Auth.Client = &http.Client{Transport: rt}
+	var logs syncBuffer
+	o, err := NewOAuth(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.SetCredentials(p.issued(time.Now().Add(-time.Minute))); err != nil { // expired: refreshed by the first request
+		t.Fatal(err)
+	}
+	rt.left.Store(1) // the refresh's requests panic (oauth2 tries a second way to send the client's ID)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if tok, _ := o.bearer(ctx); tok != "" {
+		t.Error("a token from a refresh whose request panicked")
+	}
+	if rt.panics.Load() == 0 {
+		t.Fatal("the RoundTripper did not panic")
+	}
+	if st := o.Status(); !strings.Contains(st.LastError, "RoundTripper of Auth.Client panicked") {
+		t.Errorf("the client's last error does not name the panic: %q", st.LastError)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") {
+		t.Errorf("the panic's stack was not logged:\n%s", l)
+	}
+	if err := o.Close(ctx); err != nil {
+		t.Errorf("close: %v", err)
+	}
+}
