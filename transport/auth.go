@@ -379,7 +379,7 @@ type authorizer interface {
 // authorizerFor returns the authorizer of cfg's HTTP requests, or nil; and
 // the OAuth client it built for them (Auth's grant fields), which the caller
 // owns and closes, or nil (a Handler is its giver's).
-func authorizerFor(cfg Config, log *slog.Logger) (authorizer, *OAuth, error) {
+func authorizerFor(cfg Config, log *slog.Logger, red *redactor) (authorizer, *OAuth, error) {
 	h := cfg.httpConfig()
 	if h == nil || h.Auth == nil {
 		return nil, nil, nil
@@ -390,9 +390,9 @@ func authorizerFor(cfg Config, log *slog.Logger) (authorizer, *OAuth, error) {
 		if o, ok := a.Handler.(*OAuth); ok {
 			return o, nil, nil
 		}
-		return &handlerAuth{h: a.Handler}, nil, nil
+		return &handlerAuth{h: a.Handler, log: log, red: red}, nil, nil
 	case a.Token != nil:
-		return &tokenAuth{ts: a.Token}, nil, nil
+		return &tokenAuth{ts: a.Token, log: log, red: red}, nil, nil
 	}
 	o, err := NewOAuth(cfg, log)
 	if err != nil {
@@ -412,10 +412,14 @@ func tokenGen(tok string) uint64 {
 }
 
 // tokenAuth is Auth.Token: bearer tokens from a source.
-type tokenAuth struct{ ts oauth2.TokenSource }
+type tokenAuth struct {
+	ts  oauth2.TokenSource
+	log *slog.Logger // where a panic of the source's is logged (see guarded)
+	red *redactor
+}
 
 func (a *tokenAuth) bearer(context.Context) (string, uint64) {
-	t, err := a.ts.Token()
+	t, err := guarded(a.log, a.red, "Auth.Token", "Token", a.ts.Token)
 	if err != nil || t == nil {
 		return "", 0
 	}
@@ -427,7 +431,7 @@ func (a *tokenAuth) authorize(ctx context.Context, _ *http.Request, resp *http.R
 	if resp.StatusCode == http.StatusForbidden {
 		return errForbidden
 	}
-	t, err := a.ts.Token()
+	t, err := guarded(a.log, a.red, "Auth.Token", "Token", a.ts.Token)
 	switch {
 	case err != nil:
 		return fmt.Errorf("the token source failed: %w", err)
@@ -443,14 +447,18 @@ func (a *tokenAuth) worked(context.Context, uint64) {}
 
 // handlerAuth is Auth.Handler: a go-sdk OAuthHandler, used as the go-sdk's
 // streamable transport uses it.
-type handlerAuth struct{ h auth.OAuthHandler }
+type handlerAuth struct {
+	h   auth.OAuthHandler
+	log *slog.Logger // where a panic of the handler's is logged (see guarded)
+	red *redactor
+}
 
 func (a *handlerAuth) bearer(ctx context.Context) (string, uint64) {
-	ts, err := a.h.TokenSource(ctx)
+	ts, err := guarded(a.log, a.red, "Auth.Handler", "TokenSource", func() (oauth2.TokenSource, error) { return a.h.TokenSource(ctx) })
 	if err != nil || ts == nil {
 		return "", 0
 	}
-	t, err := ts.Token()
+	t, err := guarded(a.log, a.red, "Auth.Handler", "a TokenSource's Token", ts.Token)
 	if err != nil || t == nil {
 		return "", 0
 	}
@@ -462,7 +470,23 @@ func (a *handlerAuth) authorize(ctx context.Context, req *http.Request, resp *ht
 		drainClose(resp.Body)
 		return nil // the handler has a new token already
 	}
-	return a.h.Authorize(ctx, req, resp)
+	_, err := guarded(a.log, a.red, "Auth.Handler", "Authorize", func() (struct{}, error) { return struct{}{}, a.h.Authorize(ctx, req, resp) })
+	return err
+}
+
+// guarded calls f, the caller's code (field names it in the config; where, the
+// method), and returns a panic in it as its error, logged with its stack, as
+// callerTripper does for a caller's RoundTripper: the authorizer runs on the
+// request's goroutine (a caller's, where the panic wedged the go-sdk's
+// connection; or the go-sdk's own, where it ended the process).
+func guarded[T any](log *slog.Logger, red *redactor, field, where string, f func() (T, error)) (v T, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			var zero T
+			v, err = zero, callerPanicked(log, red, field, where, "", p)
+		}
+	}()
+	return f()
 }
 
 func (a *handlerAuth) worked(context.Context, uint64) {}

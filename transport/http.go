@@ -135,11 +135,20 @@ func (c *callerTripper) RoundTrip(r *http.Request) (resp *http.Response, err err
 // panicked returns the error of a panic (v) of the caller's code in where (a
 // method's name), for a request of method, and logs it with its stack.
 func (c *callerTripper) panicked(v any, where, method string) error {
-	pe := &panicError{field: c.field, where: where, value: v}
-	if c.log != nil {
+	return callerPanicked(c.log, c.red, c.field, where, method, v)
+}
+
+// callerPanicked returns the error of a panic (v) of the caller's code (field
+// names it in the config: "HTTP.Client", "Auth.Token"; where is the method that
+// panicked), for a request of method, and logs it with its stack (at error, to
+// log if not nil). Called in the deferred recover, so that the stack is the
+// panic's.
+func callerPanicked(log *slog.Logger, red *redactor, field, where, method string, v any) error {
+	pe := &panicError{field: field, where: where, value: v}
+	if log != nil {
 		// The stack names functions and lines; the panic's value may quote
 		// anything (a URL, a header), so it is scrubbed as errors are.
-		c.log.Error("mcpfsm: a RoundTripper of the caller's panicked: its request fails", "field", c.field, "method", method, "error", c.red.scrub(pe.Error()), "stack", string(debug.Stack()))
+		log.Error("mcpfsm: the caller's code panicked: its request fails", "field", field, "in", where, "method", method, "error", red.scrub(pe.Error()), "stack", string(debug.Stack()))
 	}
 	return pe
 }
@@ -185,7 +194,10 @@ type panicError struct {
 }
 
 func (e *panicError) Error() string {
-	return fmt.Sprintf("the RoundTripper of %s panicked (in %s): %v", e.field, e.where, e.value)
+	if strings.HasSuffix(e.field, "Client") {
+		return fmt.Sprintf("the RoundTripper of %s panicked (in %s): %v", e.field, e.where, e.value)
+	}
+	return fmt.Sprintf("%s panicked (in %s): %v", e.field, e.where, e.value)
 }
 
 func (e *panicError) Unwrap() error {

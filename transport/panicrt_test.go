@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm/internal/authtest"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"golang.org/x/oauth2"
 )
 
 // panickyTripper is a caller's http.RoundTripper with a bug: once armed, it
@@ -186,5 +187,74 @@ func TestPanickingAuthClient(t *testing.T) {
 	}
 	if err := o.Close(ctx); err != nil {
 		t.Errorf("close: %v", err)
+	}
+}
+
+// panickySource is a caller's oauth2.TokenSource (and auth.OAuthHandler) with a
+// bug: once armed, every Token panics.
+type panickySource struct {
+	armed  atomic.Bool
+	panics atomic.Int64
+}
+
+func (p *panickySource) Token() (*oauth2.Token, error) {
+	if p.armed.Load() {
+		p.panics.Add(1)
+		callersBug()
+	}
+	return &oauth2.Token{AccessToken: "tok"}, nil
+}
+
+func (p *panickySource) TokenSource(context.Context) (oauth2.TokenSource, error) { return p, nil }
+
+func (p *panickySource) Authorize(context.Context, *http.Request, *http.Response) error {
+	return errors.New("no")
+}
+
+// TestPanickingTokenSource: a caller's Auth.Token source, or Auth.Handler's token
+// source, that panics. It is called on the request's goroutine, for the bearer
+// of every request: on a call's POST the panic wedged the go-sdk's connection as
+// a panicking RoundTripper did (Close forced at its context's end), and on the
+// go-sdk's own goroutines (the DELETE at close) it ended the process. Now it is
+// the token source's failure (the request goes without a token), its stack
+// logged, and Close is graceful.
+func TestPanickingTokenSource(t *testing.T) {
+	for _, field := range []string{"Auth.Token", "Auth.Handler"} {
+		t.Run(field, func(t *testing.T) {
+			h := testserver.StartHTTP(t, testserver.Options{})
+			src := &panickySource{}
+			cfg := httpConfig(h)
+			if field == "Auth.Token" {
+				cfg.HTTP.Auth = &Auth{Token: src}
+			} else {
+				cfg.HTTP.Auth = &Auth{Handler: src}
+			}
+			var logs syncBuffer
+			ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+			defer cancel()
+			s, err := Dial(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src.armed.Store(true)
+			cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer ccancel()
+			// The server asks for no token: the call goes without one.
+			if got, err := echo(cctx, s, "during"); err != nil || got != "during" {
+				t.Errorf("a call whose token source panicked = %q, %v", got, err)
+			}
+			if src.panics.Load() == 0 {
+				t.Fatal("the token source did not panic")
+			}
+			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") || !strings.Contains(l, field+" panicked") {
+				t.Errorf("the panic's stack was not logged:\n%s", l)
+			}
+			closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer closeCancel()
+			start := time.Now()
+			if err := s.Close(closeCtx); errors.Is(err, ErrForcedClose) || closeCtx.Err() != nil {
+				t.Errorf("Close after %v (its context 5s): %v; want a graceful close", time.Since(start), err)
+			}
+		})
 	}
 }

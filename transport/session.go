@@ -604,7 +604,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		s.proc = p
 		inner = &lineTransport{r: procReader{p}, w: procWriter{p}, noise: s.stdoutNoise(p)}
 	case KindHTTP:
-		az, built, err := authorizerFor(cfg, s.log)
+		az, built, err := authorizerFor(cfg, s.log, s.red)
 		if err != nil {
 			return nil, err
 		}
@@ -621,7 +621,7 @@ func (s *Session) connect(ctx context.Context, cfg Config, opts Options) (*mcp.C
 		}
 		inner = &mcp.StreamableClientTransport{Endpoint: cfg.HTTP.URL, HTTPClient: hc, MaxRetries: cfg.HTTP.MaxRetries}
 	case KindSSE:
-		az, built, err := authorizerFor(cfg, s.log)
+		az, built, err := authorizerFor(cfg, s.log, s.red)
 		if err != nil {
 			return nil, err
 		}
