@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -715,10 +714,12 @@ func decodeLine(data []byte, exactIDs bool) (msgs []jsonrpc.Message, isBatch boo
 	return []jsonrpc.Message{msg}, false, nil
 }
 
-// wireMessage is a JSON-RPC message as it is read (the go-sdk's own).
+// wireMessage is a JSON-RPC message as it is read (the go-sdk's own, but for its
+// ID, kept as written and decoded as the go-sdk decodes it, into an any: see
+// decodeMessageIDs).
 type wireMessage struct {
 	VersionTag string          `json:"jsonrpc"`
-	ID         any             `json:"id,omitempty"`
+	ID         json.RawMessage `json:"id,omitempty"`
 	Method     json.RawMessage `json:"method"`
 	Params     json.RawMessage `json:"params,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
@@ -731,7 +732,8 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 }
 
 // decodeMessageIDs decodes one JSON-RPC message as jsonrpc.DecodeMessage does; with
-// exactIDs, a numeric ID must be one an int64 holds as it was written (exactID).
+// exactIDs, a numeric ID must be written as the go-sdk writes it back (exactID),
+// and a request's ID must not be null.
 func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	var msg wireMessage
 	if err := unmarshal(data, &msg); err != nil {
@@ -740,15 +742,21 @@ func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	if msg.VersionTag != "2.0" {
 		return nil, fmt.Errorf("invalid message version tag %q; expected %q", msg.VersionTag, "2.0")
 	}
-	if f, ok := msg.ID.(float64); ok && exactIDs && !exactID(f) {
+	var rawID any // as the go-sdk decodes it
+	if len(msg.ID) > 0 {
+		if err := unmarshal(msg.ID, &rawID); err != nil {
+			return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
+		}
+	}
+	if _, ok := rawID.(float64); ok && exactIDs && !exactID(msg.ID) {
 		return nil, errInexactID
 	}
-	id, err := jsonrpc.MakeID(msg.ID)
+	id, err := jsonrpc.MakeID(rawID)
 	if err != nil {
 		return nil, err
 	}
-	if exactIDs && msg.ID == nil && len(msg.Method) > 0 && nullID(data) {
-		return nil, errNullID
+	if exactIDs && rawID == nil && len(msg.Method) > 0 && msg.ID != nil {
+		return nil, errNullID // written, as null (a message without one is a notification)
 	}
 	if len(msg.Method) > 0 {
 		var method string
@@ -767,12 +775,28 @@ func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	return resp, nil
 }
 
-// exactID reports whether a numeric ID, as decoded (a float64), is the integer
-// that was written: the go-sdk makes an int64 of it, so a fraction (1.5) or an
-// integer past 2^53 (whose last digits the float64 lost) would be answered under
-// another ID, which a client could take for the answer to another request.
-func exactID(f float64) bool {
-	return f == math.Trunc(f) && math.Abs(f) < 1<<53
+// exactID reports whether a numeric ID, as written (text), is one the go-sdk
+// answers under the same text: an integer literal (no fraction, no exponent, not
+// -0) below 2^53 in magnitude. The go-sdk decodes the number into a float64 and
+// makes an int64 of it, written back as an integer: 1.5 and 1.0000000000000001
+// would be answered under 1, 1.0 and 1e0 under 1, -0 under 0, 2^53+1 under 2^53. A
+// client that matches answers by the ID as it wrote it (its text, or a number of
+// its own that tells 1.0 from 1) would match such an answer to no request, or to
+// another one. JSON-RPC asks for numbers without fractions, MCP for strings or
+// integers.
+func exactID(text []byte) bool {
+	digits := bytes.TrimPrefix(text, []byte("-"))
+	if len(digits) == 0 || len(digits) > 16 || (digits[0] == '0' && len(text) > 1) {
+		return false // empty, 2^53 or more, or -0 (JSON has no other leading zero)
+	}
+	n := int64(0)
+	for _, d := range digits {
+		if d < '0' || d > '9' {
+			return false
+		}
+		n = n*10 + int64(d-'0')
+	}
+	return n < 1<<53
 }
 
 // errIDInUse is a front's error for a request whose ID is that of a request not
@@ -782,25 +806,13 @@ var errIDInUse = errors.New("the request ID is in use by a request not yet answe
 // errFrontLineTooLong is a front's error for a line longer than maxLineLength.
 var errFrontLineTooLong = fmt.Errorf("the line exceeds the maximum length of a message (%d bytes)", maxLineLength)
 
-// nullID reports whether a message's ID is written, as null (a message without
-// one is a notification).
-func nullID(data []byte) bool {
-	if !bytes.Contains(data, []byte(`"id"`)) {
-		return false
-	}
-	var p struct {
-		ID json.RawMessage `json:"id"`
-	}
-	return unmarshal(data, &p) == nil && p.ID != nil
-}
-
 // errNullID is a front's error for a request whose ID is null: MCP forbids it
 // (JSON-RPC discourages it), and the go-sdk took it for a notification: the
 // request went unanswered, its client waiting for ever.
 var errNullID = errors.New("a request's ID must be a string or an integer, not null")
 
 // errInexactID is a front's error for a request whose numeric ID exactID refuses.
-var errInexactID = errors.New("a numeric request ID must be an integer between -2^53 and 2^53 (exclusive)")
+var errInexactID = errors.New("a numeric request ID must be written as an integer (no fraction, no exponent, not -0) between -2^53 and 2^53 (exclusive)")
 
 // errInvalidRequest is the error of a message that is neither a request nor
 // a response (the go-sdk's jsonrpc2.ErrInvalidRequest, which is not exported).

@@ -206,13 +206,14 @@ func bodyRefusal(text string) bool {
 }
 
 // InexactID returns the answer to body, a POST's body, where a request in it has a
-// numeric ID that the go-sdk's ID cannot hold as it was written (see exactID): the
+// numeric ID that the go-sdk would answer under other text (see exactID): the
 // stdio front's answer to such a line (-32600 under the ID as written; null for a
-// batch). The go-sdk's HTTP handler takes the request, and answers 1.5 under 1 and
-// 9007199254740993 under 9007199254740992. It returns nil otherwise. Every POST's
-// body is looked at, but decoded only where a member "id" is followed by a number
-// that is no plain integer of at most 15 digits (a name written with escapes,
-// "\u0069d", is not looked for: such a request is taken as the go-sdk takes it).
+// batch). The go-sdk's HTTP handler takes the request, and answers 1.5 and
+// 1.0000000000000001 under 1, 1e3 under 1000 and 9007199254740993 under
+// 9007199254740992. It returns nil otherwise. Every POST's body is looked at, but
+// decoded only where a member "id" is followed by a number that is no plain
+// integer of at most 15 digits, or is -0 (a name written with escapes, "\u0069d",
+// is not looked for: such a request is taken as the go-sdk takes it).
 func InexactID(body []byte) []byte {
 	if !mayBeInexact(body) {
 		return nil
@@ -228,7 +229,7 @@ func InexactID(body []byte) []byte {
 }
 
 // mayBeInexact reports whether data holds a member "id" (at any depth) whose value
-// is a number with a fraction, an exponent, or more than 15 digits.
+// is a number with a fraction, an exponent, or more than 15 digits, or is -0.
 func mayBeInexact(data []byte) bool {
 	const name = `"id"`
 	for {
@@ -244,7 +245,7 @@ func mayBeInexact(data []byte) bool {
 		data = data[j+1:]
 		data = data[firstNonSpace(data):]
 		n, digits, plain := number(data)
-		if digits > 0 && (!plain || digits > 15) {
+		if digits > 0 && (!plain || digits > 15 || bytes.HasPrefix(data, []byte("-0"))) {
 			return true
 		}
 		data = data[n:]

@@ -417,7 +417,16 @@ func TestServerStdioRequestIDs(t *testing.T) {
 		{`-1e300`, `{"jsonrpc":"2.0","id":-1e300,"error":`},
 		{`null`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,`}, // unanswered: a notification to the go-sdk
 		{`9007199254740991`, `{"jsonrpc":"2.0","id":9007199254740991,"result":{}}`},
-		{`1e3`, `{"jsonrpc":"2.0","id":1000,"result":{}}`},
+		{`-9007199254740991`, `{"jsonrpc":"2.0","id":-9007199254740991,"result":{}}`},
+		{`0`, `{"jsonrpc":"2.0","id":0,"result":{}}`},
+		// Numbers the go-sdk would answer under other text (1, 1000, 0, 1e19):
+		// refused under the ID as written, which the client can match.
+		{`1.0000000000000001`, `{"jsonrpc":"2.0","id":1.0000000000000001,"error":{"code":-32600,`},
+		{`1.0`, `{"jsonrpc":"2.0","id":1.0,"error":{"code":-32600,`},
+		{`1e0`, `{"jsonrpc":"2.0","id":1e0,"error":{"code":-32600,`},
+		{`1e3`, `{"jsonrpc":"2.0","id":1e3,"error":{"code":-32600,`},
+		{`-0`, `{"jsonrpc":"2.0","id":-0,"error":{"code":-32600,`},
+		{`10000000000000000001`, `{"jsonrpc":"2.0","id":10000000000000000001,"error":{"code":-32600,`},
 		{`"s"`, `{"jsonrpc":"2.0","id":"s","result":{}}`},
 		{`51`, `{"jsonrpc":"2.0","id":51,"result":{}}`}, // not taken by the refused batch
 	} {
