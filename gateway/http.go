@@ -355,7 +355,8 @@ type deadlineWriter struct {
 	// to a request whose params do not decode is re-coded
 	// (transport.ParamsRefusal); body is the POST's body, if held. A backend's
 	// error of code -32601 gets back the data the go-sdk's encoding dropped,
-	// which passed finds by the error's message (transport.PassedAnswer).
+	// which passed finds by the error's message, its key (transport.PassedAnswer,
+	// passedOn).
 	posted bool
 	body   transport.PostBody
 	passed func(message string) *jsonrpc.Error

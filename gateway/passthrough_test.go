@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strconv"
 	"strings"
@@ -227,4 +228,46 @@ func TestGateway_BackendMethodNotFound(t *testing.T) {
 		check(t, "2025-03-26 batch", 0, answers["1"])
 		check(t, "2025-03-26 batch", 1, answers["2"])
 	})
+}
+
+// TestGateway_PassedErrorsByRequest: the requests of a 2025-03-26 batch whose
+// backend errors (-32601) have one message and data of their own each get their
+// own data back. The data the go-sdk's encoding drops was found again by the
+// error's message alone: two answers written in another order than their errors
+// came back took each other's data.
+func TestGateway_PassedErrorsByRequest(t *testing.T) {
+	g := start(t, config(rawBackend(t, "raw")), gateway.Options{})
+	cs := front(t, g, nil, "")
+	waitTools(t, cs, has("raw__fail_echo"))
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	h := rawSession(t, url, "2025-03-26")
+	const n = 16
+	for round := range 20 {
+		var batch []string
+		for i := range n {
+			id := round*n + i
+			batch = append(batch, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"raw__fail_echo","arguments":{"n":%d}}}`, id, id))
+		}
+		resp := postWith(t, url, "["+strings.Join(batch, ",")+"]", h)
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answered := 0
+		for l := range strings.Lines(string(data)) {
+			m, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "data: ")
+			if !ok {
+				continue
+			}
+			var msg errorAnswer
+			if json.Unmarshal([]byte(m), &msg) != nil || msg.Error == nil {
+				t.Fatalf("an answer of the batch: %.300s", m)
+			}
+			answered++
+			if want := `{"n":` + string(msg.ID) + `}`; msg.Error.Code != -32601 || msg.Error.Message != "raw refuses fail_echo" || string(msg.Error.Data) != want {
+				t.Errorf("round %d: the answer to %s is %d %q with data %s, want the backend's -32601 with data %s", round, msg.ID, msg.Error.Code, msg.Error.Message, msg.Error.Data, want)
+			}
+		}
+		if answered != n {
+			t.Fatalf("round %d: %d answers to a batch of %d: %.600s", round, answered, n, data)
+		}
+	}
 }
