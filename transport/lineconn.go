@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -748,8 +750,17 @@ func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 			return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
 		}
 	}
-	if _, ok := rawID.(float64); ok && exactIDs && !exactID(msg.ID) {
-		return nil, errInexactID
+	if exactIDs {
+		switch rawID.(type) {
+		case float64:
+			if !exactID(msg.ID) {
+				return nil, errInexactNumber
+			}
+		case string:
+			if !exactStringID(msg.ID) {
+				return nil, errInexactString
+			}
+		}
 	}
 	id, err := jsonrpc.MakeID(rawID)
 	if err != nil {
@@ -799,6 +810,55 @@ func exactID(text []byte) bool {
 	return n < 1<<53
 }
 
+// exactStringID reports whether a string ID, as written (text, its quotes
+// included), is one the go-sdk answers under the same value: valid UTF-8, with
+// no lone surrogate escaped (\ud800 not followed by a low surrogate, \udc00 not
+// after a high one). The go-sdk decodes either as U+FFFD, and answers under it:
+// a client that matched answers by the ID it wrote matched none (and two such
+// IDs were one to the front). Other escapes are written back otherwise ("\u0061"
+// as "a"), of the same value to any JSON decoder.
+func exactStringID(text []byte) bool {
+	if !utf8.Valid(text) {
+		return false
+	}
+	high := false // the last escape was a high surrogate, to be followed by a low one
+	for i := 0; i < len(text); i++ {
+		if text[i] != '\\' {
+			if high {
+				return false
+			}
+			continue
+		}
+		i++ // a valid JSON string: an escape is whole
+		if text[i] != 'u' {
+			if high {
+				return false
+			}
+			continue
+		}
+		r, err := strconv.ParseUint(string(text[i+1:i+5]), 16, 16)
+		if err != nil {
+			return false
+		}
+		i += 4
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			if high {
+				return false
+			}
+			high = true
+		case r >= 0xdc00 && r < 0xe000:
+			if !high {
+				return false
+			}
+			high = false
+		case high:
+			return false
+		}
+	}
+	return !high
+}
+
 // errIDInUse is a front's error for a request whose ID is that of a request not
 // yet answered.
 var errIDInUse = errors.New("the request ID is in use by a request not yet answered")
@@ -811,8 +871,14 @@ var errFrontLineTooLong = fmt.Errorf("the line exceeds the maximum length of a m
 // request went unanswered, its client waiting for ever.
 var errNullID = errors.New("a request's ID must be a string or an integer, not null")
 
-// errInexactID is a front's error for a request whose numeric ID exactID refuses.
-var errInexactID = errors.New("a numeric request ID must be written as an integer (no fraction, no exponent, not -0) between -2^53 and 2^53 (exclusive)")
+// errInexactID is a front's error for a request whose ID the go-sdk would answer
+// under another: errInexactNumber, a number exactID refuses; errInexactString, a
+// string exactStringID refuses.
+var (
+	errInexactID     = errors.New("the request ID would be answered under another")
+	errInexactNumber = fmt.Errorf("%w: a numeric request ID must be written as an integer (no fraction, no exponent, not -0) between -2^53 and 2^53 (exclusive)", errInexactID)
+	errInexactString = fmt.Errorf("%w: a string request ID must be valid UTF-8, without a lone surrogate (\\ud800-\\udfff)", errInexactID)
+)
 
 // errInvalidRequest is the error of a message that is neither a request nor
 // a response (the go-sdk's jsonrpc2.ErrInvalidRequest, which is not exported).

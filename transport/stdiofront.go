@@ -50,7 +50,9 @@ import (
 // gets exactly one answer. A numeric ID must be written as an integer below
 // 2^53 in magnitude, without fraction or exponent, and not -0 (the go-sdk's ID,
 // an int64 made from a float64, would answer 1.5, 1.0 and 1.0000000000000001
-// under 1: see exactID): another gets -32600 under the ID as it was written. A request whose ID is
+// under 1: see exactID), and a string ID valid UTF-8 without a lone surrogate
+// escaped (decoded as U+FFFD: see exactStringID): another gets -32600 under the
+// ID as it was written. A request whose ID is
 // null (MCP forbids it; the go-sdk took it for a notification, never answered)
 // gets -32600 with a null id.
 // Until the session is initialized (an initialize read, and answered with a

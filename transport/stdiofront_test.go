@@ -427,6 +427,18 @@ func TestServerStdioRequestIDs(t *testing.T) {
 		{`1e3`, `{"jsonrpc":"2.0","id":1e3,"error":{"code":-32600,`},
 		{`-0`, `{"jsonrpc":"2.0","id":-0,"error":{"code":-32600,`},
 		{`10000000000000000001`, `{"jsonrpc":"2.0","id":10000000000000000001,"error":{"code":-32600,`},
+		// Strings the go-sdk would answer under another value (a lone
+		// surrogate, or a byte that is no UTF-8, decoded as U+FFFD): refused
+		// under the ID as written. An escape the answer writes otherwise, of
+		// the same value, is taken.
+		{`"\ud800"`, `{"jsonrpc":"2.0","id":"\ud800","error":{"code":-32600,`},
+		{`"a\udc00"`, `{"jsonrpc":"2.0","id":"a\udc00","error":{"code":-32600,`},
+		{`"\uD83Dx"`, `{"jsonrpc":"2.0","id":"\uD83Dx","error":{"code":-32600,`},
+		{`"\ud83d\u0041"`, `{"jsonrpc":"2.0","id":"\ud83d\u0041","error":{"code":-32600,`},
+		{"\"\xff\"", "{\"jsonrpc\":\"2.0\",\"id\":\"\xff\",\"error\":{\"code\":-32600,"},
+		{`"\ud83d\ude00"`, `{"jsonrpc":"2.0","id":"😀","result":{}}`},
+		{`"\\ud800"`, `{"jsonrpc":"2.0","id":"\\ud800","result":{}}`},
+		{`"\u0061\ufffd"`, `{"jsonrpc":"2.0","id":"a�","result":{}}`},
 		{`"s"`, `{"jsonrpc":"2.0","id":"s","result":{}}`},
 		{`51`, `{"jsonrpc":"2.0","id":51,"result":{}}`}, // not taken by the refused batch
 	} {
