@@ -72,7 +72,8 @@ const DefaultHeartbeat = 25 * time.Second
 // before it, gets 400 and a JSON-RPC error (-32600). A request whose params the
 // go-sdk's server cannot decode gets -32602 naming the field, as over the stdio front
 // (transport.ParamsRefusal); a body the stdio front refuses as a line (no JSON, an ID
-// that is no string or exact integer) gets 400 with that front's answer, and a
+// the answer would not carry as written, a batch with one ID twice) gets 400 with
+// that front's answer, and a
 // notification the go-sdk's handler refuses 400 with a JSON-RPC error without ID. A
 // backend's own error reaches the client as it was, its code, message and data.
 func (g *Gateway) Handler(o HTTPOptions) http.Handler {
@@ -146,10 +147,10 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		}
 		defer lim.releaseBody(charge)
 		if b, ok := r.Body.(*heldBody); ok {
-			if answer := transport.InexactID(b.data); answer != nil {
-				// A numeric ID the go-sdk would answer under another: refused as
-				// the stdio front refuses it. (A held body is a POST's: any other
-				// with a body is refused above.)
+			if answer := transport.RefusedBody(b.data); answer != nil {
+				// An ID the go-sdk would answer under another, or a batch with
+				// one ID twice: refused as the stdio front refuses it. (A held
+				// body is a POST's: any other with a body is refused above.)
 				writeAnswer(w, http.StatusBadRequest, answer)
 				return
 			}

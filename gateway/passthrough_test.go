@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -145,6 +146,47 @@ func TestGateway_BatchRefusals(t *testing.T) {
 	}
 	if a := answers["2"]; !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":2,"result":{`) || !strings.Contains(a, `"tools":[{`) {
 		t.Errorf("tools/list in the batch was answered %.300s", a)
+	}
+}
+
+// TestGateway_BatchDuplicateIDs: a 2025-03-26 batch that holds one request ID twice
+// (MCP forbids it) gets HTTP 400 with the stdio front's answer to that line
+// (-32600, id null: a batch refused whole), and the session goes on. The go-sdk's
+// handler answered one of the two and dropped the other unanswered.
+func TestGateway_BatchDuplicateIDs(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	h := rawSession(t, url, "2025-03-26")
+	send, answer := stdioLines(t, g)
+	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+	answer(`"init"`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for _, body := range []string{
+		`[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`,
+		`[{"jsonrpc":"2.0","id":"a","method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":"\u0061","method":"ping"}]`,
+	} {
+		send(body)
+		want := answer("null")
+		resp := postWith(t, url, body, h)
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got, stdio errorAnswer
+		if err := json.Unmarshal([]byte(want), &stdio); err != nil || stdio.Error == nil || stdio.Error.Code != -32600 {
+			t.Fatalf("%s: the stdio front answered %.300s", body, want)
+		}
+		if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(data, &got) != nil || got.Error == nil ||
+			string(got.ID) != "null" || got.Error.Code != stdio.Error.Code || got.Error.Message != stdio.Error.Message {
+			t.Errorf("%s: %s %.300s, want 400 and the stdio front's answer %.300s", body, resp.Status, data, want)
+		}
+	}
+	// One ID in two POSTs' batches, one after the other: each is answered.
+	for range 2 {
+		resp := postWith(t, url, `[{"jsonrpc":"2.0","id":7,"method":"ping"}]`, h)
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(data), `{"jsonrpc":"2.0","id":7,"result":{}}`) {
+			t.Errorf("a batch of one ping after them: %s %.300s", resp.Status, data)
+		}
 	}
 }
 

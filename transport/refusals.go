@@ -206,22 +206,31 @@ func bodyRefusal(text string) bool {
 	return false
 }
 
-// InexactID returns the answer to body, a POST's body, where a request in it has an
-// ID that the go-sdk would answer under another (see exactID, exactStringID): the
-// stdio front's answer to such a line (-32600 under the ID as written; null for a
-// batch). The go-sdk's HTTP handler takes the request, and answers 1.5 and
-// 1.0000000000000001 under 1, 1e3 under 1000, 9007199254740993 under
-// 9007199254740992, and "\ud800" under "\ufffd". It returns nil otherwise. Every
-// POST's body is looked at, but decoded only where a member "id" is followed by a
-// number that is no plain integer of at most 15 digits, or is -0, or by a string
-// that escapes a surrogate or is no UTF-8 (a name written with escapes, "\u0069d",
-// is not looked for: such a request is taken as the go-sdk takes it).
-func InexactID(body []byte) []byte {
-	if !mayBeInexact(body) {
+// RefusedBody returns the answer to body, a POST's body, that the stdio front
+// refuses as a line and the go-sdk's HTTP handler takes:
+//   - a request whose ID the go-sdk would answer under another (see exactID,
+//     exactStringID): it answers 1.5 and 1.0000000000000001 under 1, 1e3 under
+//     1000, 9007199254740993 under 9007199254740992, and "\ud800" under "\ufffd";
+//   - a batch holding one request ID twice (MCP forbids it): it answers one of
+//     the two and drops the other unanswered.
+//
+// The answer is the stdio front's to such a line: -32600, under the ID as written
+// (null for a batch). It returns nil otherwise. Every POST's body is looked at,
+// but decoded only where it is a batch, or a member "id" is followed by a number
+// that is no plain integer of at most 15 digits, or is -0, or by a string that
+// escapes a surrogate or is no UTF-8 (a name written with escapes, "\u0069d", is
+// not looked for: such a request is taken as the go-sdk takes it).
+func RefusedBody(body []byte) []byte {
+	i := firstNonSpace(body)
+	batch := i < len(body) && body[i] == '['
+	if !batch && !mayBeInexact(body) {
 		return nil
 	}
-	_, _, err := decodeLine(body, true)
-	if !errors.Is(err, errInexactID) {
+	msgs, _, err := decodeLine(body, true)
+	if err == nil && batch {
+		err = duplicateID(msgs)
+	}
+	if !errors.Is(err, errInexactID) && !errors.Is(err, errIDInUse) {
 		return nil
 	}
 	answer, err := badLine(body, err)
@@ -229,6 +238,23 @@ func InexactID(body []byte) []byte {
 		return nil
 	}
 	return answer
+}
+
+// duplicateID returns an error if two requests of msgs (a batch) have one ID, as
+// the stdio front's admit refuses them.
+func duplicateID(msgs []jsonrpc.Message) error {
+	seen := make(map[jsonrpc.ID]bool, len(msgs))
+	for _, msg := range msgs {
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || !req.IsCall() {
+			continue
+		}
+		if seen[req.ID] {
+			return fmt.Errorf("%w: %s", errIDInUse, idText(req.ID))
+		}
+		seen[req.ID] = true
+	}
+	return nil
 }
 
 // mayBeInexact reports whether data holds a member "id" (at any depth) whose value
