@@ -113,7 +113,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		}
 		var dw *deadlineWriter
 		if writeTimeout > 0 || r.Method == http.MethodPost {
-			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session,
+			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session, post: post,
 				posted: r.Method == http.MethodPost, newer: transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")),
 				passed: func(message string) *jsonrpc.Error { return g.passed.take(post, message) }}
 			w = dw
@@ -157,8 +157,11 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			if dw != nil {
 				dw.body = transport.NewPostBody(b.data) // held until the request is served
 			}
-			if session != "" && mayCancel(b.data) && g.hasSession(session) {
-				g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
+			if session != "" {
+				defer g.answerless.serve(session, post, b.data)() // once its answers are written
+				if mayCancel(b.data) && g.hasSession(session) {
+					g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
+				}
 			}
 		}
 		if transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")) && r.Header.Get("Mcp-Session-Id") == "" {
@@ -352,6 +355,7 @@ type deadlineWriter struct {
 	// write: those of requests the client cancelled (see answerless).
 	al      *answerless
 	session string
+	post    string // the POST's number (postHeader)
 	// posted, for a POST, says its answers are looked at: the go-sdk's answer
 	// to a request whose params do not decode is re-coded
 	// (transport.ParamsRefusal); body is the POST's body, if held. A backend's
@@ -436,7 +440,7 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 	}
 	reframe := w.reframe
 	w.reframe = false
-	if w.al.drop(w.session, p) {
+	if w.al.drop(w.session, w.post, p) {
 		return len(p), nil
 	}
 	var q []byte // what to write in place of p, if not p
