@@ -419,6 +419,7 @@ func TestServerStdioRequestIDs(t *testing.T) {
 		{`9007199254740991`, `{"jsonrpc":"2.0","id":9007199254740991,"result":{}}`},
 		{`-9007199254740991`, `{"jsonrpc":"2.0","id":-9007199254740991,"result":{}}`},
 		{`0`, `{"jsonrpc":"2.0","id":0,"result":{}}`},
+		{" \t7 ", `{"jsonrpc":"2.0","id":7,"result":{}}`}, // the ID's text is the number's, without the space around it
 		// Numbers the go-sdk would answer under other text (1, 1000, 0, 1e19):
 		// refused under the ID as written, which the client can match.
 		{`1.0000000000000001`, `{"jsonrpc":"2.0","id":1.0000000000000001,"error":{"code":-32600,`},
