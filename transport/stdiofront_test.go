@@ -571,9 +571,9 @@ func TestServerStdioEndNotHeldByAListen(t *testing.T) {
 			if msg, err := conn.Read(context.Background()); err != nil {
 				t.Fatalf("reading the %s: %v, %v", tc.method, msg, err)
 			}
+			start := time.Now() // before the deadline is set: a read held to it takes 1s at least
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			start := time.Now()
 			_, err = conn.Read(ctx)
 			if held := time.Since(start) >= time.Second; held != tc.held {
 				t.Errorf("the end of stdin with a %s in flight: read %v after %v (held: %v, want %v)", tc.method, err, time.Since(start).Round(time.Millisecond), held, tc.held)
