@@ -734,8 +734,9 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 }
 
 // decodeMessageIDs decodes one JSON-RPC message as jsonrpc.DecodeMessage does; with
-// exactIDs, a numeric ID must be written as the go-sdk writes it back (exactID),
-// and a request's ID must not be null.
+// exactIDs (a front's), a numeric ID must be written as the go-sdk writes it back
+// (exactID), a string ID must decode to what it says (exactStringID), a request's
+// ID must not be null, and a cancel must have none.
 func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	var msg wireMessage
 	if err := unmarshal(data, &msg); err != nil {
@@ -773,6 +774,9 @@ func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 		var method string
 		if err := unmarshal(msg.Method, &method); err != nil {
 			return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
+		}
+		if exactIDs && id.IsValid() && method == "notifications/cancelled" {
+			return nil, errCancelWithID
 		}
 		return &jsonrpc.Request{Method: method, ID: id, Params: msg.Params}, nil
 	}
@@ -870,6 +874,13 @@ var errFrontLineTooLong = fmt.Errorf("the line exceeds the maximum length of a m
 // (JSON-RPC discourages it), and the go-sdk took it for a notification: the
 // request went unanswered, its client waiting for ever.
 var errNullID = errors.New("a request's ID must be a string or an integer, not null")
+
+// errCancelWithID is a front's error for a notifications/cancelled sent with an
+// ID: the go-sdk refuses a notification's method with an ID, but acts on a cancel
+// by its method first, so that it cancelled the request named (whose answer, its
+// handler's error of code 0, was then written) and answered one whose params did
+// not decode with the decoder's error (code 0, "EOF").
+var errCancelWithID = errors.New(`unexpected id for "notifications/cancelled": a cancel is a notification`)
 
 // errInexactID is a front's error for a request whose ID the go-sdk would answer
 // under another: errInexactNumber, a number exactID refuses; errInexactString, a

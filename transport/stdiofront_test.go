@@ -230,6 +230,53 @@ func TestServerStdioUnansweredBounded(t *testing.T) {
 	}
 }
 
+// TestServerStdioCancelWithID: a notifications/cancelled sent with an ID (a request,
+// which MCP has no such of) is refused under its ID with -32600, as the go-sdk's
+// server refuses a notification's method with an ID, and cancels nothing. The
+// go-sdk acts on a cancel by its method before it looks at the ID: the request it
+// named was cancelled all the same, and answered with its handler's error (code 0,
+// "context canceled"), and one without params was answered {"code":0,"message":"EOF"}.
+func TestServerStdioCancelWithID(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	release := make(chan struct{})
+	mcp.AddTool(srv, &mcp.Tool{Name: "block"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-release:
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "released"}}}, nil, nil
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inW, outR, done := runStdioFront(ctx, srv)
+	send, read := lineSender(t, inW), timedLineReader(t, outR)
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	read("initialize")
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	for _, id := range []string{"2", `"three"`} {
+		send(`{"jsonrpc":"2.0","id":` + id + `,"method":"notifications/cancelled","params":{"requestId":1}}`)
+		if a := strings.TrimSpace(read("a cancel with an ID")); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32600,`) {
+			t.Errorf("a cancel with the ID %s was answered %s, want -32600 under its ID", id, a)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":4,"method":"notifications/cancelled"}`)
+	if a := strings.TrimSpace(read("a cancel with an ID and no params")); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":4,"error":{"code":-32600,`) {
+		t.Errorf("a cancel with an ID and no params was answered %s, want -32600 under its ID", a)
+	}
+	close(release) // the call, not cancelled, is answered
+	if a := strings.TrimSpace(read("the call")); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":1,"result":`) || !strings.Contains(a, "released") {
+		t.Errorf("the call named by the cancels with an ID was answered %s, want its result", a)
+	}
+	inW.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return at the end of stdin")
+	}
+}
+
 // TestServerStdioCancelledNotAnswered: a request its client cancels
 // (notifications/cancelled) is not answered, as MCP asks of the receiver; the
 // go-sdk's server answered it with its handler's error ("context canceled", code
