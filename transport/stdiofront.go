@@ -54,7 +54,8 @@ import (
 // escaped (decoded as U+FFFD: see exactStringID): another gets -32600 under the
 // ID as it was written. A request whose ID is
 // null (MCP forbids it; the go-sdk took it for a notification, never answered)
-// gets -32600 with a null id.
+// gets -32600 with a null id. A notifications/cancelled sent with an ID gets
+// -32600 under it, and cancels nothing (the go-sdk acted on it as a cancel).
 // Until the session is initialized (an initialize read, and answered with a
 // result; or a request whose _meta names protocol 2026-07-28 read), a request the
 // go-sdk's server refuses there gets -32600 from the front (see Uninitialized; the
