@@ -407,6 +407,8 @@ func TestGateway_BadBodies(t *testing.T) {
 	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
 	for _, c := range []struct{ id, answered string }{
 		{`1.5`, `1.5`}, {`9007199254740993`, `9007199254740993`}, {`-1e300`, `-1e300`},
+		{`1.0000000000000001`, `1.0000000000000001`}, {`1.0`, `1.0`}, {`1e0`, `1e0`}, {`-0`, `-0`},
+		{`10000000000000000001`, `10000000000000000001`}, {`"\ud800"`, `"\ud800"`}, {`"x\udfff"`, `"x\udfff"`},
 		{`true`, `null`}, {`{}`, `null`}, {`null`, `null`}, {`1,`, `null`}, // the last, no JSON
 	} {
 		id := c.id

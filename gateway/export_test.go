@@ -177,12 +177,6 @@ func SetCallEnded(f func(server string, cut bool)) (restore func()) {
 // gateway keeps, whose answers it will not write.
 func (g *Gateway) AnswerlessKept() int { return int(g.answerless.n.Load()) }
 
-// MaxAnswerless is how many of them it keeps at most.
-const MaxAnswerless = maxAnswerless
-
-// MaxAnswerlessPerSession is how many of one session's it keeps at most.
-const MaxAnswerlessPerSession = maxAnswerlessPerSession
-
 // SetFrontAskTimeout sets how long a backend's request asked of a front client
 // before 2026-07-28 waits for its answer, until the returned function restores it.
 func SetFrontAskTimeout(d time.Duration) (restore func()) {

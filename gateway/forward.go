@@ -750,7 +750,6 @@ var sweepLooked func()
 func (g *Gateway) sweep() {
 	g.calls.prune(time.Now())
 	g.forgetLevels()
-	g.answerless.prune(time.Now())
 	looks := func() map[*mcp.ServerSession]bool {
 		live := map[*mcp.ServerSession]bool{}
 		for ss := range g.server.Sessions() {

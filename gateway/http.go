@@ -72,7 +72,8 @@ const DefaultHeartbeat = 25 * time.Second
 // before it, gets 400 and a JSON-RPC error (-32600). A request whose params the
 // go-sdk's server cannot decode gets -32602 naming the field, as over the stdio front
 // (transport.ParamsRefusal); a body the stdio front refuses as a line (no JSON, an ID
-// that is no string or exact integer) gets 400 with that front's answer, and a
+// the answer would not carry as written, a batch with one ID twice) gets 400 with
+// that front's answer, and a
 // notification the go-sdk's handler refuses 400 with a JSON-RPC error without ID. A
 // backend's own error reaches the client as it was, its code, message and data.
 func (g *Gateway) Handler(o HTTPOptions) http.Handler {
@@ -112,7 +113,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		}
 		var dw *deadlineWriter
 		if writeTimeout > 0 || r.Method == http.MethodPost {
-			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session,
+			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session, post: post,
 				posted: r.Method == http.MethodPost, newer: transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")),
 				passed: func(message string) *jsonrpc.Error { return g.passed.take(post, message) }}
 			w = dw
@@ -146,18 +147,21 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		}
 		defer lim.releaseBody(charge)
 		if b, ok := r.Body.(*heldBody); ok {
-			if answer := transport.InexactID(b.data); answer != nil {
-				// A numeric ID the go-sdk would answer under another: refused as
-				// the stdio front refuses it. (A held body is a POST's: any other
-				// with a body is refused above.)
+			if answer := transport.RefusedBody(b.data); answer != nil {
+				// An ID the go-sdk would answer under another, or a batch with
+				// one ID twice: refused as the stdio front refuses it. (A held
+				// body is a POST's: any other with a body is refused above.)
 				writeAnswer(w, http.StatusBadRequest, answer)
 				return
 			}
 			if dw != nil {
 				dw.body = transport.NewPostBody(b.data) // held until the request is served
 			}
-			if session != "" && mayCancel(b.data) && g.hasSession(session) {
-				g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
+			if session != "" {
+				defer g.answerless.serve(session, post, b.data)() // once its answers are written
+				if mayCancel(b.data) && g.hasSession(session) {
+					g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
+				}
 			}
 		}
 		if transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")) && r.Header.Get("Mcp-Session-Id") == "" {
@@ -351,11 +355,13 @@ type deadlineWriter struct {
 	// write: those of requests the client cancelled (see answerless).
 	al      *answerless
 	session string
+	post    string // the POST's number (postHeader)
 	// posted, for a POST, says its answers are looked at: the go-sdk's answer
 	// to a request whose params do not decode is re-coded
 	// (transport.ParamsRefusal); body is the POST's body, if held. A backend's
 	// error of code -32601 gets back the data the go-sdk's encoding dropped,
-	// which passed finds by the error's message (transport.PassedAnswer).
+	// which passed finds by the error's message, its key (transport.PassedAnswer,
+	// passedOn).
 	posted bool
 	body   transport.PostBody
 	passed func(message string) *jsonrpc.Error
@@ -434,7 +440,7 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 	}
 	reframe := w.reframe
 	w.reframe = false
-	if w.al.drop(w.session, p) {
+	if w.al.drop(w.session, w.post, p) {
 		return len(p), nil
 	}
 	var q []byte // what to write in place of p, if not p

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"crypto/rand"
+	"strconv"
 	"sync"
 
 	"github.com/mcpfsm/mcpfsm/transport"
@@ -14,9 +16,26 @@ import (
 // drops its data (see transport.PassError), which the POST's deadlineWriter puts
 // back (transport.PassedAnswer). Only a POST being served holds any: an error of
 // one served no more is not kept.
+//
+// Each error held is handed to the go-sdk under a message of its own, its key (the
+// backend's message, a tag no backend can guess and a number), by which the
+// answer's writer finds it again: the answer to a request is not otherwise told
+// from the answer to another of its POST (a 2025-03-26 batch), and errors found by
+// the backend's message alone went, where two of a batch had one message and
+// answers were written in another order than the errors came back, each to the
+// other's request.
 type passedOn struct {
-	mu sync.Mutex
-	by map[string][]*jsonrpc.Error // by POST; a POST being served is a key
+	mu   sync.Mutex
+	by   map[string][]heldError // by POST; a POST being served is a key
+	tag  string                 // random, made once
+	next uint64
+}
+
+// A heldError is a backend's error held for its answer: key is the message the
+// go-sdk writes it with.
+type heldError struct {
+	key string
+	e   *jsonrpc.Error
 }
 
 // open begins holding the errors of post.
@@ -24,7 +43,7 @@ func (p *passedOn) open(post string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.by == nil {
-		p.by = map[string][]*jsonrpc.Error{}
+		p.by = map[string][]heldError{}
 	}
 	p.by[post] = nil
 }
@@ -36,28 +55,37 @@ func (p *passedOn) close(post string) {
 	delete(p.by, post)
 }
 
-// add holds e, with data, for post, if post is being served.
-func (p *passedOn) add(post string, e *jsonrpc.Error) {
+// add holds e, with data, for post, if post is being served, and returns the
+// message it is to be answered with (its key, for take); e's own if it is not held.
+func (p *passedOn) add(post string, e *jsonrpc.Error) string {
 	if post == "" || e.Data == nil {
-		return
+		return e.Message
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if errs, ok := p.by[post]; ok {
-		p.by[post] = append(errs, e)
+	errs, ok := p.by[post]
+	if !ok {
+		return e.Message
 	}
+	if p.tag == "" {
+		p.tag = rand.Text()[:10]
+	}
+	p.next++
+	key := e.Message + " [passed " + p.tag + "." + strconv.FormatUint(p.next, 10) + "]"
+	p.by[post] = append(errs, heldError{key: key, e: e})
+	return key
 }
 
-// take returns the first error held for post whose message is message, and holds
-// it no more; nil if none is.
-func (p *passedOn) take(post, message string) *jsonrpc.Error {
+// take returns the error held for post under key (the message of an answer), and
+// holds it no more; nil if none is.
+func (p *passedOn) take(post, key string) *jsonrpc.Error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	errs := p.by[post]
-	for i, e := range errs {
-		if e.Message == message {
+	for i, h := range errs {
+		if h.key == key {
 			p.by[post] = append(errs[:i:i], errs[i+1:]...)
-			return e
+			return h.e
 		}
 	}
 	return nil
@@ -65,11 +93,14 @@ func (p *passedOn) take(post, message string) *jsonrpc.Error {
 
 // passOn returns a backend's error je as the gateway answers the front request req
 // with it, for the front's client to get it as the backend sent it (see
-// transport.PassError): held for req's POST too, if it came over HTTP.
+// transport.PassError): held for req's POST too, if it came over HTTP, and
+// answered under its key there.
 func (g *Gateway) passOn(req mcp.Request, je *jsonrpc.Error) error {
 	if je.Code == jsonrpc.CodeMethodNotFound { // passed as no other (see transport.PassError)
 		if extra := req.GetExtra(); extra != nil && extra.Header != nil {
-			g.passed.add(extra.Header.Get(postHeader), je)
+			if key := g.passed.add(extra.Header.Get(postHeader), je); key != je.Message {
+				return transport.PassError(&jsonrpc.Error{Code: je.Code, Message: key, Data: je.Data})
+			}
 		}
 	}
 	return transport.PassError(je)

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,6 +149,47 @@ func TestGateway_BatchRefusals(t *testing.T) {
 	}
 }
 
+// TestGateway_BatchDuplicateIDs: a 2025-03-26 batch that holds one request ID twice
+// (MCP forbids it) gets HTTP 400 with the stdio front's answer to that line
+// (-32600, id null: a batch refused whole), and the session goes on. The go-sdk's
+// handler answered one of the two and dropped the other unanswered.
+func TestGateway_BatchDuplicateIDs(t *testing.T) {
+	g := start(t, config(inMemory("a", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	h := rawSession(t, url, "2025-03-26")
+	send, answer := stdioLines(t, g)
+	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
+	answer(`"init"`)
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	for _, body := range []string{
+		`[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":1,"method":"tools/list"}]`,
+		`[{"jsonrpc":"2.0","id":"a","method":"ping"},{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":"\u0061","method":"ping"}]`,
+	} {
+		send(body)
+		want := answer("null")
+		resp := postWith(t, url, body, h)
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got, stdio errorAnswer
+		if err := json.Unmarshal([]byte(want), &stdio); err != nil || stdio.Error == nil || stdio.Error.Code != -32600 {
+			t.Fatalf("%s: the stdio front answered %.300s", body, want)
+		}
+		if resp.StatusCode != http.StatusBadRequest || json.Unmarshal(data, &got) != nil || got.Error == nil ||
+			string(got.ID) != "null" || got.Error.Code != stdio.Error.Code || got.Error.Message != stdio.Error.Message {
+			t.Errorf("%s: %s %.300s, want 400 and the stdio front's answer %.300s", body, resp.Status, data, want)
+		}
+	}
+	// One ID in two POSTs' batches, one after the other: each is answered.
+	for range 2 {
+		resp := postWith(t, url, `[{"jsonrpc":"2.0","id":7,"method":"ping"}]`, h)
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(data), `{"jsonrpc":"2.0","id":7,"result":{}}`) {
+			t.Errorf("a batch of one ping after them: %s %.300s", resp.Status, data)
+		}
+	}
+}
+
 // TestGateway_BackendMethodNotFound: a backend's own error of code -32601 (a
 // backend without completion/complete or resources/subscribe, saying so, with
 // data) reaches the front's client as the backend sent it (code, message, data),
@@ -227,4 +270,46 @@ func TestGateway_BackendMethodNotFound(t *testing.T) {
 		check(t, "2025-03-26 batch", 0, answers["1"])
 		check(t, "2025-03-26 batch", 1, answers["2"])
 	})
+}
+
+// TestGateway_PassedErrorsByRequest: the requests of a 2025-03-26 batch whose
+// backend errors (-32601) have one message and data of their own each get their
+// own data back. The data the go-sdk's encoding drops was found again by the
+// error's message alone: two answers written in another order than their errors
+// came back took each other's data.
+func TestGateway_PassedErrorsByRequest(t *testing.T) {
+	g := start(t, config(rawBackend(t, "raw")), gateway.Options{})
+	cs := front(t, g, nil, "")
+	waitTools(t, cs, has("raw__fail_echo"))
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	h := rawSession(t, url, "2025-03-26")
+	const n = 16
+	for round := range 20 {
+		var batch []string
+		for i := range n {
+			id := round*n + i
+			batch = append(batch, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"raw__fail_echo","arguments":{"n":%d}}}`, id, id))
+		}
+		resp := postWith(t, url, "["+strings.Join(batch, ",")+"]", h)
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answered := 0
+		for l := range strings.Lines(string(data)) {
+			m, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "data: ")
+			if !ok {
+				continue
+			}
+			var msg errorAnswer
+			if json.Unmarshal([]byte(m), &msg) != nil || msg.Error == nil {
+				t.Fatalf("an answer of the batch: %.300s", m)
+			}
+			answered++
+			if want := `{"n":` + string(msg.ID) + `}`; msg.Error.Code != -32601 || msg.Error.Message != "raw refuses fail_echo" || string(msg.Error.Data) != want {
+				t.Errorf("round %d: the answer to %s is %d %q with data %s, want the backend's -32601 with data %s", round, msg.ID, msg.Error.Code, msg.Error.Message, msg.Error.Data, want)
+			}
+		}
+		if answered != n {
+			t.Fatalf("round %d: %d answers to a batch of %d: %.600s", round, answered, n, data)
+		}
+	}
 }

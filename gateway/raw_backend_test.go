@@ -27,6 +27,8 @@ const rawBackendEnv = "MCPFSM_GATEWAY_RAW_BACKEND"
 //     answer whatever becomes of the call).
 //   - sample_bad: sampling/createMessage whose maxTokens is a long string.
 //
+// and fail_echo fails at once with -32601, "raw refuses fail_echo", its data the
+// call's arguments (one message, data of each call's own);
 // and those that send a notification answer "sent" at once:
 //   - spoof_update: notifications/resources/updated for testserver.ResourceA, a
 //     resource of another server.
@@ -84,8 +86,9 @@ func rawBackendMain() {
 			ID     json.RawMessage `json:"id"`
 			Method string          `json:"method"`
 			Params struct {
-				Name string `json:"name"`
-				Meta struct {
+				Name      string          `json:"name"`
+				Arguments json.RawMessage `json:"arguments"`
+				Meta      struct {
 					ProgressToken json.RawMessage `json:"progressToken"`
 				} `json:"_meta"`
 			} `json:"params"`
@@ -112,8 +115,13 @@ func rawBackendMain() {
 			for name := range rawRequests {
 				tools = append(tools, map[string]any{"name": name, "inputSchema": map[string]any{"type": "object"}})
 			}
+			tools = append(tools, map[string]any{"name": "fail_echo", "inputSchema": map[string]any{"type": "object"}})
 			answer(m.ID, map[string]any{"tools": tools})
 		case "tools/call":
+			if m.Params.Name == "fail_echo" {
+				send(fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"raw refuses fail_echo","data":%s}}`, m.ID, m.Params.Arguments))
+				continue
+			}
 			if code, ok := rawFailing[m.Params.Name]; ok { // a progress report, then an error
 				if m.Params.Meta.ProgressToken != nil {
 					send(fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":%s,"progress":1}}`, m.Params.Meta.ProgressToken))

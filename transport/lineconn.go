@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -939,10 +940,12 @@ func decodeLine(data []byte, exactIDs bool) (msgs []jsonrpc.Message, isBatch boo
 	return []jsonrpc.Message{msg}, false, nil
 }
 
-// wireMessage is a JSON-RPC message as it is read (the go-sdk's own).
+// wireMessage is a JSON-RPC message as it is read (the go-sdk's own, but for its
+// ID, kept as written and decoded as the go-sdk decodes it, into an any: see
+// decodeMessageIDs).
 type wireMessage struct {
 	VersionTag string          `json:"jsonrpc"`
-	ID         any             `json:"id,omitempty"`
+	ID         json.RawMessage `json:"id,omitempty"`
 	Method     json.RawMessage `json:"method"`
 	Params     json.RawMessage `json:"params,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
@@ -955,7 +958,9 @@ func decodeMessage(data []byte) (jsonrpc.Message, error) {
 }
 
 // decodeMessageIDs decodes one JSON-RPC message as jsonrpc.DecodeMessage does; with
-// exactIDs, a numeric ID must be one an int64 holds as it was written (exactID).
+// exactIDs (a front's), a numeric ID must be written as the go-sdk writes it back
+// (exactID), a string ID must decode to what it says (exactStringID), a request's
+// ID must not be null, and a cancel must have none.
 func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	var msg wireMessage
 	if err := unmarshal(data, &msg); err != nil {
@@ -964,20 +969,38 @@ func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	if msg.VersionTag != "2.0" {
 		return nil, fmt.Errorf("invalid message version tag %q; expected %q", msg.VersionTag, "2.0")
 	}
-	if f, ok := msg.ID.(float64); ok && exactIDs && !exactID(f) {
-		return nil, errInexactID
+	var rawID any // as the go-sdk decodes it
+	if len(msg.ID) > 0 {
+		if err := unmarshal(msg.ID, &rawID); err != nil {
+			return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
+		}
 	}
-	id, err := jsonrpc.MakeID(msg.ID)
+	if exactIDs {
+		switch rawID.(type) {
+		case float64:
+			if !exactID(msg.ID) {
+				return nil, errInexactNumber
+			}
+		case string:
+			if !exactStringID(msg.ID) {
+				return nil, errInexactString
+			}
+		}
+	}
+	id, err := jsonrpc.MakeID(rawID)
 	if err != nil {
 		return nil, err
 	}
-	if exactIDs && msg.ID == nil && len(msg.Method) > 0 && nullID(data) {
-		return nil, errNullID
+	if exactIDs && rawID == nil && len(msg.Method) > 0 && msg.ID != nil {
+		return nil, errNullID // written, as null (a message without one is a notification)
 	}
 	if len(msg.Method) > 0 {
 		var method string
 		if err := unmarshal(msg.Method, &method); err != nil {
 			return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
+		}
+		if exactIDs && id.IsValid() && method == "notifications/cancelled" {
+			return nil, errCancelWithID
 		}
 		return &jsonrpc.Request{Method: method, ID: id, Params: msg.Params}, nil
 	}
@@ -991,12 +1014,77 @@ func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	return resp, nil
 }
 
-// exactID reports whether a numeric ID, as decoded (a float64), is the integer
-// that was written: the go-sdk makes an int64 of it, so a fraction (1.5) or an
-// integer past 2^53 (whose last digits the float64 lost) would be answered under
-// another ID, which a client could take for the answer to another request.
-func exactID(f float64) bool {
-	return f == math.Trunc(f) && math.Abs(f) < 1<<53
+// exactID reports whether a numeric ID, as written (text), is one the go-sdk
+// answers under the same text: an integer literal (no fraction, no exponent, not
+// -0) below 2^53 in magnitude. The go-sdk decodes the number into a float64 and
+// makes an int64 of it, written back as an integer: 1.5 and 1.0000000000000001
+// would be answered under 1, 1.0 and 1e0 under 1, -0 under 0, 2^53+1 under 2^53. A
+// client that matches answers by the ID as it wrote it (its text, or a number of
+// its own that tells 1.0 from 1) would match such an answer to no request, or to
+// another one. JSON-RPC asks for numbers without fractions, MCP for strings or
+// integers.
+func exactID(text []byte) bool {
+	digits := bytes.TrimPrefix(text, []byte("-"))
+	if len(digits) == 0 || len(digits) > 16 || (digits[0] == '0' && len(text) > 1) {
+		return false // empty, 2^53 or more, or -0 (JSON has no other leading zero)
+	}
+	n := int64(0)
+	for _, d := range digits {
+		if d < '0' || d > '9' {
+			return false
+		}
+		n = n*10 + int64(d-'0')
+	}
+	return n < 1<<53
+}
+
+// exactStringID reports whether a string ID, as written (text, its quotes
+// included), is one the go-sdk answers under the same value: valid UTF-8, with
+// no lone surrogate escaped (\ud800 not followed by a low surrogate, \udc00 not
+// after a high one). The go-sdk decodes either as U+FFFD, and answers under it:
+// a client that matched answers by the ID it wrote matched none (and two such
+// IDs were one to the front). Other escapes are written back otherwise ("\u0061"
+// as "a"), of the same value to any JSON decoder.
+func exactStringID(text []byte) bool {
+	if !utf8.Valid(text) {
+		return false
+	}
+	high := false // the last escape was a high surrogate, to be followed by a low one
+	for i := 0; i < len(text); i++ {
+		if text[i] != '\\' {
+			if high {
+				return false
+			}
+			continue
+		}
+		i++ // a valid JSON string: an escape is whole
+		if text[i] != 'u' {
+			if high {
+				return false
+			}
+			continue
+		}
+		r, err := strconv.ParseUint(string(text[i+1:i+5]), 16, 16)
+		if err != nil {
+			return false
+		}
+		i += 4
+		switch {
+		case r >= 0xd800 && r < 0xdc00:
+			if high {
+				return false
+			}
+			high = true
+		case r >= 0xdc00 && r < 0xe000:
+			if !high {
+				return false
+			}
+			high = false
+		case high:
+			return false
+		}
+	}
+	return !high
 }
 
 // errIDInUse is a front's error for a request whose ID is that of a request not
@@ -1006,25 +1094,26 @@ var errIDInUse = errors.New("the request ID is in use by a request not yet answe
 // errFrontLineTooLong is a front's error for a line longer than maxLineLength.
 var errFrontLineTooLong = fmt.Errorf("the line exceeds the maximum length of a message (%d bytes)", maxLineLength)
 
-// nullID reports whether a message's ID is written, as null (a message without
-// one is a notification).
-func nullID(data []byte) bool {
-	if !bytes.Contains(data, []byte(`"id"`)) {
-		return false
-	}
-	var p struct {
-		ID json.RawMessage `json:"id"`
-	}
-	return unmarshal(data, &p) == nil && p.ID != nil
-}
-
 // errNullID is a front's error for a request whose ID is null: MCP forbids it
 // (JSON-RPC discourages it), and the go-sdk took it for a notification: the
 // request went unanswered, its client waiting for ever.
 var errNullID = errors.New("a request's ID must be a string or an integer, not null")
 
-// errInexactID is a front's error for a request whose numeric ID exactID refuses.
-var errInexactID = errors.New("a numeric request ID must be an integer between -2^53 and 2^53 (exclusive)")
+// errCancelWithID is a front's error for a notifications/cancelled sent with an
+// ID: the go-sdk refuses a notification's method with an ID, but acts on a cancel
+// by its method first, so that it cancelled the request named (whose answer, its
+// handler's error of code 0, was then written) and answered one whose params did
+// not decode with the decoder's error (code 0, "EOF").
+var errCancelWithID = errors.New(`unexpected id for "notifications/cancelled": a cancel is a notification`)
+
+// errInexactID is a front's error for a request whose ID the go-sdk would answer
+// under another: errInexactNumber, a number exactID refuses; errInexactString, a
+// string exactStringID refuses.
+var (
+	errInexactID     = errors.New("the request ID would be answered under another")
+	errInexactNumber = fmt.Errorf("%w: a numeric request ID must be written as an integer (no fraction, no exponent, not -0) between -2^53 and 2^53 (exclusive)", errInexactID)
+	errInexactString = fmt.Errorf("%w: a string request ID must be valid UTF-8, without a lone surrogate (\\ud800-\\udfff)", errInexactID)
+)
 
 // errInvalidRequest is the error of a message that is neither a request nor
 // a response (the go-sdk's jsonrpc2.ErrInvalidRequest, which is not exported).

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -205,30 +206,60 @@ func bodyRefusal(text string) bool {
 	return false
 }
 
-// InexactID returns the answer to body, a POST's body, where a request in it has a
-// numeric ID that the go-sdk's ID cannot hold as it was written (see exactID): the
-// stdio front's answer to such a line (-32600 under the ID as written; null for a
-// batch). The go-sdk's HTTP handler takes the request, and answers 1.5 under 1 and
-// 9007199254740993 under 9007199254740992. It returns nil otherwise. Every POST's
-// body is looked at, but decoded only where a member "id" is followed by a number
-// that is no plain integer of at most 15 digits (a name written with escapes,
-// "\u0069d", is not looked for: such a request is taken as the go-sdk takes it).
-func InexactID(body []byte) []byte {
-	if !mayBeInexact(body) {
+// RefusedBody returns the answer to body, a POST's body, that the stdio front
+// refuses as a line and the go-sdk's HTTP handler takes:
+//   - a request whose ID the go-sdk would answer under another (see exactID,
+//     exactStringID): it answers 1.5 and 1.0000000000000001 under 1, 1e3 under
+//     1000, 9007199254740993 under 9007199254740992, and "\ud800" under "\ufffd";
+//   - a batch holding one request ID twice (MCP forbids it): it answers one of
+//     the two and drops the other unanswered.
+//
+// The answer is the stdio front's to such a line: -32600, under the ID as written
+// (null for a batch). It returns nil otherwise. Every POST's body is looked at,
+// but decoded only where it is a batch, or a member "id" is followed by a number
+// that is no plain integer of at most 15 digits, or is -0, or by a string that
+// escapes a surrogate or is no UTF-8 (a name written with escapes, "\u0069d", is
+// not looked for: such a request is taken as the go-sdk takes it).
+func RefusedBody(body []byte) []byte {
+	i := firstNonSpace(body)
+	batch := i < len(body) && body[i] == '['
+	if !batch && !mayBeInexact(body) {
 		return nil
 	}
-	if _, _, err := decodeLine(body, true); !errors.Is(err, errInexactID) {
+	msgs, _, err := decodeLine(body, true)
+	if err == nil && batch {
+		err = duplicateID(msgs)
+	}
+	if !errors.Is(err, errInexactID) && !errors.Is(err, errIDInUse) {
 		return nil
 	}
-	answer, err := badLine(body, errInexactID)
+	answer, err := badLine(body, err)
 	if err != nil {
 		return nil
 	}
 	return answer
 }
 
+// duplicateID returns an error if two requests of msgs (a batch) have one ID, as
+// the stdio front's admit refuses them.
+func duplicateID(msgs []jsonrpc.Message) error {
+	seen := make(map[jsonrpc.ID]bool, len(msgs))
+	for _, msg := range msgs {
+		req, ok := msg.(*jsonrpc.Request)
+		if !ok || !req.IsCall() {
+			continue
+		}
+		if seen[req.ID] {
+			return fmt.Errorf("%w: %s", errIDInUse, idText(req.ID))
+		}
+		seen[req.ID] = true
+	}
+	return nil
+}
+
 // mayBeInexact reports whether data holds a member "id" (at any depth) whose value
-// is a number with a fraction, an exponent, or more than 15 digits.
+// is a number with a fraction, an exponent, or more than 15 digits, or is -0; or a
+// string that escapes a surrogate (\uD800 to \uDFFF) or is not valid UTF-8.
 func mayBeInexact(data []byte) bool {
 	const name = `"id"`
 	for {
@@ -243,8 +274,15 @@ func mayBeInexact(data []byte) bool {
 		}
 		data = data[j+1:]
 		data = data[firstNonSpace(data):]
+		if n, suspect := stringValue(data); n > 0 {
+			if suspect {
+				return true
+			}
+			data = data[n:]
+			continue
+		}
 		n, digits, plain := number(data)
-		if digits > 0 && (!plain || digits > 15) {
+		if digits > 0 && (!plain || digits > 15 || bytes.HasPrefix(data, []byte("-0"))) {
 			return true
 		}
 		data = data[n:]
@@ -267,4 +305,29 @@ func number(data []byte) (n, digits int, plain bool) {
 		}
 	}
 	return n, digits, plain
+}
+
+// stringValue reads the JSON string that data begins with, if any: its length
+// (0 if data begins with none, or it does not end), and whether it may decode to
+// another value than it says (see exactStringID): it escapes a surrogate, or is
+// not valid UTF-8.
+func stringValue(data []byte) (n int, suspect bool) {
+	if len(data) == 0 || data[0] != '"' {
+		return 0, false
+	}
+	ascii := true
+	for i := 1; i < len(data); i++ {
+		switch c := data[i]; {
+		case c == '"':
+			return i + 1, suspect || (!ascii && !utf8.Valid(data[:i]))
+		case c == '\\':
+			if i+5 < len(data) && data[i+1] == 'u' && (data[i+2] == 'd' || data[i+2] == 'D') && strings.IndexByte("89abcdefABCDEF", data[i+3]) >= 0 {
+				suspect = true
+			}
+			i++
+		case c >= 0x80:
+			ascii = false
+		}
+	}
+	return 0, false
 }

@@ -47,11 +47,15 @@ import (
 // TypeScript, Python and Go SDKs do), so the reused ID had replaced the one in
 // flight there, whose answer it then drops as unknown; and a client that
 // reused the ID of a request it had cancelled (whose answer the front drops)
-// gets exactly one answer. A numeric ID must be an integer below 2^53 in
-// magnitude (the go-sdk's ID, an int64 made from a float64, would answer 1.5
-// as 1): another gets -32600 under the ID as it was written. A request whose ID is
+// gets exactly one answer. A numeric ID must be written as an integer below
+// 2^53 in magnitude, without fraction or exponent, and not -0 (the go-sdk's ID,
+// an int64 made from a float64, would answer 1.5, 1.0 and 1.0000000000000001
+// under 1: see exactID), and a string ID valid UTF-8 without a lone surrogate
+// escaped (decoded as U+FFFD: see exactStringID): another gets -32600 under the
+// ID as it was written. A request whose ID is
 // null (MCP forbids it; the go-sdk took it for a notification, never answered)
-// gets -32600 with a null id.
+// gets -32600 with a null id. A notifications/cancelled sent with an ID gets
+// -32600 under it, and cancels nothing (the go-sdk acted on it as a cancel).
 // Until the session is initialized (an initialize read, and answered with a
 // result; or a request whose _meta names protocol 2026-07-28 read), a request the
 // go-sdk's server refuses there gets -32600 from the front (see Uninitialized; the

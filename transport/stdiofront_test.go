@@ -230,6 +230,53 @@ func TestServerStdioUnansweredBounded(t *testing.T) {
 	}
 }
 
+// TestServerStdioCancelWithID: a notifications/cancelled sent with an ID (a request,
+// which MCP has no such of) is refused under its ID with -32600, as the go-sdk's
+// server refuses a notification's method with an ID, and cancels nothing. The
+// go-sdk acts on a cancel by its method before it looks at the ID: the request it
+// named was cancelled all the same, and answered with its handler's error (code 0,
+// "context canceled"), and one without params was answered {"code":0,"message":"EOF"}.
+func TestServerStdioCancelWithID(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "front", Version: "1"}, nil)
+	release := make(chan struct{})
+	mcp.AddTool(srv, &mcp.Tool{Name: "block"}, func(ctx context.Context, _ *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, any, error) {
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-release:
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "released"}}}, nil, nil
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inW, outR, done := runStdioFront(ctx, srv)
+	send, read := lineSender(t, inW), timedLineReader(t, outR)
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`)
+	read("initialize")
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"block","arguments":{}}}`)
+	for _, id := range []string{"2", `"three"`} {
+		send(`{"jsonrpc":"2.0","id":` + id + `,"method":"notifications/cancelled","params":{"requestId":1}}`)
+		if a := strings.TrimSpace(read("a cancel with an ID")); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":`+id+`,"error":{"code":-32600,`) {
+			t.Errorf("a cancel with the ID %s was answered %s, want -32600 under its ID", id, a)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":4,"method":"notifications/cancelled"}`)
+	if a := strings.TrimSpace(read("a cancel with an ID and no params")); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":4,"error":{"code":-32600,`) {
+		t.Errorf("a cancel with an ID and no params was answered %s, want -32600 under its ID", a)
+	}
+	close(release) // the call, not cancelled, is answered
+	if a := strings.TrimSpace(read("the call")); !strings.HasPrefix(a, `{"jsonrpc":"2.0","id":1,"result":`) || !strings.Contains(a, "released") {
+		t.Errorf("the call named by the cancels with an ID was answered %s, want its result", a)
+	}
+	inW.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return at the end of stdin")
+	}
+}
+
 // TestServerStdioCancelledNotAnswered: a request its client cancels
 // (notifications/cancelled) is not answered, as MCP asks of the receiver; the
 // go-sdk's server answered it with its handler's error ("context canceled", code
@@ -417,7 +464,29 @@ func TestServerStdioRequestIDs(t *testing.T) {
 		{`-1e300`, `{"jsonrpc":"2.0","id":-1e300,"error":`},
 		{`null`, `{"jsonrpc":"2.0","id":null,"error":{"code":-32600,`}, // unanswered: a notification to the go-sdk
 		{`9007199254740991`, `{"jsonrpc":"2.0","id":9007199254740991,"result":{}}`},
-		{`1e3`, `{"jsonrpc":"2.0","id":1000,"result":{}}`},
+		{`-9007199254740991`, `{"jsonrpc":"2.0","id":-9007199254740991,"result":{}}`},
+		{`0`, `{"jsonrpc":"2.0","id":0,"result":{}}`},
+		{" \t7 ", `{"jsonrpc":"2.0","id":7,"result":{}}`}, // the ID's text is the number's, without the space around it
+		// Numbers the go-sdk would answer under other text (1, 1000, 0, 1e19):
+		// refused under the ID as written, which the client can match.
+		{`1.0000000000000001`, `{"jsonrpc":"2.0","id":1.0000000000000001,"error":{"code":-32600,`},
+		{`1.0`, `{"jsonrpc":"2.0","id":1.0,"error":{"code":-32600,`},
+		{`1e0`, `{"jsonrpc":"2.0","id":1e0,"error":{"code":-32600,`},
+		{`1e3`, `{"jsonrpc":"2.0","id":1e3,"error":{"code":-32600,`},
+		{`-0`, `{"jsonrpc":"2.0","id":-0,"error":{"code":-32600,`},
+		{`10000000000000000001`, `{"jsonrpc":"2.0","id":10000000000000000001,"error":{"code":-32600,`},
+		// Strings the go-sdk would answer under another value (a lone
+		// surrogate, or a byte that is no UTF-8, decoded as U+FFFD): refused
+		// under the ID as written. An escape the answer writes otherwise, of
+		// the same value, is taken.
+		{`"\ud800"`, `{"jsonrpc":"2.0","id":"\ud800","error":{"code":-32600,`},
+		{`"a\udc00"`, `{"jsonrpc":"2.0","id":"a\udc00","error":{"code":-32600,`},
+		{`"\uD83Dx"`, `{"jsonrpc":"2.0","id":"\uD83Dx","error":{"code":-32600,`},
+		{`"\ud83d\u0041"`, `{"jsonrpc":"2.0","id":"\ud83d\u0041","error":{"code":-32600,`},
+		{"\"\xff\"", "{\"jsonrpc\":\"2.0\",\"id\":\"\xff\",\"error\":{\"code\":-32600,"},
+		{`"\ud83d\ude00"`, `{"jsonrpc":"2.0","id":"😀","result":{}}`},
+		{`"\\ud800"`, `{"jsonrpc":"2.0","id":"\\ud800","result":{}}`},
+		{`"\u0061\ufffd"`, `{"jsonrpc":"2.0","id":"a�","result":{}}`},
 		{`"s"`, `{"jsonrpc":"2.0","id":"s","result":{}}`},
 		{`51`, `{"jsonrpc":"2.0","id":51,"result":{}}`}, // not taken by the refused batch
 	} {
@@ -549,9 +618,9 @@ func TestServerStdioEndNotHeldByAListen(t *testing.T) {
 			if msg, err := conn.Read(context.Background()); err != nil {
 				t.Fatalf("reading the %s: %v, %v", tc.method, msg, err)
 			}
+			start := time.Now() // before the deadline is set: a read held to it takes 1s at least
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			start := time.Now()
 			_, err = conn.Read(ctx)
 			if held := time.Since(start) >= time.Second; held != tc.held {
 				t.Errorf("the end of stdin with a %s in flight: read %v after %v (held: %v, want %v)", tc.method, err, time.Since(start).Round(time.Millisecond), held, tc.held)
