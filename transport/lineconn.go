@@ -940,12 +940,10 @@ func decodeLine(data []byte, exactIDs bool) (msgs []jsonrpc.Message, isBatch boo
 	return []jsonrpc.Message{msg}, false, nil
 }
 
-// wireMessage is a JSON-RPC message as it is read (the go-sdk's own, but for its
-// ID, kept as written and decoded as the go-sdk decodes it, into an any: see
-// decodeMessageIDs).
+// wireMessage is a JSON-RPC message as it is read (the go-sdk's own).
 type wireMessage struct {
 	VersionTag string          `json:"jsonrpc"`
-	ID         json.RawMessage `json:"id,omitempty"`
+	ID         any             `json:"id,omitempty"`
 	Method     json.RawMessage `json:"method"`
 	Params     json.RawMessage `json:"params,omitempty"`
 	Result     json.RawMessage `json:"result,omitempty"`
@@ -969,30 +967,33 @@ func decodeMessageIDs(data []byte, exactIDs bool) (jsonrpc.Message, error) {
 	if msg.VersionTag != "2.0" {
 		return nil, fmt.Errorf("invalid message version tag %q; expected %q", msg.VersionTag, "2.0")
 	}
-	var rawID any // as the go-sdk decodes it
-	if len(msg.ID) > 0 {
-		if err := unmarshal(msg.ID, &rawID); err != nil {
+	if exactIDs {
+		// The ID as written (only a front's: a server's messages are read as the
+		// go-sdk reads them, without a second look).
+		var written struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if err := unmarshal(data, &written); err != nil {
 			return nil, fmt.Errorf("unmarshaling jsonrpc message: %w", err)
 		}
-	}
-	if exactIDs {
-		switch rawID.(type) {
+		switch msg.ID.(type) {
 		case float64:
-			if !exactID(msg.ID) {
+			if !exactID(written.ID) {
 				return nil, errInexactNumber
 			}
 		case string:
-			if !exactStringID(msg.ID) {
+			if !exactStringID(written.ID) {
 				return nil, errInexactString
+			}
+		case nil:
+			if len(msg.Method) > 0 && written.ID != nil {
+				return nil, errNullID // written, as null (a message without one is a notification)
 			}
 		}
 	}
-	id, err := jsonrpc.MakeID(rawID)
+	id, err := jsonrpc.MakeID(msg.ID)
 	if err != nil {
 		return nil, err
-	}
-	if exactIDs && rawID == nil && len(msg.Method) > 0 && msg.ID != nil {
-		return nil, errNullID // written, as null (a message without one is a notification)
 	}
 	if len(msg.Method) > 0 {
 		var method string
