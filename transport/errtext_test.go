@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -27,7 +28,12 @@ func TestErrorTextCapped(t *testing.T) {
 		}
 	})
 	s := dial(t, Config{Name: "verbose", InMemory: &InMemory{Server: srv}}, Options{})
-	_, err := s.CallTool(callCtx(t), &mcp.CallToolParams{Name: "anything"})
+	// A minute: the message is encoded and decoded in the call, 0.4 s of CPU under
+	// the race detector, which a CPU hog of 20 threads beside the test stretched to
+	// 20 s and more; nothing here waits on anything but that work.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := s.CallTool(ctx, &mcp.CallToolParams{Name: "anything"})
 	var je *jsonrpc.Error
 	if !errors.As(err, &je) || je.Message != huge {
 		t.Fatalf("CallTool = %.200v, want the server's whole error in the chain", err)
