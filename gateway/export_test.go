@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"strconv"
 	"time"
+
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 )
 
 // SetBodyWait sets how long a request waits for room for its body, for the
@@ -40,12 +42,12 @@ func SetCutLinger(d time.Duration) (restore func()) {
 
 // EndGonePosts ends up to n POSTs of g's HTTP front whose client went away before
 // any request of theirs started, as Handler does, and returns how many it ended
-// before it had spent limit of work: its thread's CPU time (see workClock), not
+// before it had spent limit of work: its thread's CPU time (see testutil.WorkClock), not
 // the wall clock, which also counts the time other processes held the CPUs.
 func (g *Gateway) EndGonePosts(n int, limit time.Duration) int {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	spent := workClock()
+	spent := testutil.WorkClock()
 	for i := range n {
 		if i%1000 == 0 && spent() > limit {
 			return i

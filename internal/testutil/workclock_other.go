@@ -1,12 +1,12 @@
 //go:build !linux
 
-package gateway
+package testutil
 
 import "time"
 
-// workClock is the wall clock where a thread's CPU time is not read: it runs
+// WorkClock is the wall clock where a thread's CPU time is not read: it runs
 // while other processes hold the CPUs (see the Linux one).
-func workClock() func() time.Duration {
+func WorkClock() func() time.Duration {
 	begin := time.Now()
 	return func() time.Duration { return time.Since(begin) }
 }
