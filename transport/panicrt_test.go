@@ -13,6 +13,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm/internal/authtest"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"golang.org/x/oauth2"
 )
 
@@ -256,5 +257,98 @@ func TestPanickingTokenSource(t *testing.T) {
 				t.Errorf("Close after %v (its context 5s): %v; want a graceful close", time.Since(start), err)
 			}
 		})
+	}
+}
+
+// panickyStore is a caller's TokenStore with a bug: its Load, or its Save,
+// panics.
+type panickyStore struct {
+	load, save bool
+	panics     atomic.Int64
+}
+
+func (s *panickyStore) Load(context.Context, string) (*Credentials, error) {
+	if s.load {
+		s.panics.Add(1)
+		callersBug()
+	}
+	return nil, nil
+}
+
+func (s *panickyStore) Save(context.Context, string, *Credentials) error {
+	if s.save {
+		s.panics.Add(1)
+		callersBug()
+	}
+	return nil
+}
+
+// TestPanickingStore: a caller's Auth.Store whose Load or Save panics. The OAuth
+// client calls its store on a goroutine of its own (storeCall): nothing
+// recovered the panic there, and the process died (the test binary is killed
+// without the guard). Now it is that call's error (a read that found nothing, a
+// save not made), its stack logged, and the client goes on with the
+// credentials it holds.
+func TestPanickingStore(t *testing.T) {
+	for _, which := range []string{"Load", "Save"} {
+		t.Run(which, func(t *testing.T) {
+			p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
+			store := &panickyStore{load: which == "Load", save: which == "Save"}
+			cfg := p.config(&Auth{Store: store}, false)
+			var logs syncBuffer
+			o, err := NewOAuth(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := o.SetCredentials(p.issued(time.Now().Add(-time.Minute))); err != nil { // expired: refreshed, and saved, by the first request
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if tok, _ := o.bearer(ctx); tok == "" {
+				t.Error("no token: the refresh failed")
+			}
+			if err := o.Close(ctx); err != nil {
+				t.Errorf("close: %v", err)
+			}
+			if store.panics.Load() == 0 {
+				t.Fatal("the store did not panic")
+			}
+			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") || !strings.Contains(l, "Auth.Store panicked (in "+which+")") {
+				t.Errorf("the panic's stack was not logged:\n%s", l)
+			}
+		})
+	}
+}
+
+// TestPanickingFetcher: a caller's Auth.Fetcher that panics. The authorization
+// code flow, which calls it, runs on a goroutine of the OAuth client's (so that
+// a fetcher that does not heed its context does not hold the request): nothing
+// recovered the panic there, and the process died (the test binary is killed
+// without the guard). Now the authorization fails with an error naming the
+// panic, its stack logged.
+func TestPanickingFetcher(t *testing.T) {
+	srv := protectedServer(t, authtest.Options{}, true)
+	var panics atomic.Int64
+	fetch := func(context.Context, *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
+		panics.Add(1)
+		callersBug()
+		return nil, nil
+	}
+	var logs syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	_, err := Dial(ctx, authConfig(srv, &Auth{Fetcher: fetch, RedirectURL: redirect}, false), Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err == nil {
+		t.Fatal("a dial whose login panicked succeeded")
+	}
+	if panics.Load() == 0 {
+		t.Fatal("the fetcher did not panic")
+	}
+	if !strings.Contains(err.Error(), "Auth.Fetcher panicked") || !strings.Contains(err.Error(), "assignment to entry in nil map") {
+		t.Errorf("the dial's error does not name the panic: %v", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") {
+		t.Errorf("the panic's stack was not logged:\n%s", l)
 	}
 }
