@@ -143,12 +143,16 @@ func (c *callerTripper) panicked(v any, where, method string) error {
 // panicked), for a request of method, and logs it with its stack (at error, to
 // log if not nil). Called in the deferred recover, so that the stack is the
 // panic's.
+//
+// The panic's value may quote anything (a URL, a header, a request's form with
+// its refresh token) at any length: its text is scrubbed of red's secrets and
+// capped (MaxErrorText) here, once, for every place the error goes (an OAuth
+// client's last error and log are not an *Error's, scrubbed where shown). The
+// stack names functions and lines; the runtime bounds it (100 frames).
 func callerPanicked(log *slog.Logger, red *redactor, field, where, method string, v any) error {
-	pe := &panicError{field: field, where: where, value: v}
+	pe := &panicError{field: field, where: where, value: v, text: red.capped(fmt.Sprint(v), MaxErrorText)}
 	if log != nil {
-		// The stack names functions and lines; the panic's value may quote
-		// anything (a URL, a header), so it is scrubbed as errors are.
-		log.Error("mcpfsm: the caller's code panicked: its request fails", "field", field, "in", where, "method", method, "error", red.scrub(pe.Error()), "stack", string(debug.Stack()))
+		log.Error("mcpfsm: the caller's code panicked: its request fails", "field", field, "in", where, "method", method, "error", pe.Error(), "stack", string(debug.Stack()))
 	}
 	return pe
 }
@@ -191,13 +195,14 @@ type panicError struct {
 	field string // the config's field that gave the RoundTripper
 	where string // "RoundTrip", "a response body's Read"
 	value any
+	text  string // value's, scrubbed and capped (see callerPanicked)
 }
 
 func (e *panicError) Error() string {
 	if strings.HasSuffix(e.field, "Client") {
-		return fmt.Sprintf("the RoundTripper of %s panicked (in %s): %v", e.field, e.where, e.value)
+		return fmt.Sprintf("the RoundTripper of %s panicked (in %s): %s", e.field, e.where, e.text)
 	}
-	return fmt.Sprintf("%s panicked (in %s): %v", e.field, e.where, e.value)
+	return fmt.Sprintf("%s panicked (in %s): %s", e.field, e.where, e.text)
 }
 
 func (e *panicError) Unwrap() error {

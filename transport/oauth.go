@@ -739,6 +739,8 @@ func (o *OAuth) write(saved chan struct{}) {
 		o.mu.Unlock()
 		c := n.c
 		c.Saved = time.Now()
+		o.red.remember(c.Token.RefreshToken) // a panic of the store's may quote them
+		o.red.remember(c.Token.AccessToken)
 		_, err := storeCall(o, "Save", func(ctx context.Context) (struct{}, error) { return struct{}{}, o.cfg.Store.Save(ctx, o.key, c) })
 		close(n.done)
 		if errors.Is(err, errNotCalled) {
@@ -1002,6 +1004,7 @@ func (o *OAuth) newerStored(ctx context.Context, refused *Credentials) bool {
 // 5xx) is tried again by the next request that needs it.
 func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, o.client)
+	o.red.remember(c.Token.RefreshToken) // sent in the request's form: a panic of Auth.Client's may quote it
 	var tok *oauth2.Token
 	var err error
 	if o.cfg.Grant == GrantClientCredentials {

@@ -352,3 +352,69 @@ func TestPanickingFetcher(t *testing.T) {
 		t.Errorf("the panic's stack was not logged:\n%s", l)
 	}
 }
+
+// quotingTripper is a caller's RoundTripper whose bug quotes the request it
+// could not send: its form (a refresh token), padded to a large text.
+type quotingTripper struct{ panics atomic.Int64 }
+
+func (q *quotingTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(req.Body)
+	q.panics.Add(1)
+	panic("cannot send " + string(body) + strings.Repeat(" and more", 100_000))
+}
+
+// TestPanickingAuthClientRedacted: an Auth.Client's RoundTripper that panics
+// with a value quoting the refresh request's form. The OAuth client scrubbed
+// nothing of it (its callerTripper had no redactor, and its errors are not an
+// *Error's, scrubbed where shown): the refresh token was in the log, twice (the
+// panic's record, the failed refresh's), and in Status's LastError, which says
+// it is without secrets; and the text, a megabyte here, was each time whole.
+// Now a panic's text is scrubbed (the config's secrets, and the tokens the
+// OAuth client uses) and capped (MaxErrorText) where the panicError is made.
+func TestPanickingAuthClientRedacted(t *testing.T) {
+	p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
+	rt := &quotingTripper{}
+	cfg := p.config(&Auth{}, false)
+	cfg.HTTP.Auth.Client = &http.Client{Transport: rt}
+	var logs syncBuffer
+	o, err := NewOAuth(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := p.issued(time.Now().Add(-time.Minute)) // expired: refreshed by the first request
+	if err := o.SetCredentials(creds); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if tok, _ := o.bearer(ctx); tok != "" {
+		t.Error("a token from a refresh whose request panicked")
+	}
+	if rt.panics.Load() == 0 {
+		t.Fatal("the RoundTripper did not panic")
+	}
+	secret := creds.Token.RefreshToken
+	st := o.Status()
+	if !strings.Contains(st.LastError, "RoundTripper of Auth.Client panicked") || !strings.Contains(st.LastError, "cannot send") {
+		t.Errorf("the client's last error does not name the panic: %.300q", st.LastError)
+	}
+	if strings.Contains(st.LastError, secret) {
+		t.Errorf("the client's last error shows the refresh token: %.300q", st.LastError)
+	}
+	if len(st.LastError) > 2*MaxErrorText {
+		t.Errorf("the client's last error is %d bytes long", len(st.LastError))
+	}
+	l := logs.String()
+	if !strings.Contains(l, "callersBug") && !strings.Contains(l, "quotingTripper") {
+		t.Errorf("the panic's stack was not logged:\n%.2000s", l)
+	}
+	if strings.Contains(l, secret) {
+		t.Errorf("the log shows the refresh token")
+	}
+	if len(l) > 8*MaxErrorText+64<<10 {
+		t.Errorf("the log is %d bytes long", len(l))
+	}
+	if err := o.Close(ctx); err != nil {
+		t.Errorf("close: %v", err)
+	}
+}
