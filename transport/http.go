@@ -55,9 +55,8 @@ const maxIdlePerSession = 64
 func newHTTPClient(life context.Context, h *HTTP, az authorizer, red *redactor, log *slog.Logger) (client *http.Client, own *http.Transport) {
 	var base http.RoundTripper
 	if h.Client != nil {
-		c := *h.Client // a shallow copy: the caller's client is not modified
-		client = &c
-		base = callersTripper(h.Client, "HTTP.Client", log, red)
+		client = callersClient(h.Client, "HTTP.Client", log, red) // a copy: the caller's client is not modified
+		base = client.Transport
 	} else {
 		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
 			own = dt.Clone()
@@ -79,6 +78,49 @@ func newHTTPClient(life context.Context, h *HTTP, az authorizer, red *redactor, 
 	}
 	client.Transport = &lifeRoundTripper{base: base, life: life, headers: h.Headers, origin: origin, maxBody: MaxResponseBody, auth: az, red: red}
 	return client, own
+}
+
+// callersClient returns a shallow copy of c, a caller's client (field names it
+// in the config: "HTTP.Client"), whose code is called guarded: its RoundTripper
+// through a callerTripper; its CheckRedirect and Jar, which net/http's Client
+// calls above the RoundTripper (on the go-sdk's goroutines, an OAuth client's
+// renewal), so that a panic there is as a RoundTripper's (it ended the process,
+// or wedged a call's connection): CheckRedirect's fails its request, the Jar's
+// (whose methods have no error) has the request go without its cookies, or
+// them not kept.
+func callersClient(c *http.Client, field string, log *slog.Logger, red *redactor) *http.Client {
+	out := *c
+	out.Transport = callersTripper(c, field, log, red)
+	if next := c.CheckRedirect; next != nil {
+		out.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			_, err := guarded(log, red, field+".CheckRedirect", "CheckRedirect", func() (struct{}, error) { return struct{}{}, next(req, via) })
+			return err
+		}
+	}
+	if c.Jar != nil {
+		out.Jar = &callerJar{jar: c.Jar, field: field + ".Jar", log: log, red: red}
+	}
+	return &out
+}
+
+// callerJar is a caller's cookie jar, called guarded (see callersClient).
+type callerJar struct {
+	jar   http.CookieJar
+	field string
+	log   *slog.Logger
+	red   *redactor
+}
+
+func (j *callerJar) SetCookies(u *url.URL, cookies []*http.Cookie) {
+	_, _ = guarded(j.log, j.red, j.field, "SetCookies", func() (struct{}, error) {
+		j.jar.SetCookies(u, cookies)
+		return struct{}{}, nil
+	})
+}
+
+func (j *callerJar) Cookies(u *url.URL) []*http.Cookie {
+	cookies, _ := guarded(j.log, j.red, j.field, "Cookies", func() ([]*http.Cookie, error) { return j.jar.Cookies(u), nil })
+	return cookies
 }
 
 // callersTripper returns the RoundTripper of c, a caller's client (field names
@@ -152,7 +194,7 @@ func (c *callerTripper) panicked(v any, where, method string) error {
 func callerPanicked(log *slog.Logger, red *redactor, field, where, method string, v any) error {
 	pe := &panicError{field: field, where: where, value: v, text: red.capped(fmt.Sprint(v), MaxErrorText)}
 	if log != nil {
-		log.Error("mcpfsm: the caller's code panicked: its request fails", "field", field, "in", where, "method", method, "error", pe.Error(), "stack", string(debug.Stack()))
+		log.Error("mcpfsm: the caller's code panicked", "field", field, "in", where, "method", method, "error", pe.Error(), "stack", string(debug.Stack()))
 	}
 	return pe
 }

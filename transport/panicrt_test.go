@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -416,5 +419,97 @@ func TestPanickingAuthClientRedacted(t *testing.T) {
 	}
 	if err := o.Close(ctx); err != nil {
 		t.Errorf("close: %v", err)
+	}
+}
+
+// panickyJar is a caller's cookie jar with a bug: once armed, its Cookies
+// (asked for every request's cookies) panics.
+type panickyJar struct {
+	http.CookieJar
+	armed  atomic.Bool
+	panics atomic.Int64
+}
+
+func (j *panickyJar) Cookies(u *url.URL) []*http.Cookie {
+	if j.armed.Load() {
+		j.panics.Add(1)
+		callersBug()
+	}
+	return j.CookieJar.Cookies(u)
+}
+
+// TestPanickingJar: a caller's HTTP.Client whose Jar panics. net/http's Client
+// asks its Jar for each request's cookies, above the RoundTripper that
+// callerTripper guards: on a call's POST the panic wedged the connection, and on
+// the go-sdk's own goroutines (the event stream's GET, the DELETE at close) it
+// ended the process. Now the request goes without the jar's cookies (the Jar's
+// methods return nothing to fail with), the panic's stack logged, and the call
+// and Close are as usual.
+func TestPanickingJar(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	base, _ := cookiejar.New(nil)
+	jar := &panickyJar{CookieJar: base}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	cfg := httpConfig(h)
+	cfg.HTTP.Client = &http.Client{Transport: tr, Jar: jar}
+	var logs syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	s, err := Dial(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jar.armed.Store(true)
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	if got, err := echo(cctx, s, "during"); err != nil || got != "during" {
+		t.Errorf("a call whose jar panicked = %q, %v", got, err)
+	}
+	if jar.panics.Load() == 0 {
+		t.Fatal("the jar did not panic")
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") || !strings.Contains(l, "HTTP.Client.Jar panicked") {
+		t.Errorf("the panic's stack was not logged:\n%s", l)
+	}
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer closeCancel()
+	start := time.Now()
+	if err := s.Close(closeCtx); errors.Is(err, ErrForcedClose) || closeCtx.Err() != nil {
+		t.Errorf("Close after %v (its context 5s): %v; want a graceful close", time.Since(start), err)
+	}
+}
+
+// TestPanickingCheckRedirect: a caller's client (HTTP.Client, Auth.Client) whose
+// CheckRedirect panics, called by net/http's Client above the RoundTripper:
+// nothing recovered it (on an OAuth client's renewal, or the go-sdk's
+// goroutines, the process died). Now the redirect is refused with an error
+// naming the panic, its stack logged.
+func TestPanickingCheckRedirect(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/from" {
+			http.Redirect(w, r, "/to", http.StatusFound)
+			return
+		}
+		_, _ = io.WriteString(w, "here")
+	}))
+	defer srv.Close()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	defer tr.CloseIdleConnections()
+	var logs syncBuffer
+	c := callersClient(&http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+		callersBug()
+		return nil
+	}}, "Auth.Client", slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	resp, err := c.Get(srv.URL + "/from")
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a redirect whose CheckRedirect panicked was followed")
+	}
+	if !strings.Contains(err.Error(), "Auth.Client.CheckRedirect panicked") {
+		t.Errorf("the error does not name the panic: %v", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "callersBug") {
+		t.Errorf("the panic's stack was not logged:\n%s", l)
 	}
 }
