@@ -532,13 +532,12 @@ func authContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // sameOriginClient returns a copy of c (or a private client) that makes each
 // request within timeout and follows no redirect to another origin: an
 // authorization server's redirect elsewhere is refused, not followed with our
-// client's credentials. c's RoundTripper is called through a callerTripper
-// (its panics logged to log).
-func sameOriginClient(c *http.Client, timeout time.Duration, log *slog.Logger) *http.Client {
+// client's credentials. c's code is called guarded (see callersClient; its
+// panics logged to log, scrubbed by red).
+func sameOriginClient(c *http.Client, timeout time.Duration, log *slog.Logger, red *redactor) *http.Client {
 	var out http.Client
 	if c != nil {
-		out = *c
-		out.Transport = callersTripper(c, "Auth.Client", log, nil)
+		out = *callersClient(c, "Auth.Client", log, red)
 	} else {
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		// Authorization requests are rare: no idle connection is kept for them.

@@ -55,9 +55,8 @@ const maxIdlePerSession = 64
 func newHTTPClient(life context.Context, h *HTTP, az authorizer, red *redactor, log *slog.Logger) (client *http.Client, own *http.Transport) {
 	var base http.RoundTripper
 	if h.Client != nil {
-		c := *h.Client // a shallow copy: the caller's client is not modified
-		client = &c
-		base = callersTripper(h.Client, "HTTP.Client", log, red)
+		client = callersClient(h.Client, "HTTP.Client", log, red) // a copy: the caller's client is not modified
+		base = client.Transport
 	} else {
 		if dt, ok := http.DefaultTransport.(*http.Transport); ok {
 			own = dt.Clone()
@@ -79,6 +78,49 @@ func newHTTPClient(life context.Context, h *HTTP, az authorizer, red *redactor, 
 	}
 	client.Transport = &lifeRoundTripper{base: base, life: life, headers: h.Headers, origin: origin, maxBody: MaxResponseBody, auth: az, red: red}
 	return client, own
+}
+
+// callersClient returns a shallow copy of c, a caller's client (field names it
+// in the config: "HTTP.Client"), whose code is called guarded: its RoundTripper
+// through a callerTripper; its CheckRedirect and Jar, which net/http's Client
+// calls above the RoundTripper (on the go-sdk's goroutines, an OAuth client's
+// renewal), so that a panic there is as a RoundTripper's (it ended the process,
+// or wedged a call's connection): CheckRedirect's fails its request, the Jar's
+// (whose methods have no error) has the request go without its cookies, or
+// them not kept.
+func callersClient(c *http.Client, field string, log *slog.Logger, red *redactor) *http.Client {
+	out := *c
+	out.Transport = callersTripper(c, field, log, red)
+	if next := c.CheckRedirect; next != nil {
+		out.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+			_, err := guarded(log, red, field+".CheckRedirect", "CheckRedirect", func() (struct{}, error) { return struct{}{}, next(req, via) })
+			return err
+		}
+	}
+	if c.Jar != nil {
+		out.Jar = &callerJar{jar: c.Jar, field: field + ".Jar", log: log, red: red}
+	}
+	return &out
+}
+
+// callerJar is a caller's cookie jar, called guarded (see callersClient).
+type callerJar struct {
+	jar   http.CookieJar
+	field string
+	log   *slog.Logger
+	red   *redactor
+}
+
+func (j *callerJar) SetCookies(u *url.URL, cookies []*http.Cookie) {
+	_, _ = guarded(j.log, j.red, j.field, "SetCookies", func() (struct{}, error) {
+		j.jar.SetCookies(u, cookies)
+		return struct{}{}, nil
+	})
+}
+
+func (j *callerJar) Cookies(u *url.URL) []*http.Cookie {
+	cookies, _ := guarded(j.log, j.red, j.field, "Cookies", func() ([]*http.Cookie, error) { return j.jar.Cookies(u), nil })
+	return cookies
 }
 
 // callersTripper returns the RoundTripper of c, a caller's client (field names
@@ -143,12 +185,16 @@ func (c *callerTripper) panicked(v any, where, method string) error {
 // panicked), for a request of method, and logs it with its stack (at error, to
 // log if not nil). Called in the deferred recover, so that the stack is the
 // panic's.
+//
+// The panic's value may quote anything (a URL, a header, a request's form with
+// its refresh token) at any length: its text is scrubbed of red's secrets and
+// capped (MaxErrorText) here, once, for every place the error goes (an OAuth
+// client's last error and log are not an *Error's, scrubbed where shown). The
+// stack names functions and lines; the runtime bounds it (100 frames).
 func callerPanicked(log *slog.Logger, red *redactor, field, where, method string, v any) error {
-	pe := &panicError{field: field, where: where, value: v}
+	pe := &panicError{field: field, where: where, value: v, text: red.capped(fmt.Sprint(v), MaxErrorText)}
 	if log != nil {
-		// The stack names functions and lines; the panic's value may quote
-		// anything (a URL, a header), so it is scrubbed as errors are.
-		log.Error("mcpfsm: the caller's code panicked: its request fails", "field", field, "in", where, "method", method, "error", red.scrub(pe.Error()), "stack", string(debug.Stack()))
+		log.Error("mcpfsm: the caller's code panicked", "field", field, "in", where, "method", method, "error", pe.Error(), "stack", string(debug.Stack()))
 	}
 	return pe
 }
@@ -191,13 +237,14 @@ type panicError struct {
 	field string // the config's field that gave the RoundTripper
 	where string // "RoundTrip", "a response body's Read"
 	value any
+	text  string // value's, scrubbed and capped (see callerPanicked)
 }
 
 func (e *panicError) Error() string {
 	if strings.HasSuffix(e.field, "Client") {
-		return fmt.Sprintf("the RoundTripper of %s panicked (in %s): %v", e.field, e.where, e.value)
+		return fmt.Sprintf("the RoundTripper of %s panicked (in %s): %s", e.field, e.where, e.text)
 	}
-	return fmt.Sprintf("%s panicked (in %s): %v", e.field, e.where, e.value)
+	return fmt.Sprintf("%s panicked (in %s): %s", e.field, e.where, e.text)
 }
 
 func (e *panicError) Unwrap() error {

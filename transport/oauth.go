@@ -44,6 +44,7 @@ type OAuth struct {
 	key      string
 	client   *http.Client
 	log      *slog.Logger
+	red      *redactor // the config's secrets and the tokens held: scrubs what the caller's code panicked with (see callerPanicked)
 
 	sem chan struct{} // one refresh or authorization at a time
 
@@ -100,9 +101,10 @@ func NewOAuth(cfg Config, log *slog.Logger) (*OAuth, error) {
 	if log == nil {
 		log = discardLogger
 	}
+	red := newRedactor(cfg)
 	o := &OAuth{
-		src: *h.Auth, cfg: a, server: cfg.Name, resource: h.URL, key: a.StoreKey, log: log,
-		client: sameOriginClient(a.Client, a.Timeout, log),
+		src: *h.Auth, cfg: a, server: cfg.Name, resource: h.URL, key: a.StoreKey, log: log, red: red,
+		client: sameOriginClient(a.Client, a.Timeout, log, red),
 		sem:    make(chan struct{}, 1), asked: map[string]bool{},
 	}
 	o.life, o.end = context.WithCancelCause(context.Background())
@@ -454,7 +456,7 @@ func (o *OAuth) readLocked() *storeRead {
 // holds becomes the current credentials, unless they changed while it was
 // read (they are newer), whether or not anyone still waits for it.
 func (o *OAuth) read(r *storeRead) {
-	c, err := storeCall(o, func(ctx context.Context) (*Credentials, error) { return o.cfg.Store.Load(ctx, o.key) })
+	c, err := storeCall(o, "Load", func(ctx context.Context) (*Credentials, error) { return o.cfg.Store.Load(ctx, o.key) })
 	o.mu.Lock()
 	r.c, r.err = c, err
 	o.reading = nil
@@ -587,8 +589,9 @@ var errStoreSilent = errors.New("the token store ignores the end of its context"
 // an abandoned one has not returned (see storeCall).
 var errNotCalled = errors.New("not called")
 
-// storeCall calls the token store (fn: a Load or a Save) on a goroutine of its
-// own, under a context that ends within storeTimeout or when the client's life
+// storeCall calls the token store (fn: its method what, Load or Save) on a
+// goroutine of its own (a panic there, the caller's store's, is the call's error,
+// its stack logged, as for a caller's RoundTripper: it ended the process), under a context that ends within storeTimeout or when the client's life
 // ends (Close), and waits for it until then and storeGrace more. A call that
 // has not returned by then ignores its context: it is abandoned (its goroutine
 // is the store's, for as long as it does not return), said once in the log,
@@ -598,7 +601,7 @@ var errNotCalled = errors.New("not called")
 // renewal), never a request's, which waits for it until its own deadline only.
 // (A store that hung once kept the client's goroutine for good: a read held
 // every later read, a save the renewal that made it, and Close's wait.)
-func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) {
+func storeCall[T any](o *OAuth, what string, fn func(context.Context) (T, error)) (T, error) {
 	type answer struct {
 		v   T
 		err error
@@ -615,7 +618,7 @@ func storeCall[T any](o *OAuth, fn func(context.Context) (T, error)) (T, error) 
 	done := make(chan answer, 1)
 	abandoned := false // under o.mu
 	go func() {
-		v, err := fn(ctx)
+		v, err := guarded(o.log, o.red, "Auth.Store", what, func() (T, error) { return fn(ctx) })
 		done <- answer{v, err}
 		o.mu.Lock()
 		if abandoned {
@@ -736,7 +739,9 @@ func (o *OAuth) write(saved chan struct{}) {
 		o.mu.Unlock()
 		c := n.c
 		c.Saved = time.Now()
-		_, err := storeCall(o, func(ctx context.Context) (struct{}, error) { return struct{}{}, o.cfg.Store.Save(ctx, o.key, c) })
+		o.red.remember(c.Token.RefreshToken) // a panic of the store's may quote them
+		o.red.remember(c.Token.AccessToken)
+		_, err := storeCall(o, "Save", func(ctx context.Context) (struct{}, error) { return struct{}{}, o.cfg.Store.Save(ctx, o.key, c) })
 		close(n.done)
 		if errors.Is(err, errNotCalled) {
 			o.mu.Lock()
@@ -999,6 +1004,7 @@ func (o *OAuth) newerStored(ctx context.Context, refused *Credentials) bool {
 // 5xx) is tried again by the next request that needs it.
 func (o *OAuth) renew(ctx context.Context, c *Credentials, gen uint64) error {
 	ctx = context.WithValue(ctx, oauth2.HTTPClient, o.client)
+	o.red.remember(c.Token.RefreshToken) // sent in the request's form: a panic of Auth.Client's may quote it
 	var tok *oauth2.Token
 	var err error
 	if o.cfg.Grant == GrantClientCredentials {
@@ -1256,7 +1262,14 @@ func (o *OAuth) obtain(ctx context.Context, req *http.Request, resp *http.Respon
 	// fetcher that returns later has its goroutine end then; credentials it got are
 	// adopted, unsaved until the server accepts them, as any authorization's.
 	done := make(chan error, 1)
-	go func() { done <- o.inner.Authorize(ctx, req, &r) }()
+	// A panic there (the caller's Fetcher's, on this goroutine) is the flow's
+	// error, its stack logged: it ended the process.
+	go func() {
+		_, err := guarded(o.log, o.red, "Auth.Fetcher", "the authorization code flow", func() (struct{}, error) {
+			return struct{}{}, o.inner.Authorize(ctx, req, &r)
+		})
+		done <- err
+	}()
 	var err error
 	select {
 	case err = <-done:

@@ -238,7 +238,7 @@ func TestStoreStuckUntilEveryAbandonedCallReturns(t *testing.T) {
 		var wg sync.WaitGroup
 		for _, r := range release {
 			wg.Go(func() {
-				_, err := storeCall(o, func(context.Context) (int, error) { <-r; return 0, nil }) // ignores its context
+				_, err := storeCall(o, "Load", func(context.Context) (int, error) { <-r; return 0, nil }) // ignores its context
 				if !errors.Is(err, errStoreSilent) {
 					t.Errorf("a hung call: %v, want it abandoned", err)
 				}
@@ -247,7 +247,7 @@ func TestStoreStuckUntilEveryAbandonedCallReturns(t *testing.T) {
 		wg.Wait() // both abandoned, storeTimeout and storeGrace later
 		called := func() bool {
 			ran := false
-			_, err := storeCall(o, func(context.Context) (int, error) { ran = true; return 0, nil })
+			_, err := storeCall(o, "Load", func(context.Context) (int, error) { ran = true; return 0, nil })
 			return ran && err == nil
 		}
 		close(release[0])

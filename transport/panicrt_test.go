@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,6 +16,7 @@ import (
 
 	"github.com/mcpfsm/mcpfsm/internal/authtest"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"golang.org/x/oauth2"
 )
 
@@ -256,5 +260,256 @@ func TestPanickingTokenSource(t *testing.T) {
 				t.Errorf("Close after %v (its context 5s): %v; want a graceful close", time.Since(start), err)
 			}
 		})
+	}
+}
+
+// panickyStore is a caller's TokenStore with a bug: its Load, or its Save,
+// panics.
+type panickyStore struct {
+	load, save bool
+	panics     atomic.Int64
+}
+
+func (s *panickyStore) Load(context.Context, string) (*Credentials, error) {
+	if s.load {
+		s.panics.Add(1)
+		callersBug()
+	}
+	return nil, nil
+}
+
+func (s *panickyStore) Save(context.Context, string, *Credentials) error {
+	if s.save {
+		s.panics.Add(1)
+		callersBug()
+	}
+	return nil
+}
+
+// TestPanickingStore: a caller's Auth.Store whose Load or Save panics. The OAuth
+// client calls its store on a goroutine of its own (storeCall): nothing
+// recovered the panic there, and the process died (the test binary is killed
+// without the guard). Now it is that call's error (a read that found nothing, a
+// save not made), its stack logged, and the client goes on with the
+// credentials it holds.
+func TestPanickingStore(t *testing.T) {
+	for _, which := range []string{"Load", "Save"} {
+		t.Run(which, func(t *testing.T) {
+			p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
+			store := &panickyStore{load: which == "Load", save: which == "Save"}
+			cfg := p.config(&Auth{Store: store}, false)
+			var logs syncBuffer
+			o, err := NewOAuth(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := o.SetCredentials(p.issued(time.Now().Add(-time.Minute))); err != nil { // expired: refreshed, and saved, by the first request
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if tok, _ := o.bearer(ctx); tok == "" {
+				t.Error("no token: the refresh failed")
+			}
+			if err := o.Close(ctx); err != nil {
+				t.Errorf("close: %v", err)
+			}
+			if store.panics.Load() == 0 {
+				t.Fatal("the store did not panic")
+			}
+			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") || !strings.Contains(l, "Auth.Store panicked (in "+which+")") {
+				t.Errorf("the panic's stack was not logged:\n%s", l)
+			}
+		})
+	}
+}
+
+// TestPanickingFetcher: a caller's Auth.Fetcher that panics. The authorization
+// code flow, which calls it, runs on a goroutine of the OAuth client's (so that
+// a fetcher that does not heed its context does not hold the request): nothing
+// recovered the panic there, and the process died (the test binary is killed
+// without the guard). Now the authorization fails with an error naming the
+// panic, its stack logged.
+func TestPanickingFetcher(t *testing.T) {
+	srv := protectedServer(t, authtest.Options{}, true)
+	var panics atomic.Int64
+	fetch := func(context.Context, *auth.AuthorizationArgs) (*auth.AuthorizationResult, error) {
+		panics.Add(1)
+		callersBug()
+		return nil, nil
+	}
+	var logs syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	_, err := Dial(ctx, authConfig(srv, &Auth{Fetcher: fetch, RedirectURL: redirect}, false), Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err == nil {
+		t.Fatal("a dial whose login panicked succeeded")
+	}
+	if panics.Load() == 0 {
+		t.Fatal("the fetcher did not panic")
+	}
+	if !strings.Contains(err.Error(), "Auth.Fetcher panicked") || !strings.Contains(err.Error(), "assignment to entry in nil map") {
+		t.Errorf("the dial's error does not name the panic: %v", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") {
+		t.Errorf("the panic's stack was not logged:\n%s", l)
+	}
+}
+
+// quotingTripper is a caller's RoundTripper whose bug quotes the request it
+// could not send: its form (a refresh token), padded to a large text.
+type quotingTripper struct{ panics atomic.Int64 }
+
+func (q *quotingTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	body, _ := io.ReadAll(req.Body)
+	q.panics.Add(1)
+	panic("cannot send " + string(body) + strings.Repeat(" and more", 100_000))
+}
+
+// TestPanickingAuthClientRedacted: an Auth.Client's RoundTripper that panics
+// with a value quoting the refresh request's form. The OAuth client scrubbed
+// nothing of it (its callerTripper had no redactor, and its errors are not an
+// *Error's, scrubbed where shown): the refresh token was in the log, twice (the
+// panic's record, the failed refresh's), and in Status's LastError, which says
+// it is without secrets; and the text, a megabyte here, was each time whole.
+// Now a panic's text is scrubbed (the config's secrets, and the tokens the
+// OAuth client uses) and capped (MaxErrorText) where the panicError is made.
+func TestPanickingAuthClientRedacted(t *testing.T) {
+	p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
+	rt := &quotingTripper{}
+	cfg := p.config(&Auth{}, false)
+	cfg.HTTP.Auth.Client = &http.Client{Transport: rt}
+	var logs syncBuffer
+	o, err := NewOAuth(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds := p.issued(time.Now().Add(-time.Minute)) // expired: refreshed by the first request
+	if err := o.SetCredentials(creds); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if tok, _ := o.bearer(ctx); tok != "" {
+		t.Error("a token from a refresh whose request panicked")
+	}
+	if rt.panics.Load() == 0 {
+		t.Fatal("the RoundTripper did not panic")
+	}
+	secret := creds.Token.RefreshToken
+	st := o.Status()
+	if !strings.Contains(st.LastError, "RoundTripper of Auth.Client panicked") || !strings.Contains(st.LastError, "cannot send") {
+		t.Errorf("the client's last error does not name the panic: %.300q", st.LastError)
+	}
+	if strings.Contains(st.LastError, secret) {
+		t.Errorf("the client's last error shows the refresh token: %.300q", st.LastError)
+	}
+	if len(st.LastError) > 2*MaxErrorText {
+		t.Errorf("the client's last error is %d bytes long", len(st.LastError))
+	}
+	l := logs.String()
+	if !strings.Contains(l, "callersBug") && !strings.Contains(l, "quotingTripper") {
+		t.Errorf("the panic's stack was not logged:\n%.2000s", l)
+	}
+	if strings.Contains(l, secret) {
+		t.Errorf("the log shows the refresh token")
+	}
+	if len(l) > 8*MaxErrorText+64<<10 {
+		t.Errorf("the log is %d bytes long", len(l))
+	}
+	if err := o.Close(ctx); err != nil {
+		t.Errorf("close: %v", err)
+	}
+}
+
+// panickyJar is a caller's cookie jar with a bug: once armed, its Cookies
+// (asked for every request's cookies) panics.
+type panickyJar struct {
+	http.CookieJar
+	armed  atomic.Bool
+	panics atomic.Int64
+}
+
+func (j *panickyJar) Cookies(u *url.URL) []*http.Cookie {
+	if j.armed.Load() {
+		j.panics.Add(1)
+		callersBug()
+	}
+	return j.CookieJar.Cookies(u)
+}
+
+// TestPanickingJar: a caller's HTTP.Client whose Jar panics. net/http's Client
+// asks its Jar for each request's cookies, above the RoundTripper that
+// callerTripper guards: on a call's POST the panic wedged the connection, and on
+// the go-sdk's own goroutines (the event stream's GET, the DELETE at close) it
+// ended the process. Now the request goes without the jar's cookies (the Jar's
+// methods return nothing to fail with), the panic's stack logged, and the call
+// and Close are as usual.
+func TestPanickingJar(t *testing.T) {
+	h := testserver.StartHTTP(t, testserver.Options{})
+	base, _ := cookiejar.New(nil)
+	jar := &panickyJar{CookieJar: base}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	cfg := httpConfig(h)
+	cfg.HTTP.Client = &http.Client{Transport: tr, Jar: jar}
+	var logs syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	s, err := Dial(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	jar.armed.Store(true)
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	if got, err := echo(cctx, s, "during"); err != nil || got != "during" {
+		t.Errorf("a call whose jar panicked = %q, %v", got, err)
+	}
+	if jar.panics.Load() == 0 {
+		t.Fatal("the jar did not panic")
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") || !strings.Contains(l, "HTTP.Client.Jar panicked") {
+		t.Errorf("the panic's stack was not logged:\n%s", l)
+	}
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer closeCancel()
+	start := time.Now()
+	if err := s.Close(closeCtx); errors.Is(err, ErrForcedClose) || closeCtx.Err() != nil {
+		t.Errorf("Close after %v (its context 5s): %v; want a graceful close", time.Since(start), err)
+	}
+}
+
+// TestPanickingCheckRedirect: a caller's client (HTTP.Client, Auth.Client) whose
+// CheckRedirect panics, called by net/http's Client above the RoundTripper:
+// nothing recovered it (on an OAuth client's renewal, or the go-sdk's
+// goroutines, the process died). Now the redirect is refused with an error
+// naming the panic, its stack logged.
+func TestPanickingCheckRedirect(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/from" {
+			http.Redirect(w, r, "/to", http.StatusFound)
+			return
+		}
+		_, _ = io.WriteString(w, "here")
+	}))
+	defer srv.Close()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	defer tr.CloseIdleConnections()
+	var logs syncBuffer
+	c := callersClient(&http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error {
+		callersBug()
+		return nil
+	}}, "Auth.Client", slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	resp, err := c.Get(srv.URL + "/from")
+	if err == nil {
+		resp.Body.Close()
+		t.Fatal("a redirect whose CheckRedirect panicked was followed")
+	}
+	if !strings.Contains(err.Error(), "Auth.Client.CheckRedirect panicked") {
+		t.Errorf("the error does not name the panic: %v", err)
+	}
+	if l := logs.String(); !strings.Contains(l, "callersBug") {
+		t.Errorf("the panic's stack was not logged:\n%s", l)
 	}
 }

@@ -32,7 +32,7 @@ import (
 // reads and saves fail meanwhile; the credentials held in memory serve, and
 // are saved once it returns if a save failed so), so
 // that a store that hangs holds one goroutine, its own, and no request and no
-// Close.
+// Close. A panic in Load or Save is that call's error, its stack logged.
 //
 // That order holds within one client. A store shared by several processes (two
 // gateways, a gateway and the CLI) sees their saves interleave: a Save already
