@@ -151,6 +151,9 @@ func Open(cfg transport.Config, opts Options) (*Conn, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default() // as its doc says; the connection logs through it unchecked
+	}
 	cfg, built, err := withAuth(cfg, transport.Config{}, opts.Logger)
 	if err != nil {
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -20,6 +21,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
 	"github.com/mcpfsm/mcpfsm/transport/testserver"
@@ -801,5 +803,38 @@ func TestRestoreFailureFailsTheNewSession(t *testing.T) {
 	}
 	if subs := c.Subscriptions(); len(subs) != 0 {
 		t.Errorf("Subscriptions = %v", subs)
+	}
+}
+
+// TestConnWithoutALogger: a connection opened without Options.Logger logs to
+// slog.Default(), as its doc says. It logged through the nil logger, and the
+// first record of a kind the connection logs itself (a subscription the new
+// session refused on a restore, the log level refused, a listen's end) was a nil
+// pointer's panic: the process died.
+func TestConnWithoutALogger(t *testing.T) {
+	var logs testutil.SyncBuffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	h := testserver.StartHTTP(t, testserver.Options{})
+	pol := fastPolicies()
+	pol.KeepaliveInterval = 0
+	c := open(t, httpConfig(h), pol, func(o *Options) { o.Logger = nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if text, err := c.callText(ctx, "change_resources", nil); err != nil || text != "added "+testserver.ResourceExtra {
+		t.Fatalf("change_resources = %q, %v", text, err)
+	}
+	if err := c.Subscribe(ctx, &mcp.SubscribeParams{URI: testserver.ResourceExtra}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.current.Load()
+	h.Restart(true) // a new server, without the resource: the restore's subscribe is refused
+	c.waitFor(func(states.State) bool { s := c.current.Load(); return s != nil && s != first }, 20*time.Second)
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "refused a subscription") {
+		t.Errorf("slog.Default() got no record of the refused subscription:\n%s", logs.String())
 	}
 }
