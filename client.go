@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"reflect"
+	"runtime"
+	"runtime/debug"
 	"slices"
 
 	"github.com/mcpfsm/mcpfsm/transport"
@@ -249,10 +252,10 @@ func onProgress(ctx context.Context, req *mcp.ProgressNotificationClientRequest)
 	}
 	c := s.conn
 	if f, ok := c.progress.Load(req.Params.ProgressToken); ok {
-		safely(func() { f.(func(*mcp.ProgressNotificationParams))(req.Params) })
+		safely(c, func() { f.(func(*mcp.ProgressNotificationParams))(req.Params) })
 	}
 	if h := c.hs.Progress; h != nil {
-		safely(func() { h(ctx, req.Params) })
+		safely(c, func() { h(ctx, req.Params) })
 	}
 }
 
@@ -288,7 +291,7 @@ func answer[P, R any](ctx context.Context, which func(*Handlers) func(context.Co
 		defer s.conn.serverRequests.Add(-1) // once the handler has returned, not when its answer is given up
 		defer func() {
 			if v := recover(); v != nil {
-				done <- result{err: &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: capText(fmt.Sprintf("the client's handler failed: %v", v), 256)}}
+				done <- result{err: callerPanicked(s.conn.opts.Logger, s.conn.name, "handler", v)}
 			}
 		}()
 		r, err := h(ctx, p)
@@ -316,15 +319,35 @@ func notify[P any](ctx context.Context, which func(*Handlers) func(context.Conte
 		return
 	}
 	if h := which(s.conn.hs); h != nil {
-		safely(func() { h(ctx, p) })
+		safely(s.conn, func() { h(ctx, p) })
 	}
 }
 
-// safely runs f, containing a panic: a user's handler must not take down the SDK's
-// reading goroutine, and with it the session.
-func safely(f func()) {
-	defer func() { _ = recover() }()
+// safely runs f, a handler of the caller's for a notification of c's server,
+// containing a panic (logged, see callerPanicked): a user's handler must not take
+// down the SDK's reading goroutine, and with it the session.
+func safely(c *Conn, f func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			callerPanicked(c.opts.Logger, c.name, "handler", v)
+		}
+	}()
 	f()
+}
+
+// callerPanicked logs a panic (v) of the caller's code (what names it: "handler")
+// on what server sent, with its stack, and returns the error the server is told:
+// that the client's code failed, without the panic's value, which may quote
+// anything (a token, a user's data) and would go to the server. A panic of the
+// runtime's own (a nil map, an index out of range), whose text is the runtime's,
+// is logged with it; any other value by its type only.
+func callerPanicked(log *slog.Logger, server, what string, v any) *jsonrpc.Error {
+	val := fmt.Sprintf("a %T", v)
+	if re, ok := v.(runtime.Error); ok {
+		val = re.Error()
+	}
+	log.Error("mcpfsm: the caller's "+what+" panicked on what the server sent: the server is told it failed", "server", server, "panic", val, "stack", string(debug.Stack()))
+	return &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "the client's " + what + " failed (it panicked)"}
 }
 
 // refuseUnadvertised answers with method-not-found the requests a server may make

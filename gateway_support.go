@@ -2,14 +2,13 @@ package mcpfsm
 
 import (
 	"context"
-	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"sync"
 	"weak"
 
 	"github.com/mcpfsm/mcpfsm/transport"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -144,7 +143,11 @@ func contained(mw mcp.Middleware) mcp.Middleware {
 		return func(ctx context.Context, method string, req mcp.Request) (res mcp.Result, err error) {
 			defer func() {
 				if v := recover(); v != nil {
-					res, err = nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: capText(fmt.Sprintf("the client's middleware failed on %s: %v", method, v), 256)}
+					log, server := slog.Default(), ""
+					if s := sessionFrom(ctx); s != nil && s.conn != nil {
+						log, server = s.conn.opts.Logger, s.conn.name
+					}
+					res, err = nil, callerPanicked(log, server, "middleware on "+method, v)
 				}
 			}()
 			return h(ctx, method, req)

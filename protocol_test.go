@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/mcpfsm/mcpfsm/internal/testutil"
 	"github.com/mcpfsm/mcpfsm/machine"
 	"github.com/mcpfsm/mcpfsm/states"
 	"github.com/mcpfsm/mcpfsm/transport"
@@ -521,9 +522,11 @@ func TestRequestsThroughConn(t *testing.T) {
 func TestHandlersBadInput(t *testing.T) {
 	h := testserver.StartHTTP(t, testserver.Options{})
 	blocked := make(chan struct{})
+	var logs testutil.SyncBuffer
 	c := open(t, httpConfig(h), nil, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 		o.Handlers.CreateMessage = func(context.Context, *mcp.CreateMessageParams) (*mcp.CreateMessageResult, error) {
-			panic("the model exploded")
+			panic("the model exploded, key sk-secret-123")
 		}
 		o.Handlers.Elicit = func(ctx context.Context, _ *mcp.ElicitParams) (*mcp.ElicitResult, error) {
 			close(blocked)
@@ -534,8 +537,16 @@ func TestHandlersBadInput(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	res, err := c.CallTool(ctx, &mcp.CallToolParams{Name: "sample", Arguments: map[string]any{"prompt": "hi"}})
-	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "the client's handler failed") {
+	if err != nil || !res.IsError || !strings.Contains(res.Content[0].(*mcp.TextContent).Text, "the client's handler failed (it panicked)") {
 		t.Errorf("a panicking handler: %+v, %v", res, err)
+	}
+	// The panic's value, which may quote anything, is not the server's to see; the
+	// log has the panic's stack, and its value only by its type.
+	if text := res.Content[0].(*mcp.TextContent).Text; strings.Contains(text, "sk-secret-123") {
+		t.Errorf("the server was told the panic's value: %q", text)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "panic=\"a string\"") || !strings.Contains(l, "TestHandlersBadInput") || strings.Contains(l, "sk-secret-123") {
+		t.Errorf("the log of the panic (its stack, not its value):\n%s", l)
 	}
 	if text, err := c.callText(ctx, "echo", map[string]any{"text": "alive"}); err != nil || text != "alive" {
 		t.Fatalf("after the panic: %q, %v", text, err)

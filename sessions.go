@@ -391,7 +391,7 @@ func (c *Conn) restoreAndSwap(ctx context.Context, s *session, l listing) error 
 				if hctx.Err() != nil {
 					return
 				}
-				safely(func() { h(hctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}) })
+				safely(c, func() { h(hctx, &mcp.ResourceUpdatedNotificationParams{URI: uri}) })
 			}
 		})
 	}
@@ -876,21 +876,21 @@ func (c *Conn) deliver(items any) {
 func (c *Conn) deliverTools(tools []*mcp.Tool) {
 	if c.hs.ToolsChanged != nil && (c.sent.tools == nil || !reflect.DeepEqual(*c.sent.tools, tools)) {
 		c.sent.tools = &tools
-		safely(func() { c.hs.ToolsChanged(tools) })
+		safely(c, func() { c.hs.ToolsChanged(tools) })
 	}
 }
 
 func (c *Conn) deliverPrompts(prompts []*mcp.Prompt) {
 	if c.hs.PromptsChanged != nil && (c.sent.prompts == nil || !reflect.DeepEqual(*c.sent.prompts, prompts)) {
 		c.sent.prompts = &prompts
-		safely(func() { c.hs.PromptsChanged(prompts) })
+		safely(c, func() { c.hs.PromptsChanged(prompts) })
 	}
 }
 
 func (c *Conn) deliverResources(l resourceList) {
 	if c.hs.ResourcesChanged != nil && (c.sent.resources == nil || !reflect.DeepEqual(*c.sent.resources, l)) {
 		c.sent.resources = &l
-		safely(func() { c.hs.ResourcesChanged(l.resources, l.templates) })
+		safely(c, func() { c.hs.ResourcesChanged(l.resources, l.templates) })
 	}
 }
 
