@@ -233,33 +233,42 @@ func TestPanickingTokenSource(t *testing.T) {
 			} else {
 				cfg.HTTP.Auth = &Auth{Handler: src}
 			}
-			var logs syncBuffer
-			ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
-			defer cancel()
-			s, err := Dial(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			src.armed.Store(true)
-			cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer ccancel()
 			// The server asks for no token: the call goes without one.
-			if got, err := echo(cctx, s, "during"); err != nil || got != "during" {
-				t.Errorf("a call whose token source panicked = %q, %v", got, err)
-			}
-			if src.panics.Load() == 0 {
-				t.Fatal("the token source did not panic")
-			}
-			if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") || !strings.Contains(l, field+" panicked") {
-				t.Errorf("the panic's stack was not logged:\n%s", l)
-			}
-			closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer closeCancel()
-			start := time.Now()
-			if err := s.Close(closeCtx); errors.Is(err, ErrForcedClose) || closeCtx.Err() != nil {
-				t.Errorf("Close after %v (its context 5s): %v; want a graceful close", time.Since(start), err)
-			}
+			servedThroughAPanic(t, cfg, field, func() { src.armed.Store(true) }, src.panics.Load)
 		})
+	}
+}
+
+// servedThroughAPanic dials cfg, arms the caller's code that panics (what names it
+// in the log), and checks that a call is answered nonetheless, that the code did
+// panic (panics counts), that the panic's stack was logged, and that Close is
+// graceful.
+func servedThroughAPanic(t *testing.T, cfg Config, what string, arm func(), panics func() int64) {
+	t.Helper()
+	var logs syncBuffer
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	s, err := Dial(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	arm()
+	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer ccancel()
+	if got, err := echo(cctx, s, "during"); err != nil || got != "during" {
+		t.Errorf("a call while %s panicked = %q, %v", what, got, err)
+	}
+	if panics() == 0 {
+		t.Fatalf("%s did not panic", what)
+	}
+	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") || !strings.Contains(l, what+" panicked") {
+		t.Errorf("the panic's stack was not logged:\n%s", l)
+	}
+	closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer closeCancel()
+	start := time.Now()
+	if err := s.Close(closeCtx); errors.Is(err, ErrForcedClose) || closeCtx.Err() != nil {
+		t.Errorf("Close after %v (its context 5s): %v; want a graceful close", time.Since(start), err)
 	}
 }
 
@@ -453,31 +462,7 @@ func TestPanickingJar(t *testing.T) {
 	t.Cleanup(tr.CloseIdleConnections)
 	cfg := httpConfig(h)
 	cfg.HTTP.Client = &http.Client{Transport: tr, Jar: jar}
-	var logs syncBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
-	defer cancel()
-	s, err := Dial(ctx, cfg, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	jar.armed.Store(true)
-	cctx, ccancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer ccancel()
-	if got, err := echo(cctx, s, "during"); err != nil || got != "during" {
-		t.Errorf("a call whose jar panicked = %q, %v", got, err)
-	}
-	if jar.panics.Load() == 0 {
-		t.Fatal("the jar did not panic")
-	}
-	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") || !strings.Contains(l, "HTTP.Client.Jar panicked") {
-		t.Errorf("the panic's stack was not logged:\n%s", l)
-	}
-	closeCtx, closeCancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer closeCancel()
-	start := time.Now()
-	if err := s.Close(closeCtx); errors.Is(err, ErrForcedClose) || closeCtx.Err() != nil {
-		t.Errorf("Close after %v (its context 5s): %v; want a graceful close", time.Since(start), err)
-	}
+	servedThroughAPanic(t, cfg, "HTTP.Client.Jar", func() { jar.armed.Store(true) }, jar.panics.Load)
 }
 
 // TestPanickingCheckRedirect: a caller's client (HTTP.Client, Auth.Client) whose
