@@ -1451,10 +1451,11 @@ func runFeatures(t *testing.T, script, transport string) (map[string]featureChec
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	args := []string{script, "stdio", bin, "serve", cfg}
+	// The status resource tells the script when the gateway has seen a backend die.
+	args := []string{script, "stdio", bin, "serve", "--status-resource", "mcpfsm://status", cfg}
 	if transport == "http" {
 		var gwErr testutil.SyncBuffer
-		gw := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", cfg)
+		gw := exec.CommandContext(ctx, bin, "serve", "--http", "127.0.0.1:0", "--status-resource", "mcpfsm://status", cfg)
 		gw.Stderr = &gwErr
 		if err := gw.Start(); err != nil {
 			t.Fatal(err)

@@ -490,9 +490,14 @@ await check("down_fails_fast", async () => {
   oldPid = Number(await callText("example__pid"));
   toolsBase = seen.tools;
   process.kill(oldPid, "SIGKILL");
-  // Time for the gateway to see it die: a call in flight as it dies is a read-only
-  // one, sent again on the next session.
-  await sleep(200);
+  // Until the gateway has seen it die (its status resource says the backend is not
+  // ready): a call made before that is written to the dead session and, a read-only
+  // one, sent again on the next, which answers it. (A fixed 200 ms was not always
+  // enough on a loaded machine.)
+  await until("the gateway to see the backend down", 5000, async () => {
+    const st = JSON.parse((await client.readResource({ uri: "mcpfsm://status" }, { cacheMode: "bypass" })).contents[0].text);
+    return st.some((s) => s.server === "example" && s.state !== "ready");
+  });
   const res = await until("a tool error while the backend is down", 5000, async () => {
     const start = Date.now();
     let r;
