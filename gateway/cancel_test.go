@@ -778,8 +778,9 @@ func TestGateway_ReloadRemovingABackendCancelsItsCall(t *testing.T) {
 // once, one POST each, under the same IDs (0 to 15); the first session's client
 // cancels its even calls, each from a POST of its own on a connection of its own.
 // The cancelled calls' POSTs end without an answer; every other call, the other
-// session's of the same IDs included (noted first), is answered with its result;
-// and nothing is kept once the POSTs have ended.
+// session's of the same IDs included (noted first), is answered with its result.
+// A call of a batch cancelled so loses its answer alone. Nothing is kept once the
+// POSTs have ended.
 func TestGateway_CancelsOfManyPOSTs(t *testing.T) {
 	g := start(t, config(stdio(t, "s", testserver.Options{})), gateway.Options{})
 	url := serveHTTP(t, g, gateway.HTTPOptions{})
@@ -858,6 +859,22 @@ func TestGateway_CancelsOfManyPOSTs(t *testing.T) {
 		if !strings.Contains(got.got, id+`"result"`) {
 			t.Errorf("session %s's call %d: %.300s, want its result", got.session, got.id, got.got)
 		}
+	}
+	// A call of a batch cancelled: that answer alone is dropped.
+	started = backendCount(t, watcher, "s", "started held")
+	batch := make(chan string, 1)
+	go func() { batch <- post(a, "["+call(100, 600000)+","+call(101, 1000)+"]") }()
+	waitCount(t, watcher, "s", "started held", started+1, waitFor)
+	if got := post(a, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":100}}`); !strings.HasPrefix(got, "202 ") {
+		t.Errorf("a cancel's POST: %.200s, want 202", got)
+	}
+	select {
+	case got := <-batch:
+		if strings.Contains(got, `"id":100,`) || !strings.Contains(got, `"id":101,"result"`) {
+			t.Errorf("a batch whose call 100 was cancelled: %.400s, want 101's result alone", got)
+		}
+	case <-time.After(cancelBound + 2*time.Second):
+		t.Fatal("the batch's POST was held open past its calls' end")
 	}
 	if kept := g.AnswerlessKept(); kept != 0 {
 		t.Errorf("the gateway keeps %d cancels once the POSTs have ended", kept)
