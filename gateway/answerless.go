@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -31,18 +30,25 @@ import (
 // answer dropped, the go-sdk's refusal of one reusing the ID of a request in flight
 // (400) went without its body, and a request answered before its cancel came had
 // its ID's next answer dropped (200 and no answer: its client waited for ever).
+//
+// The bookkeeping costs a POST no allocation (it runs for every POST of a stateful
+// session, and a cancel is rare): its served is the POST's deadlineWriter's own,
+// and the set of POSTs served is one map keyed by it, which a cancel looks
+// through for its session's.
 type answerless struct {
 	n     atomic.Int64 // how many cancels are kept: the writers' fast path
 	mu    sync.RWMutex
-	posts map[string]map[string]*served // by session ID, then POST number
+	posts map[*served]struct{} // the POSTs of stateful sessions being served
+	next  uint64               // numbers them as they are noted (served.seq)
 }
 
 // served is a POST of a stateful session being served.
 type served struct {
-	seq  uint64 // its number: the first served has the lowest
-	body []byte
-	once sync.Once
-	ids  map[jsonrpc.ID]bool // of its requests, decoded at the first cancel that looks (once)
+	session string
+	body    []byte
+	seq     uint64 // its number: the first noted has the lowest
+	once    sync.Once
+	ids     map[jsonrpc.ID]bool // of its requests, decoded at the first cancel that looks (once)
 	// cancelled are its requests its client cancelled, and ended says it is
 	// served no more (under answerless.mu).
 	cancelled map[jsonrpc.ID]bool
@@ -54,30 +60,28 @@ func mayCancel(body []byte) bool {
 	return bytes.Contains(body, []byte(`"notifications/cancelled"`))
 }
 
-// serve notes post, a POST of session carrying body, as served until the function
-// it returns is called, once its answers are written.
-func (a *answerless) serve(session, post string, body []byte) (done func()) {
-	seq, _ := strconv.ParseUint(post, 10, 64)
-	s := &served{seq: seq, body: body}
+// serve notes s, a POST of s.session carrying s.body, as served until end(s) is
+// called, once its answers are written. s is the caller's, and is not to be
+// reused before end.
+func (a *answerless) serve(s *served) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.posts == nil {
-		a.posts = map[string]map[string]*served{}
+		a.posts = map[*served]struct{}{}
 	}
-	if a.posts[session] == nil {
-		a.posts[session] = map[string]*served{}
-	}
-	a.posts[session][post] = s
-	return func() {
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		s.ended = true
-		a.n.Add(-int64(len(s.cancelled)))
-		delete(a.posts[session], post)
-		if len(a.posts[session]) == 0 {
-			delete(a.posts, session)
-		}
-	}
+	a.next++
+	s.seq = a.next
+	a.posts[s] = struct{}{}
+}
+
+// end notes s served no more, and forgets its cancels.
+func (a *answerless) end(s *served) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s.ended = true
+	a.n.Add(-int64(len(s.cancelled)))
+	s.cancelled = nil
+	delete(a.posts, s)
 }
 
 // noteCancel notes each cancel that body, a POST of session (a message, or a
@@ -106,9 +110,11 @@ func (a *answerless) noteCancel(session string, body []byte) {
 		return
 	}
 	a.mu.RLock()
-	posts := make([]*served, 0, len(a.posts[session]))
-	for _, s := range a.posts[session] {
-		posts = append(posts, s)
+	var posts []*served
+	for s := range a.posts {
+		if s.session == session {
+			posts = append(posts, s)
+		}
 	}
 	a.mu.RUnlock()
 	for _, s := range posts { // decoded outside the lock: bodies are as large as 4 MiB
@@ -171,16 +177,15 @@ func requestIDs(body []byte) map[jsonrpc.ID]bool {
 	return ids
 }
 
-// drop reports whether p, a write to post (a POST of session), is the answer to a
-// request of post's that its client cancelled (an SSE event, or a JSON body): it is
-// then not written, and forgotten.
-func (a *answerless) drop(session, post string, p []byte) bool {
-	if a.n.Load() == 0 || session == "" {
+// drop reports whether p, a write to s (a POST of a stateful session; nil for
+// another), is the answer to a request of s's that its client cancelled (an SSE
+// event, or a JSON body): it is then not written, and forgotten.
+func (a *answerless) drop(s *served, p []byte) bool {
+	if a.n.Load() == 0 || s == nil {
 		return false
 	}
 	a.mu.RLock()
-	s := a.posts[session][post]
-	some := s != nil && len(s.cancelled) > 0
+	some := len(s.cancelled) > 0
 	a.mu.RUnlock()
 	if !some {
 		return false

@@ -405,14 +405,19 @@ func TestGateway_BadBodies(t *testing.T) {
 	send(`{"jsonrpc":"2.0","id":"init","method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"h","version":"1"}}}`)
 	answer(`"init"`)
 	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
-	for _, c := range []struct{ id, answered string }{
-		{`1.5`, `1.5`}, {`9007199254740993`, `9007199254740993`}, {`-1e300`, `-1e300`},
-		{`1.0000000000000001`, `1.0000000000000001`}, {`1.0`, `1.0`}, {`1e0`, `1e0`}, {`-0`, `-0`},
-		{`10000000000000000001`, `10000000000000000001`}, {`"\ud800"`, `"\ud800"`}, {`"x\udfff"`, `"x\udfff"`},
-		{`true`, `null`}, {`{}`, `null`}, {`null`, `null`}, {`1,`, `null`}, // the last, no JSON
+	for _, c := range []struct{ id, answered, name string }{
+		{`1.5`, `1.5`, ``}, {`9007199254740993`, `9007199254740993`, ``}, {`-1e300`, `-1e300`, ``},
+		{`1.0000000000000001`, `1.0000000000000001`, ``}, {`1.0`, `1.0`, ``}, {`1e0`, `1e0`, ``}, {`-0`, `-0`, ``},
+		{`10000000000000000001`, `10000000000000000001`, ``}, {`"\ud800"`, `"\ud800"`, ``}, {`"x\udfff"`, `"x\udfff"`, ``},
+		{`true`, `null`, ``}, {`{}`, `null`, ``}, {`null`, `null`, ``}, {`1,`, `null`, ``}, // the last, no JSON
+		// The member's name written with escapes, "id" all the same to the go-sdk.
+		{`1.5`, `1.5`, `"\u0069d"`}, {`"\ud800"`, `"\ud800"`, `"i\u0064"`},
 	} {
-		id := c.id
-		body := `{"jsonrpc":"2.0","id":` + id + `,"method":"tools/list","params":{` + meta2026 + `}}`
+		id, name := c.id, c.name
+		if name == "" {
+			name = `"id"`
+		}
+		body := `{"jsonrpc":"2.0",` + name + `:` + id + `,"method":"tools/list","params":{` + meta2026 + `}}`
 		send(body)
 		want := answer(c.answered)
 		var stdio errorAnswer

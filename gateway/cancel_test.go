@@ -773,3 +773,110 @@ func TestGateway_ReloadRemovingABackendCancelsItsCall(t *testing.T) {
 		})
 	}
 }
+
+// TestGateway_CancelsOfManyPOSTs: two sessions, each with 16 calls in flight at
+// once, one POST each, under the same IDs (0 to 15); the first session's client
+// cancels its even calls, each from a POST of its own on a connection of its own.
+// The cancelled calls' POSTs end without an answer; every other call, the other
+// session's of the same IDs included (noted first), is answered with its result.
+// A call of a batch cancelled so loses its answer alone. Nothing is kept once the
+// POSTs have ended.
+func TestGateway_CancelsOfManyPOSTs(t *testing.T) {
+	g := start(t, config(stdio(t, "s", testserver.Options{})), gateway.Options{})
+	url := serveHTTP(t, g, gateway.HTTPOptions{})
+	watcher := front(t, g, nil, "2025-03-26")
+	waitTools(t, watcher, has("s__hold"))
+	a, b := rawSession(t, url, "2025-03-26"), rawSession(t, url, "2025-03-26")
+	// post posts body in session h, and returns what the POST answered (or why
+	// it failed): a goroutine's, so without t.
+	post := func(h map[string]string, body string) string {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err.Error()
+		}
+		return resp.Status + " " + string(data)
+	}
+	const n = 16
+	call := func(id, ms int) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"s__hold","arguments":{"ms":%d}}}`, id, ms)
+	}
+	type answer struct {
+		session string
+		id      int
+		got     string
+	}
+	answers := make(chan answer, 2*n)
+	started := backendCount(t, watcher, "s", "started held")
+	for id := range n { // b's first: its POSTs are noted before a's
+		go func() { answers <- answer{"b", id, post(b, call(id, 2000))} }()
+	}
+	waitCount(t, watcher, "s", "started held", started+n-1, waitFor)
+	for id := range n {
+		ms := 2000
+		if id%2 == 0 {
+			ms = 600000 // cancelled
+		}
+		go func() { answers <- answer{"a", id, post(a, call(id, ms))} }()
+	}
+	waitCount(t, watcher, "s", "started held", started+2*n-1, waitFor)
+	cancelled := make(chan string, n/2)
+	for id := 0; id < n; id += 2 {
+		go func() {
+			cancelled <- post(a, fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%d}}`, id))
+		}()
+	}
+	for range n / 2 {
+		if got := <-cancelled; !strings.HasPrefix(got, "202 ") {
+			t.Errorf("a cancel's POST: %.200s, want 202", got)
+		}
+	}
+	deadline := time.After(cancelBound + 2*time.Second)
+	for range 2 * n {
+		var got answer
+		select {
+		case got = <-answers:
+		case <-deadline:
+			t.Fatal("POSTs were held open past their calls' end")
+		}
+		id := fmt.Sprintf(`"id":%d,`, got.id)
+		if got.session == "a" && got.id%2 == 0 {
+			if strings.Contains(got.got, id) {
+				t.Errorf("session a's cancelled call %d was answered: %.300s", got.id, got.got)
+			}
+			continue
+		}
+		if !strings.Contains(got.got, id+`"result"`) {
+			t.Errorf("session %s's call %d: %.300s, want its result", got.session, got.id, got.got)
+		}
+	}
+	// A call of a batch cancelled: that answer alone is dropped.
+	started = backendCount(t, watcher, "s", "started held")
+	batch := make(chan string, 1)
+	go func() { batch <- post(a, "["+call(100, 600000)+","+call(101, 1000)+"]") }()
+	waitCount(t, watcher, "s", "started held", started+1, waitFor)
+	if got := post(a, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":100}}`); !strings.HasPrefix(got, "202 ") {
+		t.Errorf("a cancel's POST: %.200s, want 202", got)
+	}
+	select {
+	case got := <-batch:
+		if strings.Contains(got, `"id":100,`) || !strings.Contains(got, `"id":101,"result"`) {
+			t.Errorf("a batch whose call 100 was cancelled: %.400s, want 101's result alone", got)
+		}
+	case <-time.After(cancelBound + 2*time.Second):
+		t.Fatal("the batch's POST was held open past its calls' end")
+	}
+	if kept := g.AnswerlessKept(); kept != 0 {
+		t.Errorf("the gateway keeps %d cancels once the POSTs have ended", kept)
+	}
+}

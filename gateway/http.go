@@ -113,7 +113,7 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 		}
 		var dw *deadlineWriter
 		if writeTimeout > 0 || r.Method == http.MethodPost {
-			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless, session: session, post: post,
+			dw = &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: writeTimeout, al: &g.answerless,
 				posted: r.Method == http.MethodPost, newer: transport.NewProtocol(r.Header.Get("Mcp-Protocol-Version")),
 				passed: func(message string) *jsonrpc.Error { return g.passed.take(post, message) }}
 			w = dw
@@ -157,8 +157,11 @@ func (g *Gateway) Handler(o HTTPOptions) http.Handler {
 			if dw != nil {
 				dw.body = transport.NewPostBody(b.data) // held until the request is served
 			}
-			if session != "" {
-				defer g.answerless.serve(session, post, b.data)() // once its answers are written
+			if session != "" { // a POST: dw is set
+				dw.served = &dw.ownServed
+				dw.ownServed = served{session: session, body: b.data}
+				g.answerless.serve(dw.served)
+				defer g.answerless.end(dw.served) // once its answers are written
 				if mayCancel(b.data) && g.hasSession(session) {
 					g.answerless.noteCancel(session, b.data) // before the SDK reads it, and cancels
 				}
@@ -351,11 +354,11 @@ type deadlineWriter struct {
 	http.ResponseWriter
 	rc *http.ResponseController
 	d  time.Duration // none if not positive
-	// al, with the session of a stateful POST, says which answers not to
-	// write: those of requests the client cancelled (see answerless).
-	al      *answerless
-	session string
-	post    string // the POST's number (postHeader)
+	// al, with served (a stateful session's POST: see answerless),
+	// says which answers not to write: those of requests the client cancelled.
+	al        *answerless
+	served    *served
+	ownServed served // what served points to: the POST's own, no allocation of its own
 	// posted, for a POST, says its answers are looked at: the go-sdk's answer
 	// to a request whose params do not decode is re-coded
 	// (transport.ParamsRefusal); body is the POST's body, if held. A backend's
@@ -440,7 +443,7 @@ func (w *deadlineWriter) Write(p []byte) (n int, err error) {
 	}
 	reframe := w.reframe
 	w.reframe = false
-	if w.al.drop(w.session, w.post, p) {
+	if w.al.drop(w.served, p) {
 		return len(p), nil
 	}
 	var q []byte // what to write in place of p, if not p

@@ -218,8 +218,8 @@ func bodyRefusal(text string) bool {
 // (null for a batch). It returns nil otherwise. Every POST's body is looked at,
 // but decoded only where it is a batch, or a member "id" is followed by a number
 // that is no plain integer of at most 15 digits, or is -0, or by a string that
-// escapes a surrogate or is no UTF-8 (a name written with escapes, "\u0069d", is
-// not looked for: such a request is taken as the go-sdk takes it).
+// escapes a surrogate or is no UTF-8, or where a letter of "id" is written as an
+// escape anywhere ("\u0069d", which the go-sdk's decoding takes for "id").
 func RefusedBody(body []byte) []byte {
 	i := firstNonSpace(body)
 	batch := i < len(body) && body[i] == '['
@@ -259,8 +259,14 @@ func duplicateID(msgs []jsonrpc.Message) error {
 
 // mayBeInexact reports whether data holds a member "id" (at any depth) whose value
 // is a number with a fraction, an exponent, or more than 15 digits, or is -0; or a
-// string that escapes a surrogate (\uD800 to \uDFFF) or is not valid UTF-8.
+// string that escapes a surrogate (\uD800 to \uDFFF) or is not valid UTF-8; or
+// whether data escapes a letter of "id" anywhere (a member's name may be written
+// so, "\u0069d" or "i\u0064", and is "id" to the go-sdk's decoding as to the stdio
+// front's).
 func mayBeInexact(data []byte) bool {
+	if escapesIDLetter(data) {
+		return true
+	}
 	const name = `"id"`
 	for {
 		i := bytes.Index(data, []byte(name))
@@ -286,6 +292,21 @@ func mayBeInexact(data []byte) bool {
 			return true
 		}
 		data = data[n:]
+	}
+}
+
+// escapesIDLetter reports whether data holds \u0069 or \u0064, an escaped "i" or
+// "d" (their hexadecimal digits are digits: no other case).
+func escapesIDLetter(data []byte) bool {
+	for {
+		i := bytes.Index(data, []byte(`\u006`))
+		if i < 0 {
+			return false
+		}
+		data = data[i+len(`\u006`):]
+		if len(data) > 0 && (data[0] == '9' || data[0] == '4') {
+			return true
+		}
 	}
 }
 
