@@ -517,18 +517,11 @@ func TestGateway_CancelNotificationOverHTTP(t *testing.T) {
 	waitTools(t, watcher, has("s25__hold"))
 	postTo := func(session, body string) *http.Response {
 		t.Helper()
-		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+		headers := map[string]string{"Mcp-Protocol-Version": "2025-11-25"}
 		if session != "" {
-			req.Header.Set("Mcp-Session-Id", session)
+			headers["Mcp-Session-Id"] = session
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
+		return postWith(t, url, body, headers)
 	}
 	open := func() string {
 		t.Helper()
@@ -790,13 +783,7 @@ func TestGateway_CancelsOfManyPOSTs(t *testing.T) {
 	// post posts body in session h, and returns what the POST answered (or why
 	// it failed): a goroutine's, so without t.
 	post := func(h map[string]string, body string) string {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "application/json, text/event-stream")
-		for k, v := range h {
-			req.Header.Set(k, v)
-		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := frontPost(url, body, h)
 		if err != nil {
 			return err.Error()
 		}

@@ -284,17 +284,23 @@ func rawSession(t *testing.T, url, version string) map[string]string {
 // postWith sends body to the front as a client would, with headers.
 func postWith(t *testing.T, url, body string, headers map[string]string) *http.Response {
 	t.Helper()
+	resp, err := frontPost(url, body, headers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// frontPost sends body to the front as a client would, with headers (without a
+// t: for goroutines).
+func frontPost(url, body string, headers map[string]string) (*http.Response, error) {
 	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	for k, v := range headers {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp
+	return http.DefaultClient.Do(req)
 }
 
 // teeBodies keeps a copy of every response body of POSTs whose request body

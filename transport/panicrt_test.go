@@ -164,6 +164,23 @@ func panickingRoundTripper(t *testing.T, proto, mode string) {
 func TestPanickingAuthClient(t *testing.T) {
 	p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
 	rt := &panickyTripper{base: p.pipe.Client().Transport, always: true}
+	rt.left.Store(1) // the refresh's requests panic (oauth2 tries a second way to send the client's ID)
+	st, logs, _ := refreshThroughAPanic(t, p, rt, rt.panics.Load)
+	if !strings.Contains(st.LastError, "RoundTripper of Auth.Client panicked") {
+		t.Errorf("the client's last error does not name the panic: %q", st.LastError)
+	}
+	if !strings.Contains(logs, "level=ERROR") || !strings.Contains(logs, "callersBug") {
+		t.Errorf("the panic's stack was not logged:\n%s", logs)
+	}
+}
+
+// refreshThroughAPanic makes an OAuth client of p's whose Auth.Client's
+// RoundTripper is rt (panics counts its panics), gives it expired credentials,
+// and asks for a token, which must fail: the refresh's request panics. It checks
+// that rt did panic and that the client closes, and returns the client's status,
+// its log and the credentials whose refresh failed.
+func refreshThroughAPanic(t *testing.T, p *pipeAuth, rt http.RoundTripper, panics func() int64) (TokenStatus, string, *Credentials) {
+	t.Helper()
 	cfg := p.config(&Auth{}, false)
 	cfg.HTTP.Auth.Client = &http.Client{Transport: rt}
 	var logs syncBuffer
@@ -171,27 +188,23 @@ func TestPanickingAuthClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := o.SetCredentials(p.issued(time.Now().Add(-time.Minute))); err != nil { // expired: refreshed by the first request
+	creds := p.issued(time.Now().Add(-time.Minute)) // expired: refreshed by the first request
+	if err := o.SetCredentials(creds); err != nil {
 		t.Fatal(err)
 	}
-	rt.left.Store(1) // the refresh's requests panic (oauth2 tries a second way to send the client's ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if tok, _ := o.bearer(ctx); tok != "" {
 		t.Error("a token from a refresh whose request panicked")
 	}
-	if rt.panics.Load() == 0 {
+	if panics() == 0 {
 		t.Fatal("the RoundTripper did not panic")
 	}
-	if st := o.Status(); !strings.Contains(st.LastError, "RoundTripper of Auth.Client panicked") {
-		t.Errorf("the client's last error does not name the panic: %q", st.LastError)
-	}
-	if l := logs.String(); !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "callersBug") {
-		t.Errorf("the panic's stack was not logged:\n%s", l)
-	}
+	st := o.Status()
 	if err := o.Close(ctx); err != nil {
 		t.Errorf("close: %v", err)
 	}
+	return st, logs.String(), creds
 }
 
 // panickySource is a caller's oauth2.TokenSource (and auth.OAuthHandler) with a
@@ -386,27 +399,8 @@ func (q *quotingTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 func TestPanickingAuthClientRedacted(t *testing.T) {
 	p := newPipeAuth(t, authtest.Options{ClientID: "pre"}, false)
 	rt := &quotingTripper{}
-	cfg := p.config(&Auth{}, false)
-	cfg.HTTP.Auth.Client = &http.Client{Transport: rt}
-	var logs syncBuffer
-	o, err := NewOAuth(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	creds := p.issued(time.Now().Add(-time.Minute)) // expired: refreshed by the first request
-	if err := o.SetCredentials(creds); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if tok, _ := o.bearer(ctx); tok != "" {
-		t.Error("a token from a refresh whose request panicked")
-	}
-	if rt.panics.Load() == 0 {
-		t.Fatal("the RoundTripper did not panic")
-	}
+	st, l, creds := refreshThroughAPanic(t, p, rt, rt.panics.Load)
 	secret := creds.Token.RefreshToken
-	st := o.Status()
 	if !strings.Contains(st.LastError, "RoundTripper of Auth.Client panicked") || !strings.Contains(st.LastError, "cannot send") {
 		t.Errorf("the client's last error does not name the panic: %.300q", st.LastError)
 	}
@@ -416,7 +410,6 @@ func TestPanickingAuthClientRedacted(t *testing.T) {
 	if len(st.LastError) > 2*MaxErrorText {
 		t.Errorf("the client's last error is %d bytes long", len(st.LastError))
 	}
-	l := logs.String()
 	if !strings.Contains(l, "callersBug") && !strings.Contains(l, "quotingTripper") {
 		t.Errorf("the panic's stack was not logged:\n%.2000s", l)
 	}
@@ -425,9 +418,6 @@ func TestPanickingAuthClientRedacted(t *testing.T) {
 	}
 	if len(l) > 8*MaxErrorText+64<<10 {
 		t.Errorf("the log is %d bytes long", len(l))
-	}
-	if err := o.Close(ctx); err != nil {
-		t.Errorf("close: %v", err)
 	}
 }
 
