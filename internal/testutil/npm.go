@@ -13,6 +13,12 @@ import (
 // ci) unless its node_modules was installed from the same lock, and returns dir as an
 // absolute path. It skips the test when node or npm is missing, unless
 // MCPFSM_REQUIRE_NODE is set (CI sets it): then it fails.
+//
+// The check and the install hold an exclusive lock on dir (see lockDir): the test
+// binaries of several packages, run at once by go test ./..., share a dir
+// (testdata/interop), and npm ci removes node_modules before it installs it. Two
+// installs at once on a clean clone had one test's node run a server from a
+// node_modules the other's npm ci was filling ("Cannot find package").
 func NpmCI(t *testing.T, dir string) string {
 	t.Helper()
 	for _, tool := range []string{"node", "npm"} {
@@ -27,6 +33,11 @@ func NpmCI(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	unlock, err := lockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
 	lock, err := os.ReadFile(filepath.Join(dir, "package-lock.json"))
 	if err != nil {
 		t.Fatal(err)
