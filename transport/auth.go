@@ -470,8 +470,7 @@ func (a *handlerAuth) authorize(ctx context.Context, req *http.Request, resp *ht
 		drainClose(resp.Body)
 		return nil // the handler has a new token already
 	}
-	_, err := guarded(a.log, a.red, "Auth.Handler", "Authorize", func() (struct{}, error) { return struct{}{}, a.h.Authorize(ctx, req, resp) })
-	return err
+	return guardedErr(a.log, a.red, "Auth.Handler", "Authorize", func() error { return a.h.Authorize(ctx, req, resp) })
 }
 
 // guarded calls f, the caller's code (field names it in the config; where, the
@@ -487,6 +486,13 @@ func guarded[T any](log *slog.Logger, red *redactor, field, where string, f func
 		}
 	}()
 	return f()
+}
+
+// guardedErr is guarded for the caller's code that returns only an error (or
+// nothing: f returns nil).
+func guardedErr(log *slog.Logger, red *redactor, field, where string, f func() error) error {
+	_, err := guarded(log, red, field, where, func() (struct{}, error) { return struct{}{}, f() })
+	return err
 }
 
 func (a *handlerAuth) worked(context.Context, uint64) {}

@@ -93,8 +93,7 @@ func callersClient(c *http.Client, field string, log *slog.Logger, red *redactor
 	out.Transport = callersTripper(c, field, log, red)
 	if next := c.CheckRedirect; next != nil {
 		out.CheckRedirect = func(req *http.Request, via []*http.Request) error {
-			_, err := guarded(log, red, field+".CheckRedirect", "CheckRedirect", func() (struct{}, error) { return struct{}{}, next(req, via) })
-			return err
+			return guardedErr(log, red, field+".CheckRedirect", "CheckRedirect", func() error { return next(req, via) })
 		}
 	}
 	if c.Jar != nil {
@@ -112,9 +111,9 @@ type callerJar struct {
 }
 
 func (j *callerJar) SetCookies(u *url.URL, cookies []*http.Cookie) {
-	_, _ = guarded(j.log, j.red, j.field, "SetCookies", func() (struct{}, error) {
+	_ = guardedErr(j.log, j.red, j.field, "SetCookies", func() error {
 		j.jar.SetCookies(u, cookies)
-		return struct{}{}, nil
+		return nil
 	})
 }
 

@@ -1265,10 +1265,7 @@ func (o *OAuth) obtain(ctx context.Context, req *http.Request, resp *http.Respon
 	// A panic there (the caller's Fetcher's, on this goroutine) is the flow's
 	// error, its stack logged: it ended the process.
 	go func() {
-		_, err := guarded(o.log, o.red, "Auth.Fetcher", "the authorization code flow", func() (struct{}, error) {
-			return struct{}{}, o.inner.Authorize(ctx, req, &r)
-		})
-		done <- err
+		done <- guardedErr(o.log, o.red, "Auth.Fetcher", "the authorization code flow", func() error { return o.inner.Authorize(ctx, req, &r) })
 	}()
 	var err error
 	select {
